@@ -1,0 +1,210 @@
+"""Everything a job needs to know, read and validated up front into one immutable object."""
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ringleader import hyperparameters as hp
+from ringleader.errors import ConfigError
+from ringleader.topology import Topology, parse_topology
+
+SAGEMAKER_PREFIX = "sagemaker_"
+RINGLEADER_PREFIX = "ringleader_"
+DEFAULT_CODE_DIR = "/opt/ml/code"
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Every wait in the job is bounded by one of these (seconds); each is a hyperparameter."""
+
+    startup: float = 180.0  # ringleader_startup_timeout: hosts, sshd and MPI daemons coming up
+    sigterm_grace: float = 30.0  # ringleader_sigterm_grace: SIGTERM to SIGKILL for the ranks
+    leader_loss: float = 10.0  # ringleader_leader_timeout: a worker's wait for a heartbeat
+    finish: float = 30.0  # ringleader_finish_timeout: telling workers the exit code
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return max(self.leader_loss / 4, 0.05)
+
+
+# ringleader_* hyperparameter -> (Timeouts field or "control_port")
+_RINGLEADER_KEYS = {
+    "ringleader_startup_timeout": "startup",
+    "ringleader_sigterm_grace": "sigterm_grace",
+    "ringleader_leader_timeout": "leader_loss",
+    "ringleader_finish_timeout": "finish",
+    "ringleader_control_port": "control_port",
+}
+DEFAULT_CONTROL_PORT = 29100
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    topology: Topology
+    program: str
+    code_dir: str
+    mpi_enabled: bool
+    processes_per_host: int | None  # None: one per GPU found, else 1
+    custom_mpi_options: tuple[str, ...]
+    hyperparameters: Mapping[str, Any]  # all of them, decoded: sagemaker-training wants them
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    control_port: int = DEFAULT_CONTROL_PORT
+
+    @property
+    def user_hyperparameters(self) -> dict[str, Any]:
+        """What the user's script receives as --key value: neither sagemaker_* nor ringleader_*."""
+        return {
+            key: value
+            for key, value in self.hyperparameters.items()
+            if not key.startswith((SAGEMAKER_PREFIX, RINGLEADER_PREFIX))
+        }
+
+    @property
+    def program_path(self) -> Path:
+        return Path(self.code_dir) / self.program
+
+
+def parse_job_config(
+    topology: Topology, raw_hyperparameters: Mapping[str, Any], environ: Mapping[str, str]
+) -> JobConfig:
+    """Pure validation of the decoded inputs; does not look at the file system."""
+    values = hp.decode_all(raw_hyperparameters)
+    program = values.get("sagemaker_program", environ.get("SAGEMAKER_PROGRAM"))
+    if program is None or (isinstance(program, str) and not program.strip()):
+        raise ConfigError(
+            "sagemaker_program",
+            "missing: set the hyperparameter sagemaker_program to the script to run "
+            "(relative to the code directory, e.g. train.py)",
+        )
+    if not isinstance(program, str):
+        raise ConfigError("sagemaker_program", f"expected a file name, got {program!r}")
+    mpi_enabled = hp.as_bool("sagemaker_mpi_enabled", values.get("sagemaker_mpi_enabled", False))
+    per_host_value = values.get("sagemaker_mpi_num_of_processes_per_host")
+    processes_per_host = (
+        None
+        if per_host_value is None
+        else hp.as_positive_int("sagemaker_mpi_num_of_processes_per_host", per_host_value)
+    )
+    custom_options = _split_custom_options(values.get("sagemaker_mpi_custom_mpi_options", ""))
+    timeouts, control_port = _parse_ringleader_keys(values)
+    return JobConfig(
+        topology=topology,
+        program=program,
+        code_dir=_code_dir(values.get("sagemaker_submit_directory")),
+        mpi_enabled=mpi_enabled,
+        processes_per_host=processes_per_host,
+        custom_mpi_options=custom_options,
+        hyperparameters=MappingProxyType(values),
+        timeouts=timeouts,
+        control_port=control_port,
+    )
+
+
+def _split_custom_options(value: Any) -> tuple[str, ...]:
+    field_name = "sagemaker_mpi_custom_mpi_options"
+    if value is None:
+        return ()
+    if not isinstance(value, str):
+        raise ConfigError(field_name, f"expected a string of mpirun options, got {value!r}")
+    try:
+        return tuple(shlex.split(value))
+    except ValueError as error:
+        raise ConfigError(field_name, f"cannot split {value!r}: {error}") from None
+
+
+def _parse_ringleader_keys(values: Mapping[str, Any]) -> tuple[Timeouts, int]:
+    unknown = sorted(
+        key for key in values if key.startswith(RINGLEADER_PREFIX) and key not in _RINGLEADER_KEYS
+    )
+    if unknown:
+        raise ConfigError(
+            unknown[0], f"unknown ringleader setting; known ones are {sorted(_RINGLEADER_KEYS)}"
+        )
+    seconds: dict[str, float] = {}
+    control_port = DEFAULT_CONTROL_PORT
+    for key, target in _RINGLEADER_KEYS.items():
+        if key not in values:
+            continue
+        if target == "control_port":
+            control_port = hp.as_port(key, values[key])
+        else:
+            seconds[target] = hp.as_positive_seconds(key, values[key])
+    return Timeouts(**seconds), control_port
+
+
+def _code_dir(submit_directory: Any) -> str:
+    if submit_directory is None or submit_directory == "":
+        return DEFAULT_CODE_DIR
+    if not isinstance(submit_directory, str):
+        raise ConfigError(
+            "sagemaker_submit_directory", f"expected a path, got {submit_directory!r}"
+        )
+    if submit_directory.startswith("file://"):
+        return submit_directory.removeprefix("file://")
+    if "://" in submit_directory:
+        raise ConfigError(
+            "sagemaker_submit_directory",
+            f"{submit_directory!r}: only local paths are supported by this version; "
+            "mount or bake the code at /opt/ml/code",
+        )
+    return submit_directory
+
+
+@dataclass(frozen=True)
+class ConfigFiles:
+    """Where SageMaker puts its configuration; tests point this at a temporary directory."""
+
+    config_dir: Path = Path("/opt/ml/input/config")
+
+    @property
+    def resource_config(self) -> Path:
+        return self.config_dir / "resourceconfig.json"
+
+    @property
+    def hyperparameters(self) -> Path:
+        return self.config_dir / "hyperparameters.json"
+
+    @property
+    def input_data_config(self) -> Path:
+        return self.config_dir / "inputdataconfig.json"
+
+
+def read_json_object(path: Path, field_name: str) -> dict[str, Any] | None:
+    """The JSON object in `path`, or None when the file does not exist."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ConfigError(field_name, f"cannot read {path}: {error}") from None
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise ConfigError(field_name, f"{path} is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(field_name, f"{path} must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
+def load_topology(environ: Mapping[str, str], files: ConfigFiles) -> Topology:
+    resource_config = None
+    if "SM_HOSTS" not in environ:
+        resource_config = read_json_object(files.resource_config, "resourceconfig.json")
+    return parse_topology(environ, resource_config)
+
+
+def load_job_config(
+    topology: Topology, environ: Mapping[str, str], files: ConfigFiles
+) -> JobConfig:
+    raw = read_json_object(files.hyperparameters, "hyperparameters.json") or {}
+    config = parse_job_config(topology, raw, environ)
+    if not config.program_path.is_file():
+        raise ConfigError(
+            "sagemaker_program",
+            f"{config.program!r} not found in the code directory {config.code_dir}",
+        )
+    return config

@@ -1,0 +1,249 @@
+"""The container's entry point: `docker run IMAGE [train]` on every host of the job."""
+
+import contextlib
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ringleader import exitcodes, hostenv, log, paths
+from ringleader.agent import HostAgent
+from ringleader.config import (
+    DEFAULT_CONTROL_PORT,
+    ConfigFiles,
+    JobConfig,
+    Timeouts,
+    load_job_config,
+    load_topology,
+    read_json_object,
+)
+from ringleader.control import ControlServer, connect_to_leader, hello_message
+from ringleader.errors import ConfigError, JobError
+from ringleader.events import Event, SigtermReceived
+from ringleader.leader import Leader
+from ringleader.mpi_command import MpiPlan, build_mpirun_argv, forwarded_variables
+from ringleader.netif import choose_interface, local_interfaces, resolve
+from ringleader.outcome import Outcome, truncate
+from ringleader.results import write_result
+from ringleader.sshd import start_sshd
+from ringleader.topology import Topology, leader_hint
+from ringleader.user_command import build_user_command
+from ringleader.worker import Worker
+
+SIGKILL_MARGIN_SECONDS = 5  # orted's own SIGKILL comes this long after our grace period
+
+
+class EntryPoint:
+    def __init__(self, files: ConfigFiles) -> None:
+        self._files = files
+        self._events: queue.Queue[Event] = queue.Queue()
+        self._stop = threading.Event()
+        self._host = socket.gethostname()
+
+    def on_signal(self, _signum: int, _frame: object) -> None:
+        self._stop.set()
+        # Queue.put takes a lock the interrupted main thread may hold: hand it to a thread.
+        event = SigtermReceived(self._host)
+        threading.Thread(target=self._events.put, args=(event,), daemon=True).start()
+
+    def run(self) -> Outcome:
+        try:
+            topology = load_topology(os.environ, self._files)
+        except ConfigError as error:
+            self._report_early_error(error)
+            return Outcome(error.exit_code, truncate(str(error)))
+        self._host = topology.current_host
+        log.set_host(self._host)
+        try:
+            config = load_job_config(topology, os.environ, self._files)
+        except ConfigError as error:
+            return self._config_failure(topology, error)
+        single = len(topology.hosts) == 1 or not config.mpi_enabled
+        log.log(
+            f"{'leader' if topology.is_leader else 'worker'} of {list(topology.hosts)}; "
+            f"program {config.program}; MPI {'on' if config.mpi_enabled else 'off'}"
+        )
+        agent = HostAgent(paths.AGENT_SOCKET, self._events)
+        try:
+            try:
+                user_command = build_user_command(config.program_path, hostenv.user_args(config))
+                hostenv.write_host_env(
+                    paths.HOST_ENV_FILE,
+                    hostenv.host_environment(
+                        os.environ, hostenv.sagemaker_env_vars(config, self._files)
+                    ),
+                )
+            except JobError as error:
+                if single or topology.is_leader:
+                    return self._config_failure(topology, error)
+                return self._report_to_leader(config.topology, config.control_port, error)
+            if single:
+                return self._run_single(config, user_command, agent)
+            if topology.is_leader:
+                return self._run_leader(config, user_command, agent)
+            return self._run_worker(config, agent)
+        finally:
+            agent.close()
+
+    def _run_single(self, config: JobConfig, user_command: list[str], agent: HostAgent) -> Outcome:
+        leader = Leader(self._host, (), config.timeouts, self._events, agent, None)
+
+        def prepare() -> tuple[list[str], dict[str, str]]:
+            return self._rank_command(config, user_command, ()), dict(
+                os.environ, RINGLEADER_RANK="0"
+            )
+
+        outcome = leader.run(prepare, world_size=1)
+        write_result(outcome.exit_code, outcome.failure)
+        return outcome
+
+    def _run_leader(self, config: JobConfig, user_command: list[str], agent: HostAgent) -> Outcome:
+        topology = config.topology
+        server = ControlServer(
+            config.control_port, self._events, config.timeouts.heartbeat_interval
+        )
+        try:
+            leader = Leader(
+                self._host, topology.workers, config.timeouts, self._events, agent, server
+            )
+            try:
+                start_sshd(paths.SSHD_NOTIFY_SOCKET, config.timeouts.startup)
+            except JobError as error:
+                outcome = Outcome(error.exit_code, truncate(f"Host {self._host}: {error}"))
+            else:
+                per_host = config.processes_per_host or gpu_count() or 1
+                outcome = leader.run(
+                    lambda: self._mpirun(config, user_command, per_host),
+                    world_size=per_host * len(topology.hosts),
+                )
+            # Files first: under docker compose the first container to exit stops the rest.
+            write_result(outcome.exit_code, outcome.failure)
+            leader.tell_workers(outcome)
+            return outcome
+        finally:
+            server.close()
+
+    def _mpirun(
+        self, config: JobConfig, user_command: list[str], per_host: int
+    ) -> tuple[list[str], dict[str, str]]:
+        topology = config.topology
+        choice = choose_interface(
+            topology.network_interface, local_interfaces(), resolve(topology.workers)
+        )
+        if choice.warning:
+            log.log(f"warning: {choice.warning}")
+        forwarded = forwarded_variables(config.custom_mpi_options)
+        plan = MpiPlan(
+            hosts=topology.hosts,
+            processes_per_host=per_host,
+            interface=choice.name,
+            custom_options=config.custom_mpi_options,
+            rank_command=tuple(self._rank_command(config, user_command, forwarded)),
+            sigkill_timeout=int(config.timeouts.sigterm_grace) + SIGKILL_MARGIN_SECONDS,
+        )
+        return build_mpirun_argv(plan), dict(os.environ)
+
+    @staticmethod
+    def _rank_command(
+        config: JobConfig, user_command: list[str], forwarded: Sequence[str]
+    ) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "ringleader.rank",
+            "--grace",
+            f"{config.timeouts.sigterm_grace:g}",
+            "--cwd",
+            config.code_dir,
+            "--forwarded",
+            ",".join(forwarded),
+            "--",
+            *user_command,
+        ]
+
+    def _run_worker(self, config: JobConfig, agent: HostAgent) -> Outcome:
+        try:
+            start_sshd(paths.SSHD_NOTIFY_SOCKET, config.timeouts.startup)
+        except JobError as error:
+            return self._report_to_leader(config.topology, config.control_port, error)
+        outcome = Worker(config, self._events, agent, self._stop).run()
+        write_result(outcome.exit_code, outcome.failure)
+        return outcome
+
+    def _config_failure(self, topology: Topology, error: JobError) -> Outcome:
+        """A toolkit error on this host: on the leader, every worker is told; else the leader."""
+        if not topology.is_leader:
+            return self._report_to_leader(topology, DEFAULT_CONTROL_PORT, error)
+        outcome = Outcome(error.exit_code, truncate(f"Host {self._host}: {error}"))
+        write_result(outcome.exit_code, outcome.failure)
+        if len(topology.hosts) > 1:
+            timeouts = Timeouts()
+            server = ControlServer(DEFAULT_CONTROL_PORT, self._events, timeouts.heartbeat_interval)
+            try:
+                leader = Leader(self._host, topology.workers, timeouts, self._events, None, server)
+                leader.tell_workers(outcome)
+            finally:
+                server.close()
+        return outcome
+
+    def _report_to_leader(self, topology: Topology, port: int, error: JobError) -> Outcome:
+        outcome = Outcome(error.exit_code, truncate(f"Host {self._host}: {error}"))
+        write_result(outcome.exit_code, outcome.failure)
+        self._send_error(topology.leader, port, outcome)
+        return outcome
+
+    def _report_early_error(self, error: ConfigError) -> None:
+        """The host list or this host's name is wrong: still try to tell the leader."""
+        write_result(error.exit_code, truncate(str(error)))
+        resource_config = None
+        with contextlib.suppress(ConfigError):
+            resource_config = read_json_object(self._files.resource_config, "resourceconfig.json")
+        leader = leader_hint(os.environ, resource_config)
+        self._host = os.environ.get("SM_CURRENT_HOST") or self._host
+        if leader is not None and leader != self._host:
+            self._send_error(leader, DEFAULT_CONTROL_PORT, Outcome(error.exit_code, str(error)))
+
+    def _send_error(self, leader: str, port: int, outcome: Outcome) -> None:
+        timeout = Timeouts().startup
+        channel = connect_to_leader(leader, port, time.monotonic() + timeout, self._stop)
+        if channel is None:
+            log.log(f"could not report the error to the leader {leader} within {timeout:g} s")
+            return
+        with contextlib.suppress(Exception):
+            channel.send(hello_message(self._host, (outcome.exit_code, outcome.failure or "")))
+        channel.close()
+
+
+def gpu_count() -> int:
+    return len(list(Path("/proc/driver/nvidia/gpus").glob("*")))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["train"]:
+        args = args[1:]
+    entry = EntryPoint(ConfigFiles())
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, entry.on_signal)
+    if args:
+        message = f"Configuration error in command: unexpected arguments {args}; expected `train`"
+        log.log(message)
+        write_result(exitcodes.CONFIG_ERROR, message + "\n")
+        return exitcodes.CONFIG_ERROR
+    outcome = entry.run()
+    if outcome.succeeded:
+        log.log("job succeeded: exit code 0")
+    else:
+        log.log(f"job failed: exit code {outcome.exit_code}")
+        for line in (outcome.failure or "").splitlines():
+            log.log(f"  {line}")
+    return outcome.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

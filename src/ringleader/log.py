@@ -1,0 +1,21 @@
+"""The toolkit's own log lines: `[ringleader <host>] message` on stdout, flushed at once."""
+
+import sys
+import threading
+import time
+
+_lock = threading.Lock()
+_host = "?"
+
+
+def set_host(host: str) -> None:
+    global _host
+    _host = host
+
+
+def log(message: str) -> None:
+    stamp = time.strftime("%H:%M:%S")
+    line = f"[ringleader {_host}] {stamp} {message}\n".encode()
+    with _lock:
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()

@@ -1,0 +1,104 @@
+"""Pure root-cause selection: from what every rank recorded to one exit code and one message.
+
+When one rank fails, mpirun terminates all the others, and under Horovod they fail by
+themselves moments later ("Horovod has been shut down"). The root cause is therefore the rank
+that failed first without having been told to stop; ranks that were stopped by us or by mpirun
+are only a fallback.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ringleader import exitcodes
+from ringleader.records import RankRecord
+
+FAILURE_FILE_LIMIT = 1024  # SageMaker shows the first 1024 bytes of the failure file
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    records: tuple[RankRecord, ...] = ()
+    world_size: int = 0
+    launcher_exit_code: int | None = None
+    launcher_output_tail: tuple[str, ...] = ()
+    stopped_on: str | None = None  # host where SIGTERM arrived
+    sigterm_grace: float = 0.0
+    lost_hosts: tuple[str, ...] = ()  # workers that vanished while the job ran
+    error_code: int | None = None  # a toolkit error before or around the launch
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    failure: str | None  # None on success; otherwise the failure file's text
+    root_cause: RankRecord | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == exitcodes.SUCCESS
+
+
+def root_cause(records: Sequence[RankRecord]) -> RankRecord | None:
+    failed = [record for record in records if record.failed]
+    unprompted = [record for record in failed if not record.terminated]
+    candidates = unprompted or failed
+    if not candidates:
+        return None
+    return min(candidates, key=lambda record: (record.ended_at, record.rank))
+
+
+def decide(facts: JobFacts) -> Outcome:
+    if facts.error_code is not None:
+        return Outcome(facts.error_code, truncate(facts.error_message or "toolkit error"))
+    if facts.stopped_on is not None:
+        headline = (
+            f"Job stopped by SIGTERM received on host {facts.stopped_on}; every rank was sent "
+            f"SIGTERM and given {facts.sigterm_grace:g} s before SIGKILL."
+        )
+        return Outcome(exitcodes.SIGTERM_EXIT, truncate(headline))
+    cause = root_cause(facts.records)
+    if cause is not None:
+        timing = f"It ran {cause.ended_at - cause.started_at:.1f} s."
+        return Outcome(
+            cause.exit_code,
+            truncate(
+                f"{cause.describe()}. {timing}", cause.stderr_tail, "Last lines of its stderr:"
+            ),
+            cause,
+        )
+    if facts.lost_hosts:
+        hosts = ", ".join(facts.lost_hosts)
+        return Outcome(
+            exitcodes.HOST_UNREACHABLE,
+            truncate(f"Host(s) {hosts} stopped answering while the job ran."),
+        )
+    if facts.launcher_exit_code not in (None, 0):
+        missing = facts.world_size - len(facts.records)
+        headline = (
+            f"mpirun exited with code {facts.launcher_exit_code} although no rank reported a "
+            f"failure ({missing} of {facts.world_size} ranks never reported)."
+        )
+        return Outcome(
+            exitcodes.INTERNAL_ERROR,
+            truncate(headline, facts.launcher_output_tail, "Last lines from mpirun:"),
+        )
+    return Outcome(exitcodes.SUCCESS, None)
+
+
+def truncate(headline: str, tail: Sequence[str] = (), tail_title: str = "") -> str:
+    """The headline, then as many of the *last* tail lines as fit in the failure-file limit."""
+    text = headline.encode()[:FAILURE_FILE_LIMIT].decode(errors="ignore")
+    if not tail:
+        return text + "\n"
+    budget = FAILURE_FILE_LIMIT - len(text.encode()) - len(tail_title.encode()) - 2
+    kept: list[str] = []
+    for line in reversed(tail):
+        cost = len(line.encode()) + 3
+        if cost > budget:
+            break
+        kept.insert(0, line)
+        budget -= cost
+    if not kept:
+        return text + "\n"
+    return text + "\n" + tail_title + "\n" + "".join(f"  {line}\n" for line in kept)

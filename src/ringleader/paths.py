@@ -1,0 +1,12 @@
+"""Fixed locations inside the container."""
+
+from pathlib import Path
+
+RUN_DIR = Path("/run/ringleader")
+AGENT_SOCKET = RUN_DIR / "agent.sock"  # rank wrappers on this host talk to the host's agent
+HOST_ENV_FILE = RUN_DIR / "host-env.json"  # this host's environment for its ranks (mode 0600)
+SSHD_NOTIFY_SOCKET = RUN_DIR / "sshd-notify.sock"
+
+OUTPUT_DIR = Path("/opt/ml/output")
+FAILURE_FILE = OUTPUT_DIR / "failure"
+SUCCESS_FILE = OUTPUT_DIR / "success"

@@ -1,0 +1,247 @@
+"""Per-rank wrapper, launched by mpirun on every host: `python -m ringleader.rank ... -- CMD`.
+
+It runs the user's command with this host's SageMaker environment, tags every output line
+with host and rank, forwards signals, escalates SIGTERM to SIGKILL after the grace period, and
+reports the rank's exit status, timing and stderr tail to the host agent so the leader can name
+the root cause of a failure.
+"""
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import IO
+
+from ringleader import exitcodes, paths
+from ringleader.protocol import Channel, ChannelClosed
+from ringleader.records import RankRecord
+
+STDERR_TAIL_LINES = 20
+_TAIL_LINE_CHARS = 300
+_MPI_PREFIXES = ("OMPI_", "PMIX_", "OPAL_", "ORTE_", "PRTE_")
+_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_REPORT_TIMEOUT = 10.0
+
+
+def line_tag(host: str, rank: int) -> bytes:
+    """The documented prefix of every rank output line; metric regexes match after it."""
+    return f"[{host} rank {rank}] ".encode()
+
+
+def rank_environment(
+    host_env: Mapping[str, str], own_env: Mapping[str, str], forwarded: Sequence[str]
+) -> dict[str, str]:
+    """This host's environment, plus what MPI set up for the rank, plus what the user forwarded.
+
+    The host file gives each rank its own host's SM_CURRENT_HOST and container variables;
+    mpirun's variables are needed for MPI_Init; names forwarded with -x win over both.
+    """
+    env = dict(host_env)
+    env.update({key: value for key, value in own_env.items() if key.startswith(_MPI_PREFIXES)})
+    env.update({key: own_env[key] for key in forwarded if key in own_env})
+    return env
+
+
+def current_rank(env: Mapping[str, str]) -> int:
+    for key in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RINGLEADER_RANK"):
+        if key in env:
+            return int(env[key])
+    return 0
+
+
+class _Pump(threading.Thread):
+    """Copies one pipe of the child to our stream line by line, each line tagged."""
+
+    def __init__(self, source: IO[bytes], sink: IO[bytes], tag: bytes, tail: int) -> None:
+        super().__init__(daemon=True)
+        self._source, self._sink, self._tag = source, sink, tag
+        self.tail: collections.deque[str] = collections.deque(maxlen=tail)
+
+    def run(self) -> None:
+        for line in iter(self._source.readline, b""):
+            if not line.endswith(b"\n"):
+                line += b"\n"
+            self._sink.write(self._tag + line)
+            self._sink.flush()
+            if self.tail.maxlen:
+                self.tail.append(line.decode(errors="replace").rstrip()[:_TAIL_LINE_CHARS])
+
+
+class RankSupervisor:
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | None,
+        host: str,
+        rank: int,
+        grace: float,
+    ) -> None:
+        self._command, self._env, self._cwd = list(command), dict(env), cwd
+        self.host, self.rank, self._grace = host, rank, grace
+        self._child: subprocess.Popen[bytes] | None = None
+        self._terminated = threading.Event()
+        self._lock = threading.Lock()
+
+    def terminate(self) -> None:
+        """SIGTERM the rank now and SIGKILL it after the grace period (idempotent)."""
+        with self._lock:
+            if self._terminated.is_set():
+                return
+            self._terminated.set()
+        self.forward(signal.SIGTERM)
+        timer = threading.Timer(self._grace, self.forward, args=(signal.SIGKILL,))
+        timer.daemon = True
+        timer.start()
+
+    def forward(self, signum: int) -> None:
+        """Send `signum` to the rank's whole process group."""
+        child = self._child
+        if child is not None and child.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signum)
+
+    def run(self) -> RankRecord:
+        started = time.time()
+        if self._terminated.is_set():
+            return self._record(started, exitcodes.SIGTERM_EXIT, None, ("stopped before start",))
+        try:
+            # Own process group: signals reach the user's whole process tree, not us twice.
+            self._child = subprocess.Popen(
+                self._command,
+                env=self._env,
+                cwd=self._cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as error:
+            message = f"cannot start {self._command[0]!r}: {error}"
+            sys.stderr.buffer.write(line_tag(self.host, self.rank) + message.encode() + b"\n")
+            return self._record(started, 127, None, (message,))
+        assert self._child.stdout is not None and self._child.stderr is not None
+        tag = line_tag(self.host, self.rank)
+        pumps = [
+            _Pump(self._child.stdout, sys.stdout.buffer, tag, 0),
+            _Pump(self._child.stderr, sys.stderr.buffer, tag, STDERR_TAIL_LINES),
+        ]
+        for pump in pumps:
+            pump.start()
+        returncode = self._child.wait()
+        for pump in pumps:
+            # A daemon the user started may hold the pipes open; do not wait on it forever.
+            pump.join(timeout=5.0)
+        if returncode < 0:
+            code, signum = exitcodes.signal_exit_code(-returncode), -returncode
+        else:
+            code, signum = returncode, None
+        return self._record(started, code, signum, tuple(pumps[1].tail))
+
+    def _record(
+        self, started: float, code: int, signum: int | None, tail: tuple[str, ...]
+    ) -> RankRecord:
+        return RankRecord(
+            rank=self.rank,
+            host=self.host,
+            exit_code=code,
+            signal=signum,
+            started_at=started,
+            ended_at=time.time(),
+            terminated=self._terminated.is_set(),
+            stderr_tail=tail,
+        )
+
+
+def _connect_agent(path: str) -> Channel | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return Channel(sock)
+
+
+def _listen_for_terminate(
+    channel: Channel, supervisor: RankSupervisor, acked: threading.Event
+) -> None:
+    try:
+        while True:
+            message = channel.receive(timeout=None)
+            if message.get("type") == "terminate":
+                supervisor.terminate()
+            elif message.get("type") == "ack":
+                acked.set()
+    except (ChannelClosed, OSError):
+        acked.set()
+
+
+def _load_host_env(path: str) -> dict[str, str] | None:
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return None
+    return {str(key): str(value) for key, value in data["env"].items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ringleader.rank")
+    parser.add_argument("--agent", default=str(paths.AGENT_SOCKET))
+    parser.add_argument("--host-env", default=str(paths.HOST_ENV_FILE))
+    parser.add_argument("--forwarded", default="", help="comma-separated -x variable names")
+    parser.add_argument("--grace", type=float, default=30.0)
+    parser.add_argument("--cwd", default=None)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given after --")
+
+    own_env = dict(os.environ)
+    host_env = _load_host_env(args.host_env)
+    forwarded = [name for name in args.forwarded.split(",") if name]
+    env = rank_environment(host_env if host_env is not None else own_env, own_env, forwarded)
+    host = env.get("SM_CURRENT_HOST") or socket.gethostname()
+    rank = current_rank(own_env)
+    supervisor = RankSupervisor(command, env, args.cwd, host, rank, args.grace)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if signum == signal.SIGTERM:
+            supervisor.terminate()
+        else:
+            supervisor.forward(signum)
+
+    for signum in (signal.SIGTERM, *_FORWARDED_SIGNALS):
+        signal.signal(signum, on_signal)
+
+    channel = _connect_agent(args.agent)
+    acked = threading.Event()
+    if channel is not None:
+        try:
+            channel.send({"type": "rank-start", "rank": rank, "host": host})
+        except ChannelClosed:
+            channel = None
+        else:
+            threading.Thread(
+                target=_listen_for_terminate, args=(channel, supervisor, acked), daemon=True
+            ).start()
+    record = supervisor.run()
+    if channel is not None:
+        with contextlib.suppress(ChannelClosed):
+            channel.send({"type": "rank-end", "record": record.to_json()})
+            acked.wait(_REPORT_TIMEOUT)
+    return record.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

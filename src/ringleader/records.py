@@ -1,0 +1,55 @@
+"""What each rank's wrapper records about its process, and how it travels as JSON."""
+
+import signal
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    rank: int
+    host: str
+    exit_code: int  # 128+N when the process was killed by signal N
+    signal: int | None
+    started_at: float  # time.time() on the rank's host
+    ended_at: float
+    terminated: bool  # the wrapper had been told to stop it (SIGTERM) before it ended
+    stderr_tail: tuple[str, ...]
+
+    @property
+    def failed(self) -> bool:
+        return self.exit_code != 0
+
+    def describe(self) -> str:
+        where = f"Rank {self.rank} on host {self.host}"
+        if self.signal is not None:
+            return (
+                f"{where} was killed by signal {self.signal} ({signal_name(self.signal)}); "
+                f"exit code {self.exit_code}"
+            )
+        return f"{where} exited with code {self.exit_code}"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["stderr_tail"] = list(self.stderr_tail)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RankRecord":
+        return cls(
+            rank=int(data["rank"]),
+            host=str(data["host"]),
+            exit_code=int(data["exit_code"]),
+            signal=None if data.get("signal") is None else int(data["signal"]),
+            started_at=float(data["started_at"]),
+            ended_at=float(data["ended_at"]),
+            terminated=bool(data["terminated"]),
+            stderr_tail=tuple(str(line) for line in data.get("stderr_tail", ())),
+        )
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -1,0 +1,24 @@
+"""The command line of the user's program, as SageMaker runs it."""
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ringleader.errors import ConfigError
+
+
+def build_user_command(
+    program: Path, user_args: Sequence[str], python: str = sys.executable
+) -> list[str]:
+    """Python scripts run with our interpreter, shell scripts with sh, anything else directly."""
+    if program.suffix == ".py":
+        return [python, str(program), *user_args]
+    if program.suffix == ".sh":
+        return ["/bin/sh", str(program), *user_args]
+    if not os.access(program, os.X_OK):
+        raise ConfigError(
+            "sagemaker_program",
+            f"{program.name!r} is neither a .py/.sh script nor an executable file",
+        )
+    return [str(program), *user_args]
