@@ -219,8 +219,9 @@ class Leader:
                     f"from: {', '.join(sorted(pending))}"
                 )
                 return
-            done = isinstance(event, WorkerBye | WorkerLost)
-            if done or (isinstance(event, WorkerHello) and event.error_code is not None):
+            if isinstance(event, WorkerBye | WorkerLost):
+                pending.discard(event.host)
+            elif isinstance(event, WorkerHello) and event.error_code is not None:
                 pending.discard(event.host)
 
 
