@@ -219,10 +219,11 @@ class Leader:
                     f"from: {', '.join(sorted(pending))}"
                 )
                 return
-            if isinstance(event, WorkerBye | WorkerLost | WorkerHello):
-                # A plain hello is a late worker still to be told; an error hello exits alone.
-                if not isinstance(event, WorkerHello) or event.error_code is not None:
-                    pending.discard(event.host)
+            # A plain hello is a late worker still to be told; an error hello exits alone.
+            if isinstance(event, WorkerBye | WorkerLost | WorkerHello) and (
+                not isinstance(event, WorkerHello) or event.error_code is not None
+            ):
+                pending.discard(event.host)
 
 
 class _HostError(JobError):
