@@ -1,0 +1,34 @@
+# ringleader: every target is phony; scripts/setup.sh does the real work and is idempotent.
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup image venv demo test test-unit lint
+
+setup:  ## Docker Engine, base image, wheelhouse, ringleader:latest image, and .venv
+	scripts/setup.sh
+
+image:  ## only the image (Docker Engine + base + wheelhouse + docker build)
+	scripts/setup.sh image
+
+venv:  ## only the host virtualenv .venv
+	scripts/setup.sh venv
+
+demo: setup  ## 3 fake hosts x 2 processes running examples/mpi_allreduce.py
+	$(BIN)/ringleader local --hosts 3 --processes-per-host 2 \
+		--source-dir examples --entry-point mpi_allreduce.py -- --rounds 3
+
+test: setup  ## lint, type check and the whole test suite (unit + real containers)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+test-unit: venv  ## unit tests only: no Docker, no image
+	$(BIN)/pytest -m 'not container'
+
+lint: venv  ## ruff lint and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .

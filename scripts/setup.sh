@@ -1,0 +1,298 @@
+#!/usr/bin/env bash
+# Prepare everything ringleader's tests and demo need, idempotently (fast when all is in place).
+#
+#   scripts/setup.sh              all steps: docker, base, wheelhouse, build, venv
+#   scripts/setup.sh image        the image only (docker + base + wheelhouse + build)
+#   scripts/setup.sh venv         the host virtualenv .venv only
+#   scripts/setup.sh STEP...      any of: docker base wheelhouse build venv image all
+#
+# Environment:
+#   IMAGE=ringleader:latest        tag of the image to build
+#   BASE_IMAGE=debian:bookworm-slim
+#                                  base image. With the default, when it is neither present nor
+#                                  pullable, a base is built from Debian packages with debootstrap
+#                                  and imported as ringleader/base:bookworm. An explicitly set
+#                                  BASE_IMAGE must be present or pullable.
+#   PYTHON=python3                 host CPython 3.11 (same ABI as the image's Debian python3)
+#                                  used to build the wheelhouse and the venv
+#   REBUILD_WHEELS=1               rebuild the dependency wheels even if they look up to date
+#   DEBIAN_MIRROR=http://deb.debian.org/debian
+#   DEBIAN_SECURITY_MIRROR=http://deb.debian.org/debian-security
+#   DOCKER_WAIT=60 PULL_TIMEOUT=60 DEBOOTSTRAP_TIMEOUT=900   bounds, in seconds
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+DEFAULT_BASE=debian:bookworm-slim
+FALLBACK_BASE=ringleader/base:bookworm
+BASE_IMAGE_EXPLICIT=${BASE_IMAGE:+1}
+BASE_IMAGE=${BASE_IMAGE:-$DEFAULT_BASE}
+IMAGE=${IMAGE:-ringleader:latest}
+PYTHON=${PYTHON:-python3}
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+DEBIAN_SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+DOCKER_WAIT=${DOCKER_WAIT:-60}
+PULL_TIMEOUT=${PULL_TIMEOUT:-60}
+DEBOOTSTRAP_TIMEOUT=${DEBOOTSTRAP_TIMEOUT:-900}
+DOCKERD_LOG=${DOCKERD_LOG:-/var/log/dockerd.log}
+WHEELHOUSE=build/wheelhouse
+VENV=.venv
+# Fixed timestamp for the ringleader wheel: identical sources give a byte-identical wheel, so
+# Docker's layer cache holds across runs (1980-01-01, the earliest time a zip can store).
+WHEEL_EPOCH=315532800
+
+export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
+
+log() { printf '==> %s\n' "$*"; }
+die() {
+    printf 'setup.sh: error: %s\n' "$*" >&2
+    exit 1
+}
+have() { command -v "$1" >/dev/null 2>&1; }
+
+apt_install() {
+    [[ $(id -u) -eq 0 ]] || die "need root to install Debian packages: $*"
+    have apt-get || die "apt-get not found; install by hand: $*"
+    log "Installing Debian packages: $*"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# --------------------------------------------------------------------------------------- docker
+step_docker() {
+    if docker info >/dev/null 2>&1; then
+        return 0
+    fi
+    if ! have dockerd || ! have docker; then
+        apt_install docker.io docker-compose debootstrap
+    fi
+    if pgrep -x dockerd >/dev/null 2>&1; then
+        log "dockerd is running but not answering yet; waiting up to ${DOCKER_WAIT}s"
+    else
+        [[ $(id -u) -eq 0 ]] || die "Docker Engine is not running and starting it needs root"
+        log "Starting dockerd in the background (log: $DOCKERD_LOG)"
+        mkdir -p "$(dirname "$DOCKERD_LOG")"
+        # Own session, no stdin: it outlives this script and make/CI, and takes no signals from them.
+        setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    fi
+    local deadline=$((SECONDS + DOCKER_WAIT))
+    until docker info >/dev/null 2>&1; do
+        if ((SECONDS >= deadline)); then
+            tail -n 20 "$DOCKERD_LOG" >&2 2>/dev/null || true
+            die "Docker Engine did not answer 'docker info' within ${DOCKER_WAIT}s (see $DOCKERD_LOG)"
+        fi
+        sleep 0.5
+    done
+    log "Docker Engine is up: $(docker version --format 'server {{.Server.Version}}')"
+}
+
+# ----------------------------------------------------------------------------------------- base
+image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+
+try_pull() {
+    log "Pulling $1 (at most ${PULL_TIMEOUT}s)"
+    if timeout "$PULL_TIMEOUT" docker pull -q "$1" >/dev/null 2>&1; then
+        return 0
+    fi
+    log "Cannot pull $1 (no registry reachable?)"
+    return 1
+}
+
+DEBOOTSTRAP_DIR=
+cleanup_debootstrap() {
+    [[ -n $DEBOOTSTRAP_DIR && -d $DEBOOTSTRAP_DIR ]] || return 0
+    # debootstrap mounts /proc and /sys in the target while it works; never delete through them.
+    local mnt
+    awk -v d="$DEBOOTSTRAP_DIR/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r |
+        while read -r mnt; do umount -l "$mnt" || true; done
+    rm -rf --one-file-system "$DEBOOTSTRAP_DIR"
+    DEBOOTSTRAP_DIR=
+}
+
+build_debootstrap_base() {
+    [[ $(id -u) -eq 0 ]] || die "building the base image with debootstrap needs root"
+    have debootstrap || apt_install debootstrap
+    DEBOOTSTRAP_DIR=$(mktemp -d /var/tmp/ringleader-base.XXXXXX)
+    trap cleanup_debootstrap EXIT
+    local dir=$DEBOOTSTRAP_DIR logf=build/debootstrap.log start=$SECONDS
+    mkdir -p build
+    log "Building base image $FALLBACK_BASE from Debian packages: debootstrap --variant=minbase bookworm ($DEBIAN_MIRROR, log: $logf)"
+    if ! timeout "$DEBOOTSTRAP_TIMEOUT" debootstrap --variant=minbase bookworm "$dir" "$DEBIAN_MIRROR" >"$logf" 2>&1; then
+        tail -n 20 "$logf" >&2
+        die "debootstrap failed (see $logf)"
+    fi
+    cat >"$dir/etc/apt/sources.list" <<EOF
+deb $DEBIAN_MIRROR bookworm main
+deb $DEBIAN_MIRROR bookworm-updates main
+deb $DEBIAN_SECURITY_MIRROR bookworm-security main
+EOF
+    # Like Docker's official Debian images: no package caches; hostname/hosts/resolv.conf are
+    # provided by Docker at run time, so none of the host's leak into the image.
+    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/cache/apt/*.bin "$dir"/var/lib/apt/lists/* \
+        "$dir"/var/log/* "$dir"/tmp/* "$dir"/var/tmp/*
+    : >"$dir/etc/resolv.conf"
+    : >"$dir/etc/hostname"
+    log "Importing the root file system as $FALLBACK_BASE"
+    tar --numeric-owner -C "$dir" -c . |
+        docker import \
+            --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+            --change 'CMD ["bash"]' \
+            - "$FALLBACK_BASE" >/dev/null
+    cleanup_debootstrap
+    trap - EXIT
+    log "Base image $FALLBACK_BASE built in $((SECONDS - start))s"
+}
+
+# Sets BASE_IMAGE to the base the image is built from.
+step_base() {
+    if image_exists "$BASE_IMAGE"; then
+        :
+    elif [[ -n $BASE_IMAGE_EXPLICIT ]]; then
+        try_pull "$BASE_IMAGE" || die "base image $BASE_IMAGE is not present and cannot be pulled"
+    elif image_exists "$FALLBACK_BASE"; then
+        BASE_IMAGE=$FALLBACK_BASE
+    elif try_pull "$BASE_IMAGE"; then
+        :
+    else
+        build_debootstrap_base
+        BASE_IMAGE=$FALLBACK_BASE
+    fi
+    log "Base image: $BASE_IMAGE"
+}
+
+# ----------------------------------------------------------------------------------- wheelhouse
+check_python() {
+    have "$PYTHON" || die "$PYTHON not found (set PYTHON to a CPython 3.11)"
+    "$PYTHON" -c 'import sys; sys.exit(sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11))' ||
+        die "$PYTHON is not CPython 3.11; the image's Debian bookworm python3 is 3.11 and the wheels must match (set PYTHON)"
+}
+
+# What the dependency wheels depend on: ringleader's declared dependencies and the Python ABI.
+deps_key() {
+    "$PYTHON" - <<'EOF'
+import hashlib, json, platform, sys, sysconfig, tomllib
+with open("pyproject.toml", "rb") as f:
+    project = tomllib.load(f)["project"]
+key = {
+    "dependencies": sorted(project.get("dependencies", [])),
+    "requires-python": project.get("requires-python"),
+    "python": list(sys.version_info[:2]),
+    "platform": sysconfig.get_platform(),
+    "machine": platform.machine(),
+}
+print(hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest())
+EOF
+}
+
+step_wheelhouse() {
+    check_python
+    local deps=$WHEELHOUSE/deps app=$WHEELHOUSE/ringleader stamp=$WHEELHOUSE/deps.key key tmp start
+    key=$(deps_key)
+    mkdir -p "$WHEELHOUSE"
+    if [[ ${REBUILD_WHEELS:-} != 1 && -f $stamp && $(<"$stamp") == "$key" ]] &&
+        compgen -G "$deps/*.whl" >/dev/null; then
+        log "Dependency wheels are up to date ($deps)"
+    else
+        start=$SECONDS
+        log "Building dependency wheels into $deps (pip wheel, $("$PYTHON" -V 2>&1))"
+        tmp=$(mktemp -d "$WHEELHOUSE/.deps.XXXXXX")
+        if ! "$PYTHON" -m pip wheel --quiet --wheel-dir "$tmp" . 2>"$WHEELHOUSE/pip-wheel.log"; then
+            cat "$WHEELHOUSE/pip-wheel.log" >&2
+            rm -rf "$tmp"
+            die "pip wheel failed"
+        fi
+        rm -f "$tmp"/ringleader-*.whl
+        rm -rf "$deps"
+        mv "$tmp" "$deps"
+        printf '%s\n' "$key" >"$stamp"
+        log "Dependency wheels built in $((SECONDS - start))s: $(find "$deps" -name '*.whl' | wc -l) wheels, $(du -sh "$deps" | cut -f1)"
+    fi
+    # The ringleader wheel is always rebuilt, from a clean setuptools build dir (build/lib would
+    # otherwise keep modules deleted from src/).
+    start=$SECONDS
+    log "Building the ringleader wheel into $app"
+    rm -rf "$app" build/lib build/bdist.*
+    if ! SOURCE_DATE_EPOCH=$WHEEL_EPOCH "$PYTHON" -m pip wheel --quiet --no-deps --wheel-dir "$app" . \
+        2>"$WHEELHOUSE/pip-wheel.log"; then
+        cat "$WHEELHOUSE/pip-wheel.log" >&2
+        die "pip wheel of ringleader failed"
+    fi
+    log "Built $(basename "$app"/ringleader-*.whl) in $((SECONDS - start))s"
+}
+
+# ---------------------------------------------------------------------------------------- build
+step_build() {
+    local start=$SECONDS logf=build/docker-build.log
+    mkdir -p build
+    log "Building image $IMAGE from $BASE_IMAGE (log: $logf)"
+    if ! docker build --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$IMAGE" . >"$logf" 2>&1; then
+        tail -n 40 "$logf" >&2
+        die "docker build failed (see $logf)"
+    fi
+    log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}'))"
+}
+
+# ----------------------------------------------------------------------------------------- venv
+venv_key() {
+    {
+        cat pyproject.toml
+        "$PYTHON" -V 2>&1
+    } | sha256sum | cut -d' ' -f1
+}
+
+step_venv() {
+    have "$PYTHON" || die "$PYTHON not found (set PYTHON)"
+    local stamp=$VENV/.ringleader-setup.key key start=$SECONDS
+    key=$(venv_key)
+    if [[ -x $VENV/bin/python ]] && "$VENV/bin/python" -c '' 2>/dev/null &&
+        [[ -f $stamp && $(<"$stamp") == "$key" ]]; then
+        log "Virtualenv $VENV is up to date"
+        return 0
+    fi
+    if ! { [[ -x $VENV/bin/python ]] && "$VENV/bin/python" -c '' 2>/dev/null; }; then
+        log "Creating virtualenv $VENV ($("$PYTHON" -V 2>&1))"
+        rm -rf "$VENV"
+        "$PYTHON" -m venv "$VENV"
+    fi
+    log "Installing ringleader (editable) with dev extras into $VENV"
+    rm -f "$stamp"
+    mkdir -p build
+    if ! "$VENV/bin/python" -m pip install --quiet -e '.[dev]' >build/pip-venv.log 2>&1; then
+        tail -n 40 build/pip-venv.log >&2
+        die "pip install -e '.[dev]' failed (see build/pip-venv.log)"
+    fi
+    printf '%s\n' "$key" >"$stamp"
+    log "Virtualenv $VENV ready in $((SECONDS - start))s"
+}
+
+# ----------------------------------------------------------------------------------------- main
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
+
+steps=()
+for arg in "${@:-all}"; do
+    case $arg in
+        all) steps+=(docker base wheelhouse build venv) ;;
+        image) steps+=(docker base wheelhouse build) ;;
+        build) steps+=(docker base build) ;;
+        base) steps+=(docker base) ;;
+        docker | wheelhouse | venv) steps+=("$arg") ;;
+        -h | --help | help)
+            usage
+            exit 0
+            ;;
+        *)
+            usage >&2
+            die "unknown step: $arg"
+            ;;
+    esac
+done
+
+declare -A done_steps=()
+total_start=$SECONDS
+for s in "${steps[@]}"; do
+    [[ -z ${done_steps[$s]:-} ]] || continue
+    done_steps[$s]=1
+    "step_$s"
+done
+log "setup done (${steps[*]}) in $((SECONDS - total_start))s"
