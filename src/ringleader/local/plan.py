@@ -1,0 +1,130 @@
+"""Pure planning of a local job: host names, per-host configuration files, hyperparameters."""
+
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class UsageError(Exception):
+    """Bad `ringleader local` arguments; the message says which and what was expected."""
+
+
+@dataclass(frozen=True)
+class LocalJobSpec:
+    hosts: int
+    source_dir: Path
+    entry_point: str
+    processes_per_host: int | None = None
+    mpi_enabled: bool = True
+    mpi_options: str = ""
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)  # the script's --key value
+    settings: Mapping[str, Any] = field(default_factory=dict)  # ringleader_* hyperparameters
+    image: str = "ringleader:latest"
+    random_suffix: bool = False
+    output_dir: Path = Path("ringleader-output")
+    # For tests and debugging: per-host environment overrides, and hosts never started.
+    env_overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    absent_hosts: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    name: str
+    container_name: str
+    resource_config: dict[str, Any]
+    hyperparameters: dict[str, str]
+    environment: dict[str, str]
+
+
+def validate(spec: LocalJobSpec) -> None:
+    if spec.hosts < 1:
+        raise UsageError(f"--hosts: expected at least 1, got {spec.hosts}")
+    if spec.processes_per_host is not None and spec.processes_per_host < 1:
+        raise UsageError(
+            f"--processes-per-host: expected at least 1, got {spec.processes_per_host}"
+        )
+    if not spec.source_dir.is_dir():
+        raise UsageError(f"--source-dir: {spec.source_dir} is not a directory")
+    if not (spec.source_dir / spec.entry_point).is_file():
+        raise UsageError(f"--entry-point: {spec.entry_point!r} not found in {spec.source_dir}")
+
+
+def host_names(count: int, random_suffix: bool) -> list[str]:
+    """algo-1..algo-N, or algo-N-xxxxx like the SageMaker SDK's local mode."""
+    if not random_suffix:
+        return [f"algo-{index}" for index in range(1, count + 1)]
+    return [f"algo-{index}-{secrets.token_hex(3)[:5]}" for index in range(1, count + 1)]
+
+
+def sagemaker_hyperparameters(spec: LocalJobSpec) -> dict[str, str]:
+    """Every value JSON-encoded, exactly as the SageMaker SDK writes hyperparameters.json."""
+    values: dict[str, Any] = {
+        "sagemaker_program": spec.entry_point,
+        "sagemaker_submit_directory": "/opt/ml/code",
+        "sagemaker_mpi_enabled": spec.mpi_enabled,
+    }
+    if spec.processes_per_host is not None:
+        values["sagemaker_mpi_num_of_processes_per_host"] = spec.processes_per_host
+    if spec.mpi_options:
+        values["sagemaker_mpi_custom_mpi_options"] = spec.mpi_options
+    values.update({f"ringleader_{key}": value for key, value in spec.settings.items()})
+    values.update(spec.hyperparameters)
+    return {key: json.dumps(value) for key, value in values.items()}
+
+
+def plan_hosts(spec: LocalJobSpec, job_id: str, names: Sequence[str]) -> list[HostPlan]:
+    hyperparameters = sagemaker_hyperparameters(spec)
+    plans = []
+    for name in names:
+        resource_config = {
+            "current_host": name,
+            "hosts": list(names),
+            "network_interface_name": "eth0",
+            "current_instance_type": "local",
+        }
+        plans.append(
+            HostPlan(
+                name=name,
+                container_name=f"{job_id}-{name}",
+                resource_config=resource_config,
+                hyperparameters=hyperparameters,
+                environment=dict(spec.env_overrides.get(name, {})),
+            )
+        )
+    return plans
+
+
+def parse_script_args(tokens: Sequence[str]) -> dict[str, str]:
+    """`--rounds 3 --lr=0.1` after `--` become hyperparameters, as SageMaker passes them back."""
+    values: dict[str, str] = {}
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        if not token.startswith("--") or len(token) < 3:
+            raise UsageError(f"script argument {token!r}: expected --name value pairs after --")
+        name, has_value, value = token[2:].partition("=")
+        if not has_value:
+            if index + 1 >= len(tokens):
+                raise UsageError(f"script argument {token!r} has no value")
+            value = tokens[index + 1]
+            index += 1
+        values[name] = value
+        index += 1
+    return values
+
+
+def parse_key_values(option: str, items: Sequence[str]) -> dict[str, str]:
+    values = {}
+    for item in items:
+        key, has_value, value = item.partition("=")
+        if not has_value or not key:
+            raise UsageError(f"{option}: expected KEY=VALUE, got {item!r}")
+        values[key] = value
+    return values
+
+
+def job_id() -> str:
+    return f"rl-{secrets.token_hex(3)}"
