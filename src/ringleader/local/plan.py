@@ -25,8 +25,11 @@ class LocalJobSpec:
     image: str = "ringleader:latest"
     random_suffix: bool = False
     output_dir: Path = Path("ringleader-output")
-    # For tests and debugging: per-host environment overrides, and hosts never started.
+    # Fault injection for tests and debugging: per-host environment variables, per-host
+    # replacement text of a config file (e.g. {"algo-2": {"hyperparameters.json": "{"}}), and
+    # hosts that are planned but never started.
     env_overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    config_overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     absent_hosts: frozenset[str] = frozenset()
 
 

@@ -77,6 +77,11 @@ class LocalJob:
         self._config_root = Path(tempfile.mkdtemp(prefix=f"{self.job_id}-config-"))
         self.output_dir = spec.output_dir.resolve() / self.job_id
 
+    @property
+    def container_ids(self) -> dict[str, str]:
+        """host -> container id of every created container."""
+        return dict(self._containers)
+
     def run(self) -> LocalJobResult:
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
@@ -141,6 +146,8 @@ class LocalJob:
         (config_dir / "resourceconfig.json").write_text(json.dumps(host.resource_config))
         (config_dir / "hyperparameters.json").write_text(json.dumps(host.hyperparameters))
         (config_dir / "inputdataconfig.json").write_text("{}")
+        for file_name, text in self.spec.config_overrides.get(host.name, {}).items():
+            (config_dir / file_name).write_text(text)
         return config_dir
 
     def _start(self) -> dict[str, float]:
