@@ -286,35 +286,64 @@ def _parse_cidr(option: str, value: str) -> ipaddress.IPv4Network:
     if "/" not in value:
         raise InvalidInput(option, expected, value)
     try:
-        network = ipaddress.IPv4Network(value, strict=False)
+        interface = ipaddress.IPv4Interface(value)
     except ValueError:
         raise InvalidInput(option, expected, value) from None
+    network = interface.network
+    if interface.ip != network.network_address:
+        raise InvalidInput(
+            option, f"{expected} without host bits set (did you mean {network}?)", value
+        )
     if str(network) != value:
-        if network.with_prefixlen != value and ipaddress.IPv4Interface(value).ip != (
-            network.network_address
-        ):
-            raise InvalidInput(
-                option, f"{expected} without host bits set (did you mean {network}?)", value
-            )
         raise InvalidInput(option, f"{expected}, written as {network}", value)
     if not _MIN_PREFIX <= network.prefixlen <= _MAX_PREFIX:
         raise InvalidInput(option, expected, value)
     return network
 
 
+def default_subnets(vpc: ipaddress.IPv4Network) -> tuple[ipaddress.IPv4Network, ...]:
+    """Public, private A and private B subnets when none are given.
+
+    The default VPC gets the documented defaults; any other VPC is carved into quarters:
+    a small public subnet at the start of the first quarter, the private subnets in the
+    second and third (the fourth is left free).
+    """
+    if str(vpc) == DEFAULT_VPC_CIDR:
+        defaults = (
+            DEFAULT_PUBLIC_SUBNET_CIDR,
+            DEFAULT_PRIVATE_SUBNET_A_CIDR,
+            DEFAULT_PRIVATE_SUBNET_B_CIDR,
+        )
+        return tuple(ipaddress.IPv4Network(cidr) for cidr in defaults)
+    if vpc.prefixlen > _MAX_PREFIX - 2:
+        raise InvalidInput(
+            "--vpc-cidr",
+            f"a VPC of /{_MAX_PREFIX - 2} or larger, so that three subnets of at most "
+            f"/{_MAX_PREFIX} fit; or give the three subnet CIDRs",
+            str(vpc),
+        )
+    quarters = list(vpc.subnets(prefixlen_diff=2))
+    public = next(quarters[0].subnets(new_prefix=max(quarters[0].prefixlen, 24)))
+    return (public, quarters[1], quarters[2])
+
+
 def parse_network(
     vpc: str | None, public: str | None, private_a: str | None, private_b: str | None
 ) -> Network:
     vpc_net = _parse_cidr("--vpc-cidr", vpc or DEFAULT_VPC_CIDR)
-    subnets = {
-        "--public-subnet-cidr": _parse_cidr("--public-subnet-cidr", public or _default(vpc, 0)),
-        "--private-subnet-a-cidr": _parse_cidr(
-            "--private-subnet-a-cidr", private_a or _default(vpc, 1)
-        ),
-        "--private-subnet-b-cidr": _parse_cidr(
-            "--private-subnet-b-cidr", private_b or _default(vpc, 2)
-        ),
+    given = {
+        "--public-subnet-cidr": public,
+        "--private-subnet-a-cidr": private_a,
+        "--private-subnet-b-cidr": private_b,
     }
+    defaults = default_subnets(vpc_net) if None in given.values() else None
+    subnets: dict[str, ipaddress.IPv4Network] = {}
+    for index, (option, value) in enumerate(given.items()):
+        if value is not None:
+            subnets[option] = _parse_cidr(option, value)
+        else:
+            assert defaults is not None
+            subnets[option] = defaults[index]
     for option, net in subnets.items():
         if not net.subnet_of(vpc_net):
             raise InvalidInput(option, f"a CIDR inside --vpc-cidr {vpc_net}", str(net))
@@ -327,21 +356,6 @@ def parse_network(
         private_subnet_a_cidr=str(subnets["--private-subnet-a-cidr"]),
         private_subnet_b_cidr=str(subnets["--private-subnet-b-cidr"]),
     )
-
-
-def _default(vpc: str | None, index: int) -> str:
-    """Default subnet CIDRs; with a custom --vpc-cidr they are carved out of it."""
-    defaults = (DEFAULT_PUBLIC_SUBNET_CIDR, DEFAULT_PRIVATE_SUBNET_A_CIDR)
-    if vpc is None or vpc == DEFAULT_VPC_CIDR:
-        return (*defaults, DEFAULT_PRIVATE_SUBNET_B_CIDR)[index]
-    return str(carve_subnets(_parse_cidr("--vpc-cidr", vpc))[index])
-
-
-def carve_subnets(vpc: ipaddress.IPv4Network) -> tuple[ipaddress.IPv4Network, ...]:
-    """One small public subnet and two large private ones: a quarter of the VPC each."""
-    quarters = list(vpc.subnets(prefixlen_diff=2))
-    public = next(quarters[0].subnets(new_prefix=min(max(vpc.prefixlen + 2, 24), 28)))
-    return (public, quarters[1], quarters[2])
 
 
 def parse_create(raw: RawCreateOptions, env: Mapping[str, str]) -> CreateParams:
