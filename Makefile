@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup image venv demo test test-unit lint
+.PHONY: setup image venv smoke demo test test-unit lint
 
 setup:  ## Docker Engine, base image, wheelhouse, ringleader:latest image, and .venv
 	scripts/setup.sh
@@ -15,6 +15,9 @@ image:  ## only the image (Docker Engine + base + wheelhouse + docker build)
 
 venv:  ## only the host virtualenv .venv
 	scripts/setup.sh venv
+
+smoke: image  ## two containers, mpirun over ssh with mpi4py (no ringleader entry point)
+	scripts/smoke-image.sh
 
 demo: setup  ## 3 fake hosts x 2 processes running examples/mpi_allreduce.py
 	$(BIN)/ringleader local --hosts 3 --processes-per-host 2 \

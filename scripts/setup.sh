@@ -55,8 +55,9 @@ apt_install() {
     [[ $(id -u) -eq 0 ]] || die "need root to install Debian packages: $*"
     have apt-get || die "apt-get not found; install by hand: $*"
     log "Installing Debian packages: $*"
+    export NEEDRESTART_SUSPEND=1
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    apt-get install -y -qq "$@" >/dev/null
 }
 
 # --------------------------------------------------------------------------------------- docker
@@ -224,6 +225,8 @@ step_wheelhouse() {
 # ---------------------------------------------------------------------------------------- build
 step_build() {
     local start=$SECONDS logf=build/docker-build.log
+    compgen -G "$WHEELHOUSE/deps/*.whl" >/dev/null && compgen -G "$WHEELHOUSE/ringleader/*.whl" >/dev/null ||
+        die "no wheelhouse in $WHEELHOUSE; run 'scripts/setup.sh wheelhouse' (or 'image')"
     mkdir -p build
     log "Building image $IMAGE from $BASE_IMAGE (log: $logf)"
     if ! docker build --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$IMAGE" . >"$logf" 2>&1; then

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Smoke test of the image's MPI plumbing, without ringleader's entry point: two containers on a
+# private network run sshd, and mpirun on the first starts 2 ranks per host over real ssh.
+#   scripts/smoke-image.sh [IMAGE]      (default: $IMAGE or ringleader:latest)
+set -euo pipefail
+image=${1:-${IMAGE:-ringleader:latest}}
+tag=rl-smoke-$$
+net=$tag
+cleanup() {
+    docker rm -f "$tag-algo-1" "$tag-algo-2" >/dev/null 2>&1 || true
+    docker network rm "$net" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+echo "==> Image $image: $(docker run --rm --entrypoint /bin/sh "$image" -c \
+    'python --version; mpirun --version | head -n 1' | paste -sd ' ')"
+docker network create "$net" >/dev/null
+for h in algo-1 algo-2; do
+    docker run -d --name "$tag-$h" --hostname "$h" --network "$net" --network-alias "$h" \
+        --entrypoint /bin/bash "$image" -c 'exec /usr/sbin/sshd -D -e' >/dev/null
+done
+# sshd needs a moment to listen: bounded wait until algo-2 accepts an ssh session.
+deadline=$((SECONDS + 30))
+until docker exec "$tag-algo-1" ssh algo-2 true 2>/dev/null; do
+    ((SECONDS < deadline)) || { echo "smoke: algo-2 not reachable over ssh" >&2; exit 1; }
+    sleep 0.2
+done
+echo "==> mpirun -np 4 -H algo-1:2,algo-2:2 (mpi4py allreduce)"
+out=$(docker exec "$tag-algo-1" mpirun --allow-run-as-root -np 4 -H algo-1:2,algo-2:2 \
+    -bind-to none -map-by slot python -c '
+from mpi4py import MPI
+import socket
+c = MPI.COMM_WORLD
+total = c.allreduce(c.rank)
+print(f"rank {c.rank}/{c.size} on {socket.gethostname()}: allreduce={total}", flush=True)
+assert total == 6')
+printf '%s\n' "$out"
+[[ $(grep -o 'allreduce=6' <<<"$out" | wc -l) -eq 4 ]] || { echo "smoke: FAILED" >&2; exit 1; }
+echo "==> smoke test passed"
