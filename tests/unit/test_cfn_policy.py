@@ -228,9 +228,11 @@ def test_data_at_rest_is_encrypted_with_the_stack_key() -> None:
         assert props(name)["LustreConfiguration"]["DeploymentType"].startswith("PERSISTENT")
 
 
-def test_the_key_rotates_and_is_named() -> None:
+def test_the_key_rotates_is_named_and_outlives_the_stack() -> None:
     key = props("KmsKey")
     assert key["EnableKeyRotation"] is True
+    # Output written with the key must stay readable after the stack is deleted.
+    assert RESOURCES["KmsKey"]["DeletionPolicy"] == "Retain"
     assert props("KmsKeyAlias")["TargetKeyId"] == {"Ref": "KmsKey"}
 
 
