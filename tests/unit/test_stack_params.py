@@ -339,7 +339,9 @@ def test_invalid_stack_names(name: str) -> None:
     assert (error.option, error.got) == ("--stack-name", name)
 
 
-@pytest.mark.parametrize("timeout", ["0", "-5", "1.5", "ten", str(params.MAX_WAIT_TIMEOUT + 1)])
+@pytest.mark.parametrize(
+    "timeout", ["0", "-5", "1.5", "ten", "\u00b2", "", str(params.MAX_WAIT_TIMEOUT + 1)]
+)
 def test_invalid_timeouts(timeout: str) -> None:
     error = invalid(raw(wait_timeout=timeout))
     assert (error.option, error.got) == ("--wait-timeout", timeout)

@@ -38,6 +38,7 @@ _FSX_SIZE = re.compile(r"^(0|[1-9][0-9]{3,7})$")
 _S3_PREFIX_SEGMENT = re.compile(r"^[A-Za-z0-9_.-]{1,255}$")
 _INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
 _CODE_REPOSITORY_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_WHOLE_NUMBER = re.compile(r"^[0-9]{1,9}$")
 _MIN_PREFIX, _MAX_PREFIX = 16, 28
 
 
@@ -276,7 +277,7 @@ def parse_timeout(value: str | None, default: int, option: str = "--wait-timeout
     if value is None:
         return default
     expected = f"a whole number of seconds from 1 to {MAX_WAIT_TIMEOUT}"
-    if not value.isdigit() or not 1 <= int(value) <= MAX_WAIT_TIMEOUT:
+    if not _WHOLE_NUMBER.match(value) or not 1 <= int(value) <= MAX_WAIT_TIMEOUT:
         raise InvalidInput(option, expected, value)
     return int(value)
 
@@ -318,8 +319,8 @@ def default_subnets(vpc: ipaddress.IPv4Network) -> tuple[ipaddress.IPv4Network, 
     if vpc.prefixlen > _MAX_PREFIX - 2:
         raise InvalidInput(
             "--vpc-cidr",
-            f"a VPC of /{_MAX_PREFIX - 2} or larger, so that three subnets of at most "
-            f"/{_MAX_PREFIX} fit; or give the three subnet CIDRs",
+            f"a VPC of /{_MAX_PREFIX - 2} or larger, so that three subnets of "
+            f"/{_MAX_PREFIX} or larger fit; or give the three subnet CIDRs",
             str(vpc),
         )
     quarters = list(vpc.subnets(prefixlen_diff=2))
