@@ -8,9 +8,13 @@ host to stop its rank (the SIGTERM path), which needs no PID files and cannot hi
 import contextlib
 import os
 import queue
+import signal
 import socket
 import threading
+import time
 from pathlib import Path
+
+import psutil
 
 from ringleader.events import Event, RankEnded, RankStarted
 from ringleader.protocol import Channel, ChannelClosed
@@ -23,7 +27,8 @@ class HostAgent:
         self._events = events
         self._lock = threading.Lock()
         self._wrappers: list[Channel] = []
-        self._terminating = False
+        self._terminating_since: float | None = None
+        self._user_pids: set[int] = set()
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
@@ -36,11 +41,36 @@ class HostAgent:
     def terminate_all(self) -> None:
         """Ask every rank wrapper on this host, now and later, to stop its rank."""
         with self._lock:
-            self._terminating = True
+            if self._terminating_since is None:
+                self._terminating_since = time.monotonic()
             wrappers = list(self._wrappers)
         for channel in wrappers:
             with contextlib.suppress(ChannelClosed):
                 channel.send({"type": "terminate"})
+
+    def reap(self, stop_grace: float, abort_grace: float) -> None:
+        """Wait for this host's user processes, then SIGKILL what is left (bounded).
+
+        mpirun's daemons kill the rank wrappers a second or two after the first rank exits,
+        but a user process told to stop keeps its full grace period, counted from the stop;
+        after a failure elsewhere, bystanders get `abort_grace`.
+        """
+        with self._lock:
+            since = self._terminating_since
+            pids = list(self._user_pids)
+        processes = []
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                processes.append(psutil.Process(pid))
+        if since is None:
+            since, grace = time.monotonic(), abort_grace
+        else:
+            grace = stop_grace
+        timeout = max(since + grace - time.monotonic(), 0.0)
+        _, alive = psutil.wait_procs(processes, timeout=timeout)
+        for process in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -64,7 +94,8 @@ class HostAgent:
                 if kind == "rank-start":
                     with self._lock:
                         self._wrappers.append(channel)
-                        terminating = self._terminating
+                        self._user_pids.add(int(message["pid"]))
+                        terminating = self._terminating_since is not None
                     self._events.put(RankStarted(int(message["rank"]), str(message["host"])))
                     if terminating:
                         channel.send({"type": "terminate"})

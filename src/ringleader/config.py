@@ -25,19 +25,24 @@ class Timeouts:
     sigterm_grace: float = 30.0  # ringleader_sigterm_grace: SIGTERM to SIGKILL for the ranks
     leader_loss: float = 10.0  # ringleader_leader_timeout: a worker's wait for a heartbeat
     finish: float = 30.0  # ringleader_finish_timeout: telling workers the exit code
+    # ringleader_abort_grace: SIGTERM to SIGKILL for bystanders of a failed rank; shorter than
+    # the 1 s after which mpirun's daemons kill the wrappers, so their records still arrive.
+    abort_grace: float = 0.5
 
     @property
     def heartbeat_interval(self) -> float:
         return max(self.leader_loss / 4, 0.05)
 
 
-# ringleader_* hyperparameter -> (Timeouts field or "control_port")
+# ringleader_* hyperparameter -> Timeouts field, or "control_port" / "mpi4py_run"
 _RINGLEADER_KEYS = {
     "ringleader_startup_timeout": "startup",
     "ringleader_sigterm_grace": "sigterm_grace",
     "ringleader_leader_timeout": "leader_loss",
     "ringleader_finish_timeout": "finish",
+    "ringleader_abort_grace": "abort_grace",
     "ringleader_control_port": "control_port",
+    "ringleader_mpi4py_run": "mpi4py_run",
 }
 DEFAULT_CONTROL_PORT = 29100
 
@@ -53,6 +58,9 @@ class JobConfig:
     hyperparameters: Mapping[str, Any]  # all of them, decoded: sagemaker-training wants them
     timeouts: Timeouts = field(default_factory=Timeouts)
     control_port: int = DEFAULT_CONTROL_PORT
+    # Run Python scripts as `python -m mpi4py script.py`: an exception or sys.exit(N) in one
+    # rank then calls MPI_Abort instead of hanging in MPI_Finalize while peers wait for it.
+    mpi4py_run: bool = True
 
     @property
     def user_hyperparameters(self) -> dict[str, Any]:
@@ -90,7 +98,7 @@ def parse_job_config(
         else hp.as_positive_int("sagemaker_mpi_num_of_processes_per_host", per_host_value)
     )
     custom_options = _split_custom_options(values.get("sagemaker_mpi_custom_mpi_options", ""))
-    timeouts, control_port = _parse_ringleader_keys(values)
+    timeouts, control_port, mpi4py_run = _parse_ringleader_keys(values)
     return JobConfig(
         topology=topology,
         program=program,
@@ -101,6 +109,7 @@ def parse_job_config(
         hyperparameters=MappingProxyType(values),
         timeouts=timeouts,
         control_port=control_port,
+        mpi4py_run=mpi4py_run,
     )
 
 
@@ -116,7 +125,7 @@ def _split_custom_options(value: Any) -> tuple[str, ...]:
         raise ConfigError(field_name, f"cannot split {value!r}: {error}") from None
 
 
-def _parse_ringleader_keys(values: Mapping[str, Any]) -> tuple[Timeouts, int]:
+def _parse_ringleader_keys(values: Mapping[str, Any]) -> tuple[Timeouts, int, bool]:
     unknown = sorted(
         key for key in values if key.startswith(RINGLEADER_PREFIX) and key not in _RINGLEADER_KEYS
     )
@@ -126,14 +135,17 @@ def _parse_ringleader_keys(values: Mapping[str, Any]) -> tuple[Timeouts, int]:
         )
     seconds: dict[str, float] = {}
     control_port = DEFAULT_CONTROL_PORT
+    mpi4py_run = True
     for key, target in _RINGLEADER_KEYS.items():
         if key not in values:
             continue
         if target == "control_port":
             control_port = hp.as_port(key, values[key])
+        elif target == "mpi4py_run":
+            mpi4py_run = hp.as_bool(key, values[key])
         else:
             seconds[target] = hp.as_positive_seconds(key, values[key])
-    return Timeouts(**seconds), control_port
+    return Timeouts(**seconds), control_port, mpi4py_run
 
 
 def _code_dir(submit_directory: Any) -> str:

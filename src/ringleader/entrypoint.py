@@ -1,6 +1,7 @@
 """The container's entry point: `docker run IMAGE [train]` on every host of the job."""
 
 import contextlib
+import importlib.util
 import os
 import queue
 import signal
@@ -34,8 +35,6 @@ from ringleader.sshd import start_sshd
 from ringleader.topology import Topology, leader_hint
 from ringleader.user_command import build_user_command
 from ringleader.worker import Worker
-
-SIGKILL_MARGIN_SECONDS = 5  # orted's own SIGKILL comes this long after our grace period
 
 
 class EntryPoint:
@@ -71,7 +70,11 @@ class EntryPoint:
         agent = HostAgent(paths.AGENT_SOCKET, self._events)
         try:
             try:
-                user_command = build_user_command(config.program_path, hostenv.user_args(config))
+                user_command = build_user_command(
+                    config.program_path,
+                    hostenv.user_args(config),
+                    mpi4py_run=config.mpi4py_run and not single and mpi4py_available(),
+                )
                 hostenv.write_host_env(
                     paths.HOST_ENV_FILE,
                     hostenv.host_environment(
@@ -144,7 +147,6 @@ class EntryPoint:
             interface=choice.name,
             custom_options=config.custom_mpi_options,
             rank_command=tuple(self._rank_command(config, user_command, forwarded)),
-            sigkill_timeout=int(config.timeouts.sigterm_grace) + SIGKILL_MARGIN_SECONDS,
         )
         return build_mpirun_argv(plan), dict(os.environ)
 
@@ -158,6 +160,8 @@ class EntryPoint:
             "ringleader.rank",
             "--grace",
             f"{config.timeouts.sigterm_grace:g}",
+            "--abort-grace",
+            f"{config.timeouts.abort_grace:g}",
             "--cwd",
             config.code_dir,
             "--forwarded",
@@ -217,6 +221,10 @@ class EntryPoint:
         with contextlib.suppress(Exception):
             channel.send(hello_message(self._host, (outcome.exit_code, outcome.failure or "")))
         channel.close()
+
+
+def mpi4py_available() -> bool:
+    return importlib.util.find_spec("mpi4py") is not None
 
 
 def gpu_count() -> int:

@@ -33,7 +33,7 @@ from ringleader.records import RankRecord
 from ringleader.sshd import check_ssh
 
 # After the launcher exits, how long to wait for rank records still in flight from workers.
-RECORD_SETTLE_SECONDS = 3.0
+RECORD_SETTLE_SECONDS = 2.0
 
 # Called once the workers are up: the launcher's argv and environment (interface choice needs
 # the workers' addresses, so it cannot be computed earlier).
@@ -173,6 +173,8 @@ class Leader:
             elif isinstance(event, WorkerLost):
                 run.lost_hosts.append(event.host)
                 self._settled.add(event.host)
+        if self._agent is not None:
+            self._agent.reap(self._timeouts.sigterm_grace, self._timeouts.abort_grace)
         facts = JobFacts(
             records=tuple(run.records[rank] for rank in sorted(run.records)),
             world_size=world_size,

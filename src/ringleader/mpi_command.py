@@ -40,7 +40,6 @@ class MpiPlan:
     interface: str | None  # None on one host: nothing to pin
     custom_options: tuple[str, ...]
     rank_command: tuple[str, ...]  # the per-rank wrapper followed by the user's command
-    sigkill_timeout: int  # seconds orted waits between SIGTERM and SIGKILL
 
     @property
     def world_size(self) -> int:
@@ -100,7 +99,6 @@ def default_options(plan: MpiPlan) -> list[_Option]:
         _mca("btl", "^openib"),
         _mca("pml", "ob1"),
         _mca("orte_abort_on_non_zero_status", "1"),
-        _mca("odls_base_sigkill_timeout", str(plan.sigkill_timeout)),
     ]
     if plan.interface is not None:
         defaults += [

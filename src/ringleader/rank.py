@@ -1,7 +1,7 @@
 """Per-rank wrapper, launched by mpirun on every host: `python -m ringleader.rank ... -- CMD`.
 
 It runs the user's command with this host's SageMaker environment, tags every output line
-with host and rank, forwards signals, escalates SIGTERM to SIGKILL after the grace period, and
+with host and rank, forwards signals, escalates SIGTERM to SIGKILL after a grace period, and
 reports the rank's exit status, timing and stderr tail to the host agent so the leader can name
 the root cause of a failure.
 """
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 from ringleader import exitcodes, paths
@@ -91,14 +91,15 @@ class RankSupervisor:
         self._terminated = threading.Event()
         self._lock = threading.Lock()
 
-    def terminate(self) -> None:
-        """SIGTERM the rank now and SIGKILL it after the grace period (idempotent)."""
+    def terminate(self, grace: float | None = None) -> None:
+        """SIGTERM the rank now and SIGKILL it `grace` seconds later (the first call wins)."""
         with self._lock:
             if self._terminated.is_set():
                 return
             self._terminated.set()
         self.forward(signal.SIGTERM)
-        timer = threading.Timer(self._grace, self.forward, args=(signal.SIGKILL,))
+        delay = self._grace if grace is None else grace
+        timer = threading.Timer(delay, self.forward, args=(signal.SIGKILL,))
         timer.daemon = True
         timer.start()
 
@@ -109,7 +110,8 @@ class RankSupervisor:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.pid, signum)
 
-    def run(self) -> RankRecord:
+    def run(self, on_started: Callable[[int], None]) -> RankRecord:
+        """Run the command to its end; `on_started` gets the child's PID once it runs."""
         started = time.time()
         if self._terminated.is_set():
             return self._record(started, exitcodes.SIGTERM_EXIT, None, ("stopped before start",))
@@ -129,6 +131,7 @@ class RankSupervisor:
             sys.stderr.buffer.write(line_tag(self.host, self.rank) + message.encode() + b"\n")
             return self._record(started, 127, None, (message,))
         assert self._child.stdout is not None and self._child.stderr is not None
+        on_started(self._child.pid)
         tag = line_tag(self.host, self.rank)
         pumps = [
             _Pump(self._child.stdout, sys.stdout.buffer, tag, 0),
@@ -199,7 +202,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--agent", default=str(paths.AGENT_SOCKET))
     parser.add_argument("--host-env", default=str(paths.HOST_ENV_FILE))
     parser.add_argument("--forwarded", default="", help="comma-separated -x variable names")
-    parser.add_argument("--grace", type=float, default=30.0)
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="SIGTERM to SIGKILL when the job is stopped (host agent)",
+    )
+    parser.add_argument(
+        "--abort-grace",
+        type=float,
+        default=1.0,
+        help="SIGTERM to SIGKILL when mpirun aborts after another rank failed",
+    )
     parser.add_argument("--cwd", default=None)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -217,7 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def on_signal(signum: int, _frame: object) -> None:
         if signum == signal.SIGTERM:
-            supervisor.terminate()
+            # Only mpirun's daemon signals us: it aborts the job because another rank failed.
+            # A stop of the whole job comes through the host agent with the full grace period.
+            supervisor.terminate(args.abort_grace)
         else:
             supervisor.forward(signum)
 
@@ -227,15 +243,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     channel = _connect_agent(args.agent)
     acked = threading.Event()
     if channel is not None:
-        try:
-            channel.send({"type": "rank-start", "rank": rank, "host": host})
-        except ChannelClosed:
-            channel = None
-        else:
-            threading.Thread(
-                target=_listen_for_terminate, args=(channel, supervisor, acked), daemon=True
-            ).start()
-    record = supervisor.run()
+        threading.Thread(
+            target=_listen_for_terminate, args=(channel, supervisor, acked), daemon=True
+        ).start()
+
+    def announce(pid: int) -> None:
+        # The host agent keeps the PID: after a stop it waits for the user's process even if
+        # mpirun's daemon has killed this wrapper meanwhile.
+        if channel is not None:
+            with contextlib.suppress(ChannelClosed):
+                channel.send({"type": "rank-start", "rank": rank, "host": host, "pid": pid})
+
+    record = supervisor.run(announce)
     if channel is not None:
         with contextlib.suppress(ChannelClosed):
             channel.send({"type": "rank-end", "record": record.to_json()})

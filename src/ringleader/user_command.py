@@ -9,11 +9,16 @@ from ringleader.errors import ConfigError
 
 
 def build_user_command(
-    program: Path, user_args: Sequence[str], python: str = sys.executable
+    program: Path, user_args: Sequence[str], python: str = sys.executable, mpi4py_run: bool = False
 ) -> list[str]:
-    """Python scripts run with our interpreter, shell scripts with sh, anything else directly."""
+    """Python scripts run with our interpreter, shell scripts with sh, anything else directly.
+
+    With `mpi4py_run`, Python scripts run under `python -m mpi4py`, which turns an uncaught
+    exception or a non-zero sys.exit() into MPI_Abort with that code.
+    """
     if program.suffix == ".py":
-        return [python, str(program), *user_args]
+        runner = [python, "-m", "mpi4py"] if mpi4py_run else [python]
+        return [*runner, str(program), *user_args]
     if program.suffix == ".sh":
         return ["/bin/sh", str(program), *user_args]
     if not os.access(program, os.X_OK):

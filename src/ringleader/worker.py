@@ -97,6 +97,7 @@ class Worker:
                     sigterm_deadline = time.monotonic() + timeouts.sigterm_grace + timeouts.finish
             elif isinstance(event, LeaderLost):
                 self._agent.terminate_all()
+                self._agent.reap(timeouts.abort_grace, timeouts.abort_grace)
                 code = exitcodes.SIGTERM_EXIT if sigterm_deadline else exitcodes.LEADER_LOST
                 return self._outcome(code, f"lost the leader {self._leader}: {event.reason}")
             elif isinstance(event, LeaderMessage):
@@ -106,6 +107,7 @@ class Worker:
                 elif kind == "terminate":
                     self._agent.terminate_all()
                 elif kind == "exit":
+                    self._agent.reap(timeouts.sigterm_grace, timeouts.abort_grace)
                     self._send(channel, {"type": "bye", "host": self._host})
                     failure = event.message.get("failure")
                     return Outcome(int(event.message["code"]), failure)

@@ -4,6 +4,7 @@ They need Docker Engine and the image (`make image`); when either is missing the
 that message instead of skipping, so CI can never pass them silently.
 """
 
+import contextlib
 import io
 import os
 import threading
@@ -155,10 +156,8 @@ def start_job(
         print(run.output)
         if run.thread is not None and run.thread.is_alive():
             for container_id in run.job.container_ids.values():
-                try:
+                with contextlib.suppress(docker.errors.APIError):
                     docker_client.api.remove_container(container_id, force=True)
-                except docker.errors.APIError:
-                    pass
 
 
 def rank_lines(output: str, text: str) -> set[int]:

@@ -83,19 +83,26 @@ class LocalJob:
         return dict(self._containers)
 
     def run(self) -> LocalJobResult:
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        previous = {
+            signum: signal.signal(signum, _raise_interrupt)
+            for signum in (signal.SIGTERM, signal.SIGINT)
+        }
         try:
             self._check_image()
             self._create()
             results = self._wait_all(self._start())
             return self._finish(results)
         except KeyboardInterrupt:
+            # A second Ctrl-C must not abandon the containers half-stopped.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             self._print.note("interrupted: stopping every host (they exit 143)")
             self._stop_all()
             results = self._wait_all(self._started_at)
             return self._finish(results)
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             self._cleanup()
 
     def _check_image(self) -> None:
