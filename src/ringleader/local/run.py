@@ -83,9 +83,12 @@ class LocalJob:
         return dict(self._containers)
 
     def run(self) -> LocalJobResult:
+        # Signal handlers only exist in the main thread (tests run jobs in other threads).
+        in_main = threading.current_thread() is threading.main_thread()
         previous = {
             signum: signal.signal(signum, _raise_interrupt)
             for signum in (signal.SIGTERM, signal.SIGINT)
+            if in_main
         }
         try:
             self._check_image()
@@ -94,8 +97,8 @@ class LocalJob:
             return self._finish(results)
         except KeyboardInterrupt:
             # A second Ctrl-C must not abandon the containers half-stopped.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            for signum in previous:
+                signal.signal(signum, signal.SIG_IGN)
             self._print.note("interrupted: stopping every host (they exit 143)")
             self._stop_all()
             results = self._wait_all(self._started_at)
