@@ -24,6 +24,10 @@ class LocalJobSpec:
     settings: Mapping[str, Any] = field(default_factory=dict)  # ringleader_* hyperparameters
     image: str = "ringleader:latest"
     random_suffix: bool = False
+    # What the containers run: SageMaker runs `docker run IMAGE train`; the benchmark swaps in
+    # another entry point (sagemaker-training's `train`) in the same image.
+    command: tuple[str, ...] = ("train",)
+    entrypoint: tuple[str, ...] | None = None
     output_dir: Path = Path("ringleader-output")
     # Fault injection for tests and debugging: per-host environment variables, per-host
     # replacement text of a config file (e.g. {"algo-2": {"hyperparameters.json": "{"}}), and

@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import contextlib
+import datetime
 import json
 import queue
 import shutil
@@ -35,6 +36,8 @@ class HostResult:
     name: str
     exit_code: int | None  # None: the host was never started
     seconds: float
+    started_at: float = 0.0  # wall clock (time.time()) just before `docker start`
+    finished_at: float = 0.0  # wall clock of the container's exit, as Docker recorded it
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class LocalJob:
         self._width = max(len(name) for name in names)
         self._containers: dict[str, str] = {}  # host -> container id
         self._started_at: dict[str, float] = {}
+        self._started_wall: dict[str, float] = {}
         self._network: Any = None
         self._config_root = Path(tempfile.mkdtemp(prefix=f"{self.job_id}-config-"))
         self.output_dir = spec.output_dir.resolve() / self.job_id
@@ -140,7 +144,8 @@ class LocalJob:
             endpoint = api.create_endpoint_config(aliases=[host.name])
             container = api.create_container(
                 self.spec.image,
-                command=["train"],
+                command=list(self.spec.command),
+                entrypoint=list(self.spec.entrypoint) if self.spec.entrypoint else None,
                 name=host.container_name,
                 hostname=host.name,
                 environment=host.environment,
@@ -164,6 +169,7 @@ class LocalJob:
         self._print.note(f"starting {len(self._containers)} container(s) at once")
 
         def start(host: str) -> None:
+            self._started_wall[host] = time.time()
             self._client.api.start(self._containers[host])
             self._started_at[host] = time.monotonic()
             threading.Thread(target=self._stream_logs, args=(host,), daemon=True).start()
@@ -183,7 +189,16 @@ class LocalJob:
         def wait(host: str) -> None:
             status = self._client.api.wait(self._containers[host])
             seconds = time.monotonic() - started[host]
-            done.put(HostResult(host, int(status["StatusCode"]), seconds))
+            state = self._client.api.inspect_container(self._containers[host])["State"]
+            done.put(
+                HostResult(
+                    host,
+                    int(status["StatusCode"]),
+                    seconds,
+                    self._started_wall[host],
+                    _docker_time(state["FinishedAt"]),
+                )
+            )
 
         hosts = [host for host in self._containers if host in started]
         for host in hosts:
@@ -253,6 +268,13 @@ def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
             yield line.decode(errors="replace").rstrip("\r")
     if buffer:
         yield buffer.decode(errors="replace")
+
+
+def _docker_time(text: str) -> float:
+    """Docker's RFC 3339 time with nanoseconds, e.g. 2026-11-22T05:04:07.123456789Z."""
+    whole, _, fraction = text.rstrip("Z").partition(".")
+    seconds = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC).timestamp()
+    return seconds + float(f"0.{fraction or 0}")
 
 
 def _raise_interrupt(_signum: int, _frame: object) -> None:

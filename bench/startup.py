@@ -1,0 +1,124 @@
+"""Startup and failure-propagation benchmark: ringleader vs sagemaker-training's `train`.
+
+Both run in the same image (ringleader:latest), on the same fake hosts, with the same probe job
+(bench/probe/probe.py: one second of work per rank, 2 ranks per host). For each host count it
+prints, side by side:
+  startup   first `docker start` -> user code running on every rank
+  teardown  last rank's exit -> last container's exit (successful job)
+  failure   rank 1 exits 3 -> every container has exited, and the exit codes they reported
+
+Usage: .venv/bin/python bench/startup.py [--hosts 2 4 8] [--runners ringleader toolkit]
+The toolkit's failure runs take minutes (its workers poll); --skip-toolkit-failure skips them.
+"""
+
+import argparse
+import io
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+from ringleader.local.plan import LocalJobSpec
+from ringleader.local.run import LocalJob, LocalJobResult
+
+PROBE_DIR = Path(__file__).resolve().parent / "probe"
+FAIL_RANK = 1
+ENTRYPOINTS = {"ringleader": None, "toolkit": ("train",)}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    startup: float | None
+    teardown: float | None
+    failure: float | None
+    codes: tuple[int | None, ...]
+
+
+def bench_times(output: str, kind: str) -> list[float]:
+    times = []
+    for line in output.splitlines():
+        marker = f"BENCH {kind} "
+        if marker in line:
+            times.append(float(line.split(marker, 1)[1].split()[1]))
+    return times
+
+
+def run(runner: str, hosts: int, fail: bool, workdir: Path) -> Measurement:
+    hyperparameters = {"work": "1"}
+    if fail:
+        hyperparameters["fail-rank"] = str(FAIL_RANK)
+    spec = LocalJobSpec(
+        hosts=hosts,
+        processes_per_host=2,
+        source_dir=PROBE_DIR,
+        entry_point="probe.py",
+        hyperparameters=hyperparameters,
+        output_dir=workdir,
+        command=() if ENTRYPOINTS[runner] else ("train",),
+        entrypoint=ENTRYPOINTS[runner],
+    )
+    out = io.StringIO()
+    result: LocalJobResult = LocalJob(spec, out, docker.from_env()).run()
+    output = out.getvalue()
+    first_start = min(host.started_at for host in result.hosts)
+    last_exit = max(host.finished_at for host in result.hosts)
+    starts, ends, fails = (bench_times(output, kind) for kind in ("start", "end", "fail"))
+    world = hosts * 2
+    startup = max(starts) - first_start if len(starts) == world else None
+    teardown = last_exit - max(ends) if not fail and len(ends) == world else None
+    failure = last_exit - fails[0] if fail and fails else None
+    return Measurement(startup, teardown, failure, tuple(h.exit_code for h in result.hosts))
+
+
+def fmt(value: float | None) -> str:
+    return "   n/a" if value is None else f"{value:6.2f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--runners", nargs="+", default=list(ENTRYPOINTS), choices=ENTRYPOINTS)
+    parser.add_argument("--skip-toolkit-failure", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rl-bench-") as workdir:
+        for hosts in args.hosts:
+            for runner in args.runners:
+                print(f"... {runner}: {hosts} hosts, successful job", file=sys.stderr, flush=True)
+                ok = run(runner, hosts, False, Path(workdir))
+                failed = None
+                if not (runner == "toolkit" and args.skip_toolkit_failure):
+                    print(
+                        f"... {runner}: {hosts} hosts, rank {FAIL_RANK} exits 3",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    failed = run(runner, hosts, True, Path(workdir))
+                rows.append((hosts, runner, ok, failed))
+    print(
+        f"{'hosts':>5}  {'runner':<10}  {'startup s':>9}  {'teardown s':>10}  "
+        f"{'failure s':>9}  exit codes after rank {FAIL_RANK} exits 3"
+    )
+    for hosts, runner, ok, failed in rows:
+        codes = "skipped" if failed is None else " ".join(str(code) for code in failed.codes)
+        print(
+            f"{hosts:>5}  {runner:<10}  {fmt(ok.startup):>9}  {fmt(ok.teardown):>10}  "
+            f"{fmt(failed.failure if failed else None):>9}  {codes}"
+        )
+    by_key = {(hosts, runner): (ok, failed) for hosts, runner, ok, failed in rows}
+    for hosts in args.hosts:
+        ours, theirs = by_key.get((hosts, "ringleader")), by_key.get((hosts, "toolkit"))
+        if ours and theirs and ours[0].teardown and theirs[0].teardown:
+            total_ours = (ours[0].startup or 0) + ours[0].teardown
+            total_theirs = (theirs[0].startup or 0) + theirs[0].teardown
+            print(
+                f"{hosts} hosts: overhead (startup + teardown) ringleader {total_ours:.2f} s, "
+                f"toolkit {total_theirs:.2f} s, ratio {total_theirs / total_ours:.1f}x"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
