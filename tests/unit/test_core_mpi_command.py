@@ -1,0 +1,141 @@
+"""The mpirun argv: our defaults, overridden (not duplicated) by custom_mpi_options."""
+
+import pytest
+
+from ringleader.errors import ConfigError
+from ringleader.mpi_command import MpiPlan, build_mpirun_argv, forwarded_variables
+
+HOSTS = ("algo-1", "algo-2", "algo-3")
+RANK_COMMAND = ("/usr/bin/python3", "-m", "ringleader.rank", "--", "python3", "train.py")
+
+
+def plan(custom=(), interface="eth0", hosts=HOSTS, per_host=2):
+    return MpiPlan(
+        hosts=hosts,
+        processes_per_host=per_host,
+        interface=interface,
+        custom_options=tuple(custom),
+        rank_command=RANK_COMMAND,
+    )
+
+
+def value_of(argv, option):
+    """The token following the only occurrence of `option`."""
+    assert argv.count(option) == 1, argv
+    return argv[argv.index(option) + 1]
+
+
+def mca_values(argv):
+    return [
+        (argv[i + 1], argv[i + 2]) for i, token in enumerate(argv) if token in ("--mca", "-mca")
+    ]
+
+
+def test_three_hosts_two_processes():
+    argv = build_mpirun_argv(plan())
+    assert argv[0] == "mpirun"
+    assert value_of(argv, "-np") == "6"
+    assert value_of(argv, "-H") == "algo-1:2,algo-2:2,algo-3:2"
+    assert value_of(argv, "-bind-to") == "none"
+    assert value_of(argv, "-map-by") == "slot"
+    assert "--allow-run-as-root" in argv
+    mca = mca_values(argv)
+    assert ("btl_tcp_if_include", "eth0") in mca
+    assert ("oob_tcp_if_include", "eth0") in mca
+    assert ("orte_abort_on_non_zero_status", "1") in mca
+    assert len({name for name, _ in mca}) == len(mca)  # no MCA parameter twice
+    assert tuple(argv[-len(RANK_COMMAND) :]) == RANK_COMMAND
+    assert plan().world_size == 6
+
+
+def test_no_interface_pinning_without_interface():
+    argv = build_mpirun_argv(plan(interface=None, hosts=("solo",), per_host=1))
+    names = [name for name, _ in mca_values(argv)]
+    assert "btl_tcp_if_include" not in names
+    assert "oob_tcp_if_include" not in names
+    assert value_of(argv, "-H") == "solo:1"
+    assert value_of(argv, "-np") == "1"
+
+
+def test_bind_to_override_replaces_default():
+    argv = build_mpirun_argv(plan(["-bind-to", "core"]))
+    assert value_of(argv, "-bind-to") == "core"
+    assert "none" not in argv
+
+
+def test_long_spelling_overrides_short_default():
+    argv = build_mpirun_argv(plan(["--bind-to", "socket", "--map-by", "node"]))
+    assert "-bind-to" not in argv
+    assert "-map-by" not in argv
+    assert value_of(argv, "--bind-to") == "socket"
+    assert value_of(argv, "--map-by") == "node"
+
+
+def test_mca_override_replaces_only_that_parameter():
+    argv = build_mpirun_argv(plan(["--mca", "btl_tcp_if_include", "eth1"]))
+    mca = mca_values(argv)
+    assert [value for name, value in mca if name == "btl_tcp_if_include"] == ["eth1"]
+    assert [value for name, value in mca if name == "oob_tcp_if_include"] == ["eth0"]
+
+
+def test_single_dash_mca_overrides_too():
+    argv = build_mpirun_argv(plan(["-mca", "pml", "ucx"]))
+    assert [value for name, value in mca_values(argv) if name == "pml"] == ["ucx"]
+
+
+def test_np_override():
+    argv = build_mpirun_argv(plan(["-np", "4"]))
+    assert value_of(argv, "-np") == "4"
+    assert "6" not in argv
+
+
+@pytest.mark.parametrize("spelling", ["-n", "--np", "-c"])
+def test_np_aliases_override(spelling):
+    argv = build_mpirun_argv(plan([spelling, "3"]))
+    assert "-np" not in argv
+    assert value_of(argv, spelling) == "3"
+
+
+def test_host_override():
+    argv = build_mpirun_argv(plan(["--host", "algo-1:1,algo-2:1"]))
+    assert "-H" not in argv
+    assert value_of(argv, "--host") == "algo-1:1,algo-2:1"
+
+
+def test_x_variable_and_unknown_options_are_appended_in_order_before_the_rank_command():
+    custom = ["-x", "FOO=1", "--oversubscribe", "--report-bindings", "-x", "NCCL_DEBUG"]
+    argv = build_mpirun_argv(plan(custom))
+    tail = argv[-(len(custom) + len(RANK_COMMAND)) :]
+    assert tail == [*custom, *RANK_COMMAND]
+    # defaults stayed
+    assert value_of(argv, "-np") == "6"
+    assert value_of(argv, "-bind-to") == "none"
+
+
+def test_custom_options_come_after_defaults():
+    argv = build_mpirun_argv(plan(["--tag-output"]))
+    assert argv.index("--tag-output") > argv.index("-H")
+    assert argv.index("--tag-output") == len(argv) - len(RANK_COMMAND) - 1
+
+
+def test_forwarded_variables():
+    custom = ["-x", "FOO=1", "--mca", "pml", "ob1", "-x", "BAR", "--oversubscribe"]
+    assert forwarded_variables(custom) == ["FOO", "BAR"]
+    assert forwarded_variables([]) == []
+
+
+@pytest.mark.parametrize(
+    "custom",
+    [["-np"], ["-x"], ["--mca", "btl"], ["-x", "-np", "4"], ["-bind-to", "--oversubscribe"]],
+)
+def test_missing_option_values(custom):
+    with pytest.raises(ConfigError) as caught:
+        build_mpirun_argv(plan(custom))
+    assert caught.value.field == "sagemaker_mpi_custom_mpi_options"
+    assert custom[0] in caught.value.problem
+
+
+def test_forwarded_variables_reports_missing_values_too():
+    with pytest.raises(ConfigError) as caught:
+        forwarded_variables(["-x"])
+    assert caught.value.field == "sagemaker_mpi_custom_mpi_options"

@@ -1,0 +1,173 @@
+"""Root-cause selection and the failure text."""
+
+import pytest
+
+from ringleader import exitcodes
+from ringleader.outcome import FAILURE_FILE_LIMIT, JobFacts, decide, root_cause, truncate
+from ringleader.records import RankRecord
+
+T0 = 1_700_000_000.0
+
+
+def rec(rank, code, ended, *, host=None, terminated=False, sig=None, tail=()):
+    return RankRecord(
+        rank=rank,
+        host=host or f"algo-{rank // 2 + 1}",
+        exit_code=code,
+        signal=sig,
+        started_at=T0,
+        ended_at=T0 + ended,
+        terminated=terminated,
+        stderr_tail=tuple(tail),
+    )
+
+
+def test_success():
+    facts = JobFacts(
+        records=tuple(rec(r, 0, 1.0) for r in range(6)), world_size=6, launcher_exit_code=0
+    )
+    outcome = decide(facts)
+    assert outcome.exit_code == 0
+    assert outcome.succeeded
+    assert outcome.failure is None
+    assert outcome.root_cause is None
+
+
+def test_failing_worker_rank_while_others_were_terminated():
+    failing = rec(4, 3, 1.0, host="algo-3", tail=["Traceback ...", "ValueError: rank 4 fails"])
+    others = [rec(r, 143, 1.2, terminated=True, sig=15) for r in (0, 1, 2, 3, 5)]
+    outcome = decide(JobFacts(records=(*others, failing), world_size=6, launcher_exit_code=1))
+    assert outcome.exit_code == 3
+    assert outcome.root_cause == failing
+    assert outcome.failure is not None
+    assert outcome.failure.startswith("Rank 4 on host algo-3 exited with code 3.")
+    assert "ValueError: rank 4 fails" in outcome.failure
+    assert "It ran 1.0 s." in outcome.failure
+
+
+def test_failing_rank_wins_even_if_terminated_ranks_ended_earlier():
+    failing = rec(4, 3, 2.0)
+    early_terminated = rec(0, 143, 0.5, terminated=True, sig=15)
+    assert root_cause([early_terminated, failing]) == failing
+
+
+def test_horovod_style_root_cause_is_the_first_unprompted_failure():
+    # Rank 4 fails first; the others die by themselves with "Horovod has been shut down".
+    failing = rec(4, 3, 10.0, tail=["RuntimeError: boom"])
+    followers = [
+        rec(r, 1, 10.2 + r / 100, tail=["Horovod has been shut down"]) for r in (0, 1, 2, 3, 5)
+    ]
+    facts = JobFacts(records=(*followers, failing), world_size=6, launcher_exit_code=1)
+    outcome = decide(facts)
+    assert outcome.root_cause == failing
+    assert outcome.exit_code == 3
+    assert "Rank 4 on host algo-3" in (outcome.failure or "")
+    assert "RuntimeError: boom" in (outcome.failure or "")
+    assert "Horovod has been shut down" not in (outcome.failure or "")
+
+
+def test_ties_go_to_the_lowest_rank():
+    assert root_cause([rec(5, 2, 1.0), rec(2, 7, 1.0)]).rank == 2
+
+
+def test_only_terminated_failures_fall_back_to_the_earliest():
+    records = [rec(1, 143, 2.0, terminated=True, sig=15), rec(3, 137, 1.0, terminated=True, sig=9)]
+    assert root_cause(records).rank == 3
+
+
+def test_no_failure_no_root_cause():
+    assert root_cause([rec(0, 0, 1.0)]) is None
+    assert root_cause([]) is None
+
+
+def test_sigkill():
+    killed = rec(2, 137, 3.0, sig=9, host="algo-2")
+    outcome = decide(JobFacts(records=(killed,), world_size=2, launcher_exit_code=137))
+    assert outcome.exit_code == 137
+    assert "Rank 2 on host algo-2 was killed by signal 9 (SIGKILL); exit code 137" in (
+        outcome.failure or ""
+    )
+
+
+def test_sigterm_stop_wins_over_rank_records():
+    facts = JobFacts(
+        records=(rec(0, 143, 1.0, terminated=True, sig=15),),
+        stopped_on="algo-2",
+        sigterm_grace=30,
+    )
+    outcome = decide(facts)
+    assert outcome.exit_code == exitcodes.SIGTERM_EXIT == 143
+    assert "SIGTERM" in (outcome.failure or "")
+    assert "algo-2" in (outcome.failure or "")
+    assert "30 s" in (outcome.failure or "")
+
+
+def test_error_facts_give_their_code():
+    outcome = decide(
+        JobFacts(
+            error_code=exitcodes.CONFIG_ERROR,
+            error_message="Configuration error in sagemaker_program: missing",
+            stopped_on="algo-1",
+        )
+    )
+    assert outcome.exit_code == 78
+    assert outcome.failure == "Configuration error in sagemaker_program: missing\n"
+
+
+def test_lost_host():
+    outcome = decide(JobFacts(lost_hosts=("algo-2", "algo-3"), world_size=6))
+    assert outcome.exit_code == exitcodes.HOST_UNREACHABLE == 69
+    assert "algo-2, algo-3" in (outcome.failure or "")
+
+
+def test_mpirun_failed_without_failing_ranks():
+    facts = JobFacts(
+        records=(rec(0, 0, 1.0), rec(1, 0, 1.0)),
+        world_size=6,
+        launcher_exit_code=213,
+        launcher_output_tail=("ORTE was unable to reliably start", "one or more daemons"),
+    )
+    outcome = decide(facts)
+    assert outcome.exit_code == exitcodes.INTERNAL_ERROR == 70
+    failure = outcome.failure or ""
+    assert "mpirun exited with code 213" in failure
+    assert "4 of 6 ranks never reported" in failure
+    assert "one or more daemons" in failure
+
+
+def test_failure_text_keeps_the_last_stderr_lines_within_the_limit():
+    tail = [f"line {index:04d} " + "x" * 80 for index in range(100)]
+    outcome = decide(JobFacts(records=(rec(3, 1, 1.0, tail=tail),), world_size=4))
+    failure = outcome.failure or ""
+    assert len(failure.encode()) <= FAILURE_FILE_LIMIT
+    assert failure.startswith("Rank 3 on host")
+    assert failure.rstrip("\n").endswith(tail[-1])
+    assert "line 0099" in failure
+    assert "line 0000" not in failure
+    kept = [line.strip() for line in failure.splitlines() if line.startswith("  ")]
+    assert kept == tail[-len(kept) :]
+    assert len(kept) >= 5
+
+
+def test_truncate_short_text_unchanged():
+    assert truncate("head", ["a", "b"], "Tail:") == "head\nTail:\n  a\n  b\n"
+    assert truncate("head") == "head\n"
+
+
+@pytest.mark.parametrize("length", [1023, 1024, 5000])
+def test_failure_text_never_exceeds_the_limit_with_a_long_headline(length):
+    outcome = decide(JobFacts(error_code=78, error_message="e" * length))
+    assert len((outcome.failure or "").encode()) <= FAILURE_FILE_LIMIT
+    assert (outcome.failure or "").startswith("e" * 1000)
+
+
+def test_truncate_with_tail_and_long_headline_stays_within_limit():
+    text = truncate("h" * 1100, ["last line"], "Last lines:")
+    assert len(text.encode()) <= FAILURE_FILE_LIMIT
+
+
+def test_truncate_never_splits_a_multibyte_character():
+    text = truncate("a" + "é" * 600)  # 1201 bytes; byte 1024 is inside an "é"
+    assert len(text.encode()) <= FAILURE_FILE_LIMIT
+    assert set(text.rstrip("\n")[1:]) == {"é"}
+    assert text.endswith("é\n")
