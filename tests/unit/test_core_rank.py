@@ -1,0 +1,457 @@
+"""The per-rank wrapper, run for real as `python -m ringleader.rank` next to a HostAgent."""
+
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+import ringleader
+from ringleader import rank as rank_module
+from ringleader.agent import HostAgent
+from ringleader.events import RankEnded, RankStarted
+from ringleader.rank import RankSupervisor, current_rank, line_tag, rank_environment
+
+SRC = Path(ringleader.__file__).resolve().parents[1]  # the package under test, for the wrapper
+PY = sys.executable
+
+
+class Wrapper:
+    """One `python -m ringleader.rank` process with its output collected line by line."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        command,
+        *,
+        rank=0,
+        grace=None,
+        abort_grace=None,
+        forwarded="",
+        extra_env=None,
+    ):
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": str(SRC),
+            "OMPI_COMM_WORLD_RANK": str(rank),
+            **(extra_env or {}),
+        }
+        argv = [
+            PY,
+            "-m",
+            "ringleader.rank",
+            "--agent",
+            str(workdir / "agent.sock"),
+            "--host-env",
+            str(workdir / "host-env.json"),
+        ]
+        if grace is not None:
+            argv += ["--grace", str(grace)]
+        if abort_grace is not None:
+            argv += ["--abort-grace", str(abort_grace)]
+        if forwarded:
+            argv += ["--forwarded", forwarded]
+        argv += ["--", *command]
+        self.process = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        _STARTED.append(self.process)
+        self.stdout: queue.Queue = queue.Queue()
+        self.stderr: queue.Queue = queue.Queue()
+        for stream, sink in (
+            (self.process.stdout, self.stdout),
+            (self.process.stderr, self.stderr),
+        ):
+            threading.Thread(target=self._pump, args=(stream, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(stream, sink):
+        for line in iter(stream.readline, b""):
+            sink.put(line)
+        sink.put(None)
+
+    def wait_for_line(self, sink: queue.Queue, contains: bytes, timeout=10.0) -> bytes:
+        deadline = time.monotonic() + timeout
+        while True:
+            line = sink.get(timeout=max(deadline - time.monotonic(), 0.01))
+            assert line is not None, f"stream ended before a line containing {contains!r}"
+            if contains in line:
+                return line
+
+    def lines(self, sink: queue.Queue) -> list[bytes]:
+        collected = []
+        while (line := sink.get(timeout=10.0)) is not None:
+            collected.append(line)
+        return collected
+
+    def wait(self, timeout=10.0) -> int:
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise
+
+
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _kill_leftovers():
+    """A failing test must not leave wrappers or their sleeping children behind."""
+    yield
+    while _STARTED:
+        process = _STARTED.pop()
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(process.pid).children(recursive=True):
+                child.kill()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=5.0)
+
+
+@pytest.fixture
+def workdir():
+    # Unix socket paths must stay short (108 bytes): no pytest tmp_path here.
+    path = Path(tempfile.mkdtemp(prefix="rl-rank-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class RunningAgent:
+    agent: HostAgent
+    events: queue.Queue
+
+    def terminate_all(self) -> None:
+        self.agent.terminate_all()
+
+
+@pytest.fixture
+def agent(workdir):
+    events: queue.Queue = queue.Queue()
+    running = RunningAgent(HostAgent(workdir / "agent.sock", events), events)
+    yield running
+    running.agent.close()
+
+
+def write_host_env(workdir: Path, env: dict[str, str]) -> None:
+    (workdir / "host-env.json").write_text(json.dumps({"env": env}))
+
+
+def ended_record(events: queue.Queue):
+    while True:
+        event = events.get(timeout=10.0)
+        if isinstance(event, RankEnded):
+            return event.record
+
+
+def python_command(code: str) -> list[str]:
+    return [PY, "-c", code]
+
+
+def test_output_is_tagged_with_host_and_rank(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2", "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys; print('loss=0.5'); print('second'); "
+        "sys.stdout.write('no newline'); sys.stdout.flush(); print('to err', file=sys.stderr)"
+    )
+    wrapper = Wrapper(workdir, python_command(code), rank=3)
+    assert wrapper.wait() == 0
+    assert wrapper.lines(wrapper.stdout) == [
+        b"[algo-2 rank 3] loss=0.5\n",
+        b"[algo-2 rank 3] second\n",
+        b"[algo-2 rank 3] no newline\n",
+    ]
+    assert wrapper.lines(wrapper.stderr) == [b"[algo-2 rank 3] to err\n"]
+    assert agent.events.get(timeout=5.0) == RankStarted(3, "algo-2")
+    record = ended_record(agent.events)
+    assert (record.rank, record.host, record.exit_code, record.signal) == (3, "algo-2", 0, None)
+    assert record.terminated is False
+    assert record.stderr_tail == ("to err",)
+    assert record.started_at <= record.ended_at
+
+
+def test_failing_child_exit_code_and_stderr_tail(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-3"})
+    code = "import sys\nfor i in range(30): print(f'err {i}', file=sys.stderr)\nsys.exit(3)\n"
+    wrapper = Wrapper(workdir, python_command(code), rank=4)
+    assert wrapper.wait() == 3
+    record = ended_record(agent.events)
+    assert (record.rank, record.host, record.exit_code, record.signal) == (4, "algo-3", 3, None)
+    assert record.failed
+    assert record.terminated is False
+    assert record.stderr_tail == tuple(f"err {i}" for i in range(10, 30))  # the last 20
+
+
+def test_child_killed_by_sigkill(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-1"})
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    wrapper = Wrapper(workdir, python_command(code))
+    assert wrapper.wait() == 137
+    record = ended_record(agent.events)
+    assert (record.exit_code, record.signal, record.terminated) == (137, 9, False)
+
+
+def test_terminate_all_sigterms_the_child(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    code = "import time; print('ready', flush=True); time.sleep(30)"
+    wrapper = Wrapper(workdir, python_command(code), rank=1, grace=20)
+    wrapper.wait_for_line(wrapper.stdout, b"ready")
+    started = time.monotonic()
+    agent.terminate_all()
+    assert wrapper.wait() == 143
+    assert time.monotonic() - started < 5.0  # SIGTERM, not the 20 s SIGKILL
+    record = ended_record(agent.events)
+    assert (record.exit_code, record.signal, record.terminated) == (143, 15, True)
+
+
+def test_terminate_all_also_stops_ranks_that_start_later(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    agent.terminate_all()
+    started = time.monotonic()
+    wrapper = Wrapper(workdir, python_command("import time; time.sleep(30)"), grace=3)
+    assert wrapper.wait() == 143  # stopped before its child started, or SIGTERMed: never KILLed
+    assert time.monotonic() - started < 2.5
+    record = ended_record(agent.events)
+    assert record.terminated is True
+    assert record.exit_code == 143
+
+
+def test_sigterm_to_the_wrapper_is_forwarded(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    code = (
+        "import os, signal, sys, time\n"
+        # os.write: print() in a handler can hit "reentrant call" if 'ready' is still flushing
+        "signal.signal(signal.SIGTERM, lambda *a: (os.write(1, b'got TERM\\n'), sys.exit(7)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    wrapper = Wrapper(workdir, python_command(code), grace=20, abort_grace=20)
+    wrapper.wait_for_line(wrapper.stdout, b"ready")
+    wrapper.process.send_signal(signal.SIGTERM)
+    assert wrapper.wait() == 7
+    assert wrapper.wait_for_line(wrapper.stdout, b"got TERM") == b"[algo-2 rank 0] got TERM\n"
+    record = ended_record(agent.events)
+    assert (record.exit_code, record.terminated) == (7, True)
+
+
+def test_child_ignoring_sigterm_is_killed_after_grace(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    wrapper = Wrapper(workdir, python_command(code), grace=0.5, abort_grace=20)
+    wrapper.wait_for_line(wrapper.stdout, b"ready")
+    started = time.monotonic()
+    agent.terminate_all()  # a stop of the job: the full --grace
+    assert wrapper.wait() == 137
+    elapsed = time.monotonic() - started
+    assert 0.4 <= elapsed < 5.0
+    record = ended_record(agent.events)
+    assert (record.exit_code, record.signal, record.terminated) == (137, 9, True)
+
+
+def test_sigterm_from_mpirun_uses_the_abort_grace(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    wrapper = Wrapper(workdir, python_command(code), grace=20, abort_grace=0.3)
+    wrapper.wait_for_line(wrapper.stdout, b"ready")
+    started = time.monotonic()
+    wrapper.process.send_signal(signal.SIGTERM)  # what orted does when another rank failed
+    assert wrapper.wait() == 137
+    elapsed = time.monotonic() - started
+    assert 0.25 <= elapsed < 5.0
+    record = ended_record(agent.events)
+    assert (record.exit_code, record.signal, record.terminated) == (137, 9, True)
+
+
+def child_pid(wrapper: Wrapper) -> int:
+    line = wrapper.wait_for_line(wrapper.stdout, b"pid=")
+    return int(line.rsplit(b"pid=", 1)[1])
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+PID_THEN_SLEEP = "import os, time; print(f'pid={os.getpid()}', flush=True); time.sleep(30)"
+PID_IGNORE_TERM_SLEEP = (
+    "import os, signal, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "print(f'pid={os.getpid()}', flush=True)\n"
+    "time.sleep(30)\n"
+)
+
+
+def test_reap_kills_a_user_process_whose_wrapper_was_killed(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    wrapper = Wrapper(workdir, python_command(PID_THEN_SLEEP), grace=20, abort_grace=20)
+    pid = child_pid(wrapper)
+    assert agent.events.get(timeout=5.0) == RankStarted(0, "algo-2")
+    wrapper.process.kill()  # orted SIGKILLs the wrapper; the user's process lives on
+    wrapper.wait()
+    assert not gone(pid)
+    started = time.monotonic()
+    agent.agent.reap(stop_grace=20, abort_grace=0.3)  # no stop: the abort grace applies
+    elapsed = time.monotonic() - started
+    assert 0.25 <= elapsed < 5.0
+    deadline = time.monotonic() + 5.0
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gone(pid)
+
+
+def test_reap_after_a_stop_counts_the_stop_grace_from_the_stop(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    wrapper = Wrapper(workdir, python_command(PID_IGNORE_TERM_SLEEP), grace=20, abort_grace=20)
+    pid = child_pid(wrapper)
+    assert agent.events.get(timeout=5.0) == RankStarted(0, "algo-2")
+    stopped = time.monotonic()
+    agent.terminate_all()  # the child ignores SIGTERM; the wrapper would wait 20 s
+    agent.agent.reap(stop_grace=0.5, abort_grace=20)
+    elapsed = time.monotonic() - stopped
+    assert 0.4 <= elapsed < 5.0
+    assert wrapper.wait() == 137
+    record = ended_record(agent.events)
+    assert (record.exit_code, record.signal, record.terminated) == (137, 9, True)
+    assert gone(pid)
+
+
+def test_reap_returns_at_once_when_every_user_process_ended(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    wrapper = Wrapper(workdir, python_command("pass"), grace=20, abort_grace=20)
+    assert wrapper.wait() == 0
+    ended_record(agent.events)
+    started = time.monotonic()
+    agent.agent.reap(stop_grace=20, abort_grace=20)
+    assert time.monotonic() - started < 1.0
+
+
+def test_child_environment_precedence(workdir, agent):
+    write_host_env(
+        workdir,
+        {"SM_CURRENT_HOST": "algo-2", "SHARED": "host", "FWD": "host", "ONLY_HOST": "h"},
+    )
+    code = (
+        "import json, os; print(json.dumps({k: os.environ.get(k) for k in "
+        "['SM_CURRENT_HOST', 'SHARED', 'FWD', 'ONLY_HOST', 'ONLY_OWN', 'OMPI_COMM_WORLD_RANK', "
+        "'PMIX_RANK']}))"
+    )
+    wrapper = Wrapper(
+        workdir,
+        python_command(code),
+        rank=5,
+        forwarded="FWD",
+        extra_env={"SHARED": "own", "FWD": "own", "ONLY_OWN": "o", "PMIX_RANK": "5"},
+    )
+    assert wrapper.wait() == 0
+    line = wrapper.wait_for_line(wrapper.stdout, b"{")
+    assert line.startswith(b"[algo-2 rank 5] ")
+    seen = json.loads(line.split(b"] ", 1)[1])
+    assert seen == {
+        "SM_CURRENT_HOST": "algo-2",
+        "SHARED": "host",  # the host file wins over the wrapper's own environment
+        "FWD": "own",  # ... except for names forwarded with -x
+        "ONLY_HOST": "h",
+        "ONLY_OWN": None,
+        "OMPI_COMM_WORLD_RANK": "5",
+        "PMIX_RANK": "5",
+    }
+
+
+def test_without_agent_or_host_file_the_wrapper_still_runs(workdir):
+    wrapper = Wrapper(
+        workdir, python_command("import sys; sys.exit(5)"), extra_env={"SM_CURRENT_HOST": "solo"}
+    )
+    assert wrapper.wait() == 5
+
+
+def test_missing_command_reports_127(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-1"})
+    wrapper = Wrapper(workdir, [str(workdir / "no-such-program")], rank=2)
+    assert wrapper.wait() == 127
+    record = ended_record(agent.events)
+    assert record.exit_code == 127
+    assert "no-such-program" in record.stderr_tail[0]
+    assert wrapper.wait_for_line(wrapper.stderr, b"cannot start").startswith(b"[algo-1 rank 2] ")
+
+
+def test_rank_environment_precedence():
+    host_env = {"SM_CURRENT_HOST": "algo-2", "A": "host", "FWD": "host", "OMPI_X": "host"}
+    own_env = {
+        "SM_CURRENT_HOST": "algo-1",
+        "A": "own",
+        "FWD": "own",
+        "OMPI_X": "own",
+        "OMPI_COMM_WORLD_RANK": "3",
+        "PMIX_RANK": "3",
+        "OPAL_PREFIX": "/usr",
+        "SECRET": "not copied",
+    }
+    env = rank_environment(host_env, own_env, ["FWD", "NOT_SET"])
+    assert env == {
+        "SM_CURRENT_HOST": "algo-2",
+        "A": "host",
+        "FWD": "own",
+        "OMPI_X": "own",
+        "OMPI_COMM_WORLD_RANK": "3",
+        "PMIX_RANK": "3",
+        "OPAL_PREFIX": "/usr",
+    }
+    assert host_env["OMPI_X"] == "host"  # inputs are not modified
+
+
+def test_current_rank_and_line_tag():
+    assert current_rank({"OMPI_COMM_WORLD_RANK": "4", "PMIX_RANK": "9"}) == 4
+    assert current_rank({"PMIX_RANK": "9"}) == 9
+    assert current_rank({"RINGLEADER_RANK": "2"}) == 2
+    assert current_rank({}) == 0
+    assert line_tag("algo-1-ab12c", 11) == b"[algo-1-ab12c rank 11] "
+
+
+def test_terminate_while_the_child_is_being_started(monkeypatch):
+    """A SIGTERM that arrives while the child is being spawned must still reach it.
+
+    terminate() (mpirun's SIGTERM via the signal handler) between run()'s "already
+    terminated?" check and the assignment of the child finds no child to signal; the child
+    must then be sent SIGTERM as soon as it exists, not left running until the SIGKILL.
+    """
+    command = [PY, "-c", "import time; time.sleep(30)"]
+    supervisor = RankSupervisor(command, dict(os.environ), None, "algo-1", 0, grace=2.0)
+    real_popen = subprocess.Popen
+
+    def popen_with_sigterm_arriving(*args, **kwargs):
+        supervisor.terminate()  # as if the signal handler ran right now
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(rank_module.subprocess, "Popen", popen_with_sigterm_arriving)
+    announced: list[int] = []
+    started = time.monotonic()
+    record = supervisor.run(announced.append)
+    elapsed = time.monotonic() - started
+    assert len(announced) == 1
+    assert record.terminated is True
+    assert (record.exit_code, record.signal) == (143, 15)
+    assert elapsed < 1.5
