@@ -74,7 +74,9 @@ class HostAgent:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
-            self._server.close()
+            # shutdown() wakes the thread blocked in accept(); close() alone would not.
+            self._server.shutdown(socket.SHUT_RDWR)
+        self._server.close()
         with contextlib.suppress(FileNotFoundError):
             self._path.unlink()
 

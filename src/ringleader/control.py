@@ -58,7 +58,9 @@ class ControlServer:
     def close(self) -> None:
         self._stop.set()
         with contextlib.suppress(OSError):
-            self._server.close()
+            # shutdown() wakes the thread blocked in accept(); close() alone would not.
+            self._server.shutdown(socket.SHUT_RDWR)
+        self._server.close()
         with self._lock:
             channels = list(self._workers.values())
         for channel in channels:

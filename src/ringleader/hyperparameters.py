@@ -5,12 +5,15 @@ hyperparameters.json by hand write real JSON (2, true). Both must mean the same 
 """
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ringleader.errors import ConfigError
 
 _TRUE = {"true", "1", "yes"}
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+MAX_SECONDS = 1_000_000.0  # about 11.5 days
 _FALSE = {"false", "0", "no"}
 
 
@@ -46,7 +49,7 @@ def as_positive_int(field: str, value: Any) -> int:
         number = value
     elif isinstance(value, float) and value.is_integer():
         number = int(value)
-    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+    elif isinstance(value, str) and _WHOLE_NUMBER.fullmatch(value.strip()):
         number = int(value.strip())
     else:
         raise ConfigError(field, f"expected a whole number of at least 1, got {value!r}")
@@ -62,9 +65,11 @@ def as_positive_seconds(field: str, value: Any) -> float:
         except (TypeError, ValueError):
             pass
         else:
-            if seconds > 0:
+            if 0 < seconds <= MAX_SECONDS:  # also rules out inf and nan: no unbounded waits
                 return seconds
-    raise ConfigError(field, f"expected a number of seconds greater than 0, got {value!r}")
+    raise ConfigError(
+        field, f"expected a number of seconds above 0 and at most {MAX_SECONDS:g}, got {value!r}"
+    )
 
 
 def as_port(field: str, value: Any) -> int:

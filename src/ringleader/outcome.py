@@ -88,7 +88,8 @@ def decide(facts: JobFacts) -> Outcome:
 
 def truncate(headline: str, tail: Sequence[str] = (), tail_title: str = "") -> str:
     """The headline, then as many of the *last* tail lines as fit in the failure-file limit."""
-    text = headline.encode()[:FAILURE_FILE_LIMIT].decode(errors="ignore")
+    # Room for the newline that ends the headline.
+    text = headline.encode()[: FAILURE_FILE_LIMIT - 1].decode(errors="ignore")
     if not tail:
         return text + "\n"
     budget = FAILURE_FILE_LIMIT - len(text.encode()) - len(tail_title.encode()) - 2

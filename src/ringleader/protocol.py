@@ -30,7 +30,10 @@ class Channel:
 
     def receive(self, timeout: float | None) -> Message:
         """The next message; TimeoutError when none came in `timeout` seconds."""
-        self._sock.settimeout(timeout)
+        try:
+            self._sock.settimeout(timeout)
+        except OSError as error:  # closed meanwhile by another thread
+            raise ChannelClosed(str(error)) from error
         while b"\n" not in self._buffer:
             if len(self._buffer) > _MAX_LINE:
                 raise ChannelClosed("message too long")

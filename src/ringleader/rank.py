@@ -89,7 +89,8 @@ class RankSupervisor:
         self.host, self.rank, self._grace = host, rank, grace
         self._child: subprocess.Popen[bytes] | None = None
         self._terminated = threading.Event()
-        self._lock = threading.Lock()
+        # Reentrant: the SIGTERM handler may run on the main thread while run() holds it.
+        self._lock = threading.RLock()
 
     def terminate(self, grace: float | None = None) -> None:
         """SIGTERM the rank now and SIGKILL it `grace` seconds later (the first call wins)."""
@@ -97,7 +98,7 @@ class RankSupervisor:
             if self._terminated.is_set():
                 return
             self._terminated.set()
-        self.forward(signal.SIGTERM)
+            self.forward(signal.SIGTERM)
         delay = self._grace if grace is None else grace
         timer = threading.Timer(delay, self.forward, args=(signal.SIGKILL,))
         timer.daemon = True
@@ -113,23 +114,29 @@ class RankSupervisor:
     def run(self, on_started: Callable[[int], None]) -> RankRecord:
         """Run the command to its end; `on_started` gets the child's PID once it runs."""
         started = time.time()
-        if self._terminated.is_set():
-            return self._record(started, exitcodes.SIGTERM_EXIT, None, ("stopped before start",))
-        try:
-            # Own process group: signals reach the user's whole process tree, not us twice.
-            self._child = subprocess.Popen(
-                self._command,
-                env=self._env,
-                cwd=self._cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except OSError as error:
-            message = f"cannot start {self._command[0]!r}: {error}"
-            sys.stderr.buffer.write(line_tag(self.host, self.rank) + message.encode() + b"\n")
-            return self._record(started, 127, None, (message,))
+        with self._lock:
+            if self._terminated.is_set():
+                return self._record(
+                    started, exitcodes.SIGTERM_EXIT, None, ("stopped before start",)
+                )
+            try:
+                # Own process group: signals reach the user's whole process tree, not us twice.
+                self._child = subprocess.Popen(
+                    self._command,
+                    env=self._env,
+                    cwd=self._cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            except OSError as error:
+                message = f"cannot start {self._command[0]!r}: {error}"
+                sys.stderr.buffer.write(line_tag(self.host, self.rank) + message.encode() + b"\n")
+                return self._record(started, 127, None, (message,))
+            if self._terminated.is_set():
+                # terminate() ran while the child was being spawned, when it had none to signal
+                self.forward(signal.SIGTERM)
         assert self._child.stdout is not None and self._child.stderr is not None
         on_started(self._child.pid)
         tag = line_tag(self.host, self.rank)
