@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ringleader.errors import ConfigError
+from ringleader.errors import ConfigError, StartupError
 
 # Linux interface names: at most 15 bytes, no slash or white space.
 _INTERFACE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
@@ -60,4 +60,10 @@ def local_interfaces() -> dict[str, list[str]]:
 
 
 def resolve(hosts: Sequence[str]) -> list[str]:
-    return [socket.gethostbyname(host) for host in hosts]
+    addresses = []
+    for host in hosts:
+        try:
+            addresses.append(socket.gethostbyname(host))
+        except OSError as error:
+            raise StartupError(f"cannot resolve host {host}: {error}") from None
+    return addresses
