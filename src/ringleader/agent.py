@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 
 from ringleader.events import Event, RankEnded, RankStarted
-from ringleader.protocol import Channel, ChannelClosed
+from ringleader.protocol import Channel, ChannelClosed, close_listener, serve_connections
 from ringleader.records import RankRecord
 
 
@@ -36,7 +36,9 @@ class HostAgent:
         self._server.bind(str(path))
         os.chmod(path, 0o600)
         self._server.listen(256)
-        threading.Thread(target=self._accept_loop, name="host-agent", daemon=True).start()
+        threading.Thread(
+            target=serve_connections, args=(self._server, self._serve), daemon=True
+        ).start()
 
     def terminate_all(self) -> None:
         """Ask every rank wrapper on this host, now and later, to stop its rank."""
@@ -73,20 +75,9 @@ class HostAgent:
                 os.killpg(process.pid, signal.SIGKILL)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            # shutdown() wakes the thread blocked in accept(); close() alone would not.
-            self._server.shutdown(socket.SHUT_RDWR)
-        self._server.close()
+        close_listener(self._server)
         with contextlib.suppress(FileNotFoundError):
             self._path.unlink()
-
-    def _accept_loop(self) -> None:
-        while True:
-            try:
-                connection, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(Channel(connection),), daemon=True).start()
 
     def _serve(self, channel: Channel) -> None:
         try:

@@ -22,7 +22,13 @@ from ringleader.events import (
     WorkerHello,
     WorkerLost,
 )
-from ringleader.protocol import Channel, ChannelClosed, Message
+from ringleader.protocol import (
+    Channel,
+    ChannelClosed,
+    Message,
+    close_listener,
+    serve_connections,
+)
 from ringleader.records import RankRecord
 
 
@@ -36,7 +42,9 @@ class ControlServer:
         self._final: Message | None = None
         self._stop = threading.Event()
         self._server = socket.create_server(("", port), backlog=256)
-        threading.Thread(target=self._accept_loop, name="control-accept", daemon=True).start()
+        threading.Thread(
+            target=serve_connections, args=(self._server, self._serve), daemon=True
+        ).start()
         threading.Thread(
             target=self._heartbeat_loop, args=(heartbeat_interval,), daemon=True
         ).start()
@@ -57,10 +65,7 @@ class ControlServer:
 
     def close(self) -> None:
         self._stop.set()
-        with contextlib.suppress(OSError):
-            # shutdown() wakes the thread blocked in accept(); close() alone would not.
-            self._server.shutdown(socket.SHUT_RDWR)
-        self._server.close()
+        close_listener(self._server)
         with self._lock:
             channels = list(self._workers.values())
         for channel in channels:
@@ -69,15 +74,6 @@ class ControlServer:
     def _heartbeat_loop(self, interval: float) -> None:
         while not self._stop.wait(interval):
             self.broadcast({"type": "heartbeat"})
-
-    def _accept_loop(self) -> None:
-        while True:
-            try:
-                connection, _ = self._server.accept()
-            except OSError:
-                return
-            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=self._serve, args=(Channel(connection),), daemon=True).start()
 
     def _serve(self, channel: Channel) -> None:
         host = None

@@ -4,6 +4,7 @@ import contextlib
 import json
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 Message = dict[str, Any]
@@ -59,3 +60,22 @@ class Channel:
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
+
+
+def serve_connections(listener: socket.socket, serve: Callable[[Channel], None]) -> None:
+    """Accept until the listener is closed; each connection is served on its own thread."""
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return
+        if connection.family != socket.AF_UNIX:
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.Thread(target=serve, args=(Channel(connection),), daemon=True).start()
+
+
+def close_listener(listener: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        # shutdown() wakes the thread blocked in accept(); close() alone would not.
+        listener.shutdown(socket.SHUT_RDWR)
+    listener.close()
