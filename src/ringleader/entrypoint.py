@@ -9,6 +9,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -243,7 +244,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.log(message)
         write_result(exitcodes.CONFIG_ERROR, message + "\n")
         return exitcodes.CONFIG_ERROR
-    outcome = entry.run()
+    try:
+        outcome = entry.run()
+    except Exception as error:  # a bug of ours must still leave a failure file and a code
+        details = traceback.format_exc().strip().splitlines()
+        outcome = Outcome(
+            exitcodes.INTERNAL_ERROR,
+            truncate(f"ringleader internal error: {error!r}", details, "Traceback:"),
+        )
+        write_result(outcome.exit_code, outcome.failure)
     if outcome.succeeded:
         log.log("job succeeded: exit code 0")
     else:

@@ -14,7 +14,8 @@ def set_host(host: str) -> None:
 
 
 def log(message: str) -> None:
-    stamp = time.strftime("%H:%M:%S")
+    now = time.time()
+    stamp = time.strftime("%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}"
     line = f"[ringleader {_host}] {stamp} {message}\n".encode()
     with _lock:
         sys.stdout.buffer.write(line)
