@@ -1,5 +1,6 @@
 """The container's entry point: `docker run IMAGE [train]` on every host of the job."""
 
+import concurrent.futures
 import contextlib
 import importlib.util
 import os
@@ -37,6 +38,8 @@ from ringleader.topology import Topology, leader_hint
 from ringleader.user_command import build_user_command
 from ringleader.worker import Worker
 
+Prepared = concurrent.futures.Future[list[str]]  # the user's command, once the host is ready
+
 
 class EntryPoint:
     def __init__(self, files: ConfigFiles) -> None:
@@ -69,36 +72,35 @@ class EntryPoint:
             f"program {config.program}; MPI {'on' if config.mpi_enabled else 'off'}"
         )
         agent = HostAgent(paths.AGENT_SOCKET, self._events)
-        try:
+        # The host's environment (sagemaker-training's Environment, a slow import) is computed
+        # while sshd starts and the workers connect; each role waits for it when it needs it.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            prepared = pool.submit(self._prepare_host, config, single)
             try:
-                user_command = build_user_command(
-                    config.program_path,
-                    hostenv.user_args(config),
-                    mpi4py_run=config.mpi4py_run and not single and mpi4py_available(),
-                )
-                hostenv.write_host_env(
-                    paths.HOST_ENV_FILE,
-                    hostenv.host_environment(
-                        os.environ, hostenv.sagemaker_env_vars(config, self._files)
-                    ),
-                )
-            except JobError as error:
-                if single or topology.is_leader:
-                    return self._config_failure(topology, error)
-                return self._report_to_leader(config.topology, config.control_port, error)
-            if single:
-                return self._run_single(config, user_command, agent)
-            if topology.is_leader:
-                return self._run_leader(config, user_command, agent)
-            return self._run_worker(config, agent)
-        finally:
-            agent.close()
+                if single:
+                    return self._run_single(config, prepared, agent)
+                if topology.is_leader:
+                    return self._run_leader(config, prepared, agent)
+                return self._run_worker(config, prepared, agent)
+            finally:
+                agent.close()
 
-    def _run_single(self, config: JobConfig, user_command: list[str], agent: HostAgent) -> Outcome:
+    def _prepare_host(self, config: JobConfig, single: bool) -> list[str]:
+        """Write this host's environment file for its ranks; return the user's command."""
+        user_command = build_user_command(
+            config.program_path,
+            hostenv.user_args(config),
+            mpi4py_run=config.mpi4py_run and not single and mpi4py_available(),
+        )
+        sagemaker = hostenv.sagemaker_env_vars(config, self._files)
+        hostenv.write_host_env(paths.HOST_ENV_FILE, hostenv.host_environment(os.environ, sagemaker))
+        return user_command
+
+    def _run_single(self, config: JobConfig, prepared: Prepared, agent: HostAgent) -> Outcome:
         leader = Leader(self._host, (), config.timeouts, self._events, agent, None)
 
         def prepare() -> tuple[list[str], dict[str, str]]:
-            return self._rank_command(config, user_command, ()), dict(
+            return self._rank_command(config, prepared.result(), ()), dict(
                 os.environ, RINGLEADER_RANK="0"
             )
 
@@ -106,7 +108,7 @@ class EntryPoint:
         write_result(outcome.exit_code, outcome.failure)
         return outcome
 
-    def _run_leader(self, config: JobConfig, user_command: list[str], agent: HostAgent) -> Outcome:
+    def _run_leader(self, config: JobConfig, prepared: Prepared, agent: HostAgent) -> Outcome:
         topology = config.topology
         server = ControlServer(
             config.control_port, self._events, config.timeouts.heartbeat_interval
@@ -122,7 +124,7 @@ class EntryPoint:
             else:
                 per_host = config.processes_per_host or gpu_count() or 1
                 outcome = leader.run(
-                    lambda: self._mpirun(config, user_command, per_host),
+                    lambda: self._mpirun(config, prepared.result(), per_host),
                     world_size=per_host * len(topology.hosts),
                 )
             # Files first: under docker compose the first container to exit stops the rest.
@@ -171,9 +173,10 @@ class EntryPoint:
             *user_command,
         ]
 
-    def _run_worker(self, config: JobConfig, agent: HostAgent) -> Outcome:
+    def _run_worker(self, config: JobConfig, prepared: Prepared, agent: HostAgent) -> Outcome:
         try:
             start_sshd(paths.SSHD_NOTIFY_SOCKET, config.timeouts.startup)
+            prepared.result()
         except JobError as error:
             return self._report_to_leader(config.topology, config.control_port, error)
         outcome = Worker(config, self._events, agent, self._stop).run()

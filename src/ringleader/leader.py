@@ -4,6 +4,7 @@ Every wait is a bounded read of one event queue, fed by the control server (work
 agent (local ranks), the launcher (mpirun exiting) and the SIGTERM handler.
 """
 
+import concurrent.futures
 import queue
 import shlex
 import time
@@ -30,7 +31,7 @@ from ringleader.launcher import Launcher
 from ringleader.log import log
 from ringleader.outcome import JobFacts, Outcome, decide
 from ringleader.records import RankRecord
-from ringleader.sshd import check_ssh
+from ringleader.sshd import ssh_problem
 
 # After the launcher exits, how long to wait for rank records still in flight from workers.
 RECORD_SETTLE_SECONDS = 2.0
@@ -81,7 +82,6 @@ class Leader:
     def run(self, prepare_launch: PrepareLaunch, world_size: int) -> Outcome:
         try:
             self._wait_for_workers()
-            check_ssh(self._workers, self._timeouts.startup)
             argv, env = prepare_launch()
         except JobStopped as stopped:
             return decide(self._stopped_facts(stopped.host))
@@ -93,12 +93,24 @@ class Leader:
         return JobFacts(stopped_on=host, sigterm_grace=self._timeouts.sigterm_grace)
 
     def _wait_for_workers(self) -> None:
-        pending = set(self._workers)
-        if not pending:
+        """Wait for every worker's hello, checking ssh to each as soon as it says hello."""
+        if not self._workers:
             return
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(self._workers), 32)) as pool:
+            checks = self._collect_hellos(pool)
+            problems = [problem for check in checks for problem in [check.result()] if problem]
+        if problems:
+            raise StartupError("ssh to worker host(s) failed: " + "; ".join(problems))
+        log("all workers are up")
+
+    def _collect_hellos(
+        self, pool: concurrent.futures.Executor
+    ) -> list["concurrent.futures.Future[str | None]"]:
+        pending = set(self._workers)
         timeout = self._timeouts.startup
         log(f"waiting for {len(pending)} worker(s): {', '.join(sorted(pending))}")
         deadline = time.monotonic() + timeout
+        checks = []
         while pending:
             event = next_event(self._events, deadline)
             if event is None:
@@ -112,12 +124,13 @@ class Leader:
                 if event.error_code is not None:
                     self._settled.add(event.host)
                     raise _HostError(event.host, event.error_code, event.error_message or "")
+                checks.append(pool.submit(ssh_problem, event.host, timeout))
             elif isinstance(event, WorkerLost) and event.host in self._workers:
                 self._settled.add(event.host)
                 raise StartupError(f"Host {event.host} disconnected before the job started.")
             elif isinstance(event, SigtermReceived):
                 raise JobStopped(event.host)
-        log("all workers are up")
+        return checks
 
     def _supervise(self, argv: Sequence[str], env: dict[str, str], world_size: int) -> Outcome:
         timeouts = self._timeouts
@@ -158,6 +171,7 @@ class Leader:
                 run.lost_hosts.append(event.host)
                 self._settled.add(event.host)
             elif isinstance(event, LauncherExited):
+                log(f"launcher exited with code {event.exit_code}")
                 return self._conclude(run, event.exit_code, launcher, world_size)
 
     def _conclude(
@@ -226,6 +240,7 @@ class Leader:
                 not isinstance(event, WorkerHello) or event.error_code is not None
             ):
                 pending.discard(event.host)
+        log("every worker has the exit code")
 
 
 class _HostError(JobError):

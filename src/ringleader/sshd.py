@@ -1,12 +1,10 @@
 """Starting this host's sshd (for mpirun's daemons) and checking that workers accept us."""
 
-import concurrent.futures
 import contextlib
 import os
 import socket
 import subprocess
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
 from ringleader.errors import StartupError
@@ -58,27 +56,18 @@ def start_sshd(notify_path: Path, timeout: float) -> subprocess.Popen[bytes]:
             notify_path.unlink()
 
 
-def check_ssh(hosts: Sequence[str], timeout: float) -> None:
-    """One authenticated `ssh HOST true` per worker, all at once; names every host that fails."""
-    if not hosts:
-        return
-
-    def check(host: str) -> str | None:
-        try:
-            result = subprocess.run(
-                ["ssh", "-o", f"ConnectTimeout={max(int(timeout), 1)}", host, "true"],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return f"{host}: no answer within {timeout:g} s"
-        if result.returncode != 0:
-            return f"{host}: {result.stderr.decode(errors='replace').strip() or result.returncode}"
-        return None
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(hosts), 32)) as pool:
-        problems = [problem for problem in pool.map(check, hosts) if problem]
-    if problems:
-        raise StartupError("ssh to worker host(s) failed: " + "; ".join(problems))
+def ssh_problem(host: str, timeout: float) -> str | None:
+    """One authenticated `ssh HOST true`; what went wrong, or None when it worked."""
+    try:
+        result = subprocess.run(
+            ["ssh", "-o", f"ConnectTimeout={max(int(timeout), 1)}", host, "true"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"{host}: no answer within {timeout:g} s"
+    if result.returncode != 0:
+        return f"{host}: {result.stderr.decode(errors='replace').strip() or result.returncode}"
+    return None
