@@ -13,6 +13,7 @@ The toolkit's failure runs take minutes (its workers poll); --skip-toolkit-failu
 
 import argparse
 import io
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -37,12 +38,9 @@ class Measurement:
 
 
 def bench_times(output: str, kind: str) -> list[float]:
-    times = []
-    for line in output.splitlines():
-        marker = f"BENCH {kind} "
-        if marker in line:
-            times.append(float(line.split(marker, 1)[1].split()[1]))
-    return times
+    # Searched in the whole text: the toolkit's plain mpirun output tears lines apart.
+    pattern = re.compile(rf"BENCH {kind} \d+ (\d+\.\d{{6}})")
+    return [float(match.group(1)) for match in pattern.finditer(output)]
 
 
 def run(runner: str, hosts: int, fail: bool, workdir: Path) -> Measurement:
