@@ -61,6 +61,9 @@ class JobConfig:
     # Run Python scripts as `python -m mpi4py script.py`: an exception or sys.exit(N) in one
     # rank then calls MPI_Abort instead of hanging in MPI_Finalize while peers wait for it.
     mpi4py_run: bool = True
+    # sagemaker_submit_directory when it is a sourcedir tarball (s3:// or a local file): it is
+    # fetched and extracted into code_dir before the job starts (ringleader.sourcecode).
+    code_archive: str | None = None
 
     @property
     def user_hyperparameters(self) -> dict[str, Any]:
@@ -99,10 +102,11 @@ def parse_job_config(
     )
     custom_options = _split_custom_options(values.get("sagemaker_mpi_custom_mpi_options", ""))
     timeouts, control_port, mpi4py_run = _parse_ringleader_keys(values)
+    code_dir, code_archive = _code_source(values.get("sagemaker_submit_directory"))
     return JobConfig(
         topology=topology,
         program=program,
-        code_dir=_code_dir(values.get("sagemaker_submit_directory")),
+        code_dir=code_dir,
         mpi_enabled=mpi_enabled,
         processes_per_host=processes_per_host,
         custom_mpi_options=custom_options,
@@ -110,6 +114,7 @@ def parse_job_config(
         timeouts=timeouts,
         control_port=control_port,
         mpi4py_run=mpi4py_run,
+        code_archive=code_archive,
     )
 
 
@@ -148,22 +153,28 @@ def _parse_ringleader_keys(values: Mapping[str, Any]) -> tuple[Timeouts, int, bo
     return Timeouts(**seconds), control_port, mpi4py_run
 
 
-def _code_dir(submit_directory: Any) -> str:
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+
+
+def _code_source(submit_directory: Any) -> tuple[str, str | None]:
+    """(code directory, sourcedir tarball to extract into it or None)."""
     if submit_directory is None or submit_directory == "":
-        return DEFAULT_CODE_DIR
+        return DEFAULT_CODE_DIR, None
     if not isinstance(submit_directory, str):
         raise ConfigError(
             "sagemaker_submit_directory", f"expected a path, got {submit_directory!r}"
         )
-    if submit_directory.startswith("file://"):
-        return submit_directory.removeprefix("file://")
-    if "://" in submit_directory:
+    if submit_directory.startswith("s3://"):
+        return DEFAULT_CODE_DIR, submit_directory
+    path = submit_directory.removeprefix("file://")
+    if "://" in path:
         raise ConfigError(
             "sagemaker_submit_directory",
-            f"{submit_directory!r}: only local paths are supported by this version; "
-            "mount or bake the code at /opt/ml/code",
+            f"{submit_directory!r}: expected an s3:// sourcedir tarball or a local path",
         )
-    return submit_directory
+    if path.endswith(ARCHIVE_SUFFIXES):
+        return DEFAULT_CODE_DIR, path
+    return path, None
 
 
 @dataclass(frozen=True)
@@ -214,7 +225,8 @@ def load_job_config(
 ) -> JobConfig:
     raw = read_json_object(files.hyperparameters, "hyperparameters.json") or {}
     config = parse_job_config(topology, raw, environ)
-    if not config.program_path.is_file():
+    # An archive is checked once extracted (ringleader.sourcecode.prepare).
+    if config.code_archive is None and not config.program_path.is_file():
         raise ConfigError(
             "sagemaker_program",
             f"{config.program!r} not found in the code directory {config.code_dir}",

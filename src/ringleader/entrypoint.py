@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from ringleader import exitcodes, hostenv, log, paths
+from ringleader import exitcodes, hostenv, log, paths, sourcecode
 from ringleader.agent import HostAgent
 from ringleader.config import (
     DEFAULT_CONTROL_PORT,
@@ -64,6 +64,7 @@ class EntryPoint:
         log.set_host(self._host)
         try:
             config = load_job_config(topology, os.environ, self._files)
+            sourcecode.prepare(config, self._stop)  # fetch, extract, pip install, check
         except ConfigError as error:
             return self._config_failure(topology, error)
         single = len(topology.hosts) == 1 or not config.mpi_enabled
