@@ -17,14 +17,16 @@ from pathlib import Path
 import psutil
 
 from ringleader.events import Event, RankEnded, RankStarted
+from ringleader.output import OutputHandler
 from ringleader.protocol import Channel, ChannelClosed, close_listener, serve_connections
 from ringleader.records import RankRecord
 
 
 class HostAgent:
-    def __init__(self, path: Path, events: "queue.Queue[Event]") -> None:
+    def __init__(self, path: Path, events: "queue.Queue[Event]", on_output: OutputHandler) -> None:
         self._path = path
         self._events = events
+        self._on_output = on_output
         self._lock = threading.Lock()
         self._wrappers: list[Channel] = []
         self._terminating_since: float | None = None
@@ -92,6 +94,8 @@ class HostAgent:
                     self._events.put(RankStarted(int(message["rank"]), str(message["host"])))
                     if terminating:
                         channel.send({"type": "terminate"})
+                elif kind == "output":
+                    self._on_output(message)
                 elif kind == "rank-end":
                     self._events.put(RankEnded(RankRecord.from_json(message["record"])))
                     channel.send({"type": "ack"})

@@ -2,7 +2,7 @@
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -10,6 +10,8 @@ from typing import Any
 
 from ringleader import hyperparameters as hp
 from ringleader.errors import ConfigError
+from ringleader.metrics import MetricDefinition, parse_definitions
+from ringleader.selection import ALL_RANKS, RANK_ZERO, RankSelection
 from ringleader.topology import Topology, parse_topology
 
 SAGEMAKER_PREFIX = "sagemaker_"
@@ -34,16 +36,23 @@ class Timeouts:
         return max(self.leader_loss / 4, 0.05)
 
 
-# ringleader_* hyperparameter -> Timeouts field, or "control_port" / "mpi4py_run"
-_RINGLEADER_KEYS = {
+# ringleader_* hyperparameter -> Timeouts field
+_TIMEOUT_KEYS = {
     "ringleader_startup_timeout": "startup",
     "ringleader_sigterm_grace": "sigterm_grace",
     "ringleader_leader_timeout": "leader_loss",
     "ringleader_finish_timeout": "finish",
     "ringleader_abort_grace": "abort_grace",
-    "ringleader_control_port": "control_port",
-    "ringleader_mpi4py_run": "mpi4py_run",
 }
+# ringleader_* hyperparameter -> (JobConfig field, parser(field name, value))
+_SETTING_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
+    "ringleader_control_port": ("control_port", hp.as_port),
+    "ringleader_mpi4py_run": ("mpi4py_run", hp.as_bool),
+    "ringleader_log_ranks": ("log_ranks", RankSelection.parse),
+    "ringleader_metric_ranks": ("metric_ranks", RankSelection.parse),
+    "ringleader_metric_definitions": ("metric_definitions", parse_definitions),
+}
+METRIC_DEFINITIONS_ENV = "RINGLEADER_METRIC_DEFINITIONS"
 DEFAULT_CONTROL_PORT = 29100
 
 
@@ -61,6 +70,9 @@ class JobConfig:
     # Run Python scripts as `python -m mpi4py script.py`: an exception or sys.exit(N) in one
     # rank then calls MPI_Abort instead of hanging in MPI_Finalize while peers wait for it.
     mpi4py_run: bool = True
+    log_ranks: RankSelection = ALL_RANKS  # whose output the leader prints
+    metric_ranks: RankSelection = RANK_ZERO  # so metrics are not multiplied by the ranks
+    metric_definitions: tuple[MetricDefinition, ...] = ()
     # sagemaker_submit_directory when it is a sourcedir tarball (s3:// or a local file): it is
     # fetched and extracted into code_dir before the job starts (ringleader.sourcecode).
     code_archive: str | None = None
@@ -101,7 +113,7 @@ def parse_job_config(
         else hp.as_positive_int("sagemaker_mpi_num_of_processes_per_host", per_host_value)
     )
     custom_options = _split_custom_options(values.get("sagemaker_mpi_custom_mpi_options", ""))
-    timeouts, control_port, mpi4py_run = _parse_ringleader_keys(values)
+    timeouts, settings = _parse_ringleader_keys(values, environ)
     code_dir, code_archive = _code_source(values.get("sagemaker_submit_directory"))
     return JobConfig(
         topology=topology,
@@ -112,8 +124,7 @@ def parse_job_config(
         custom_mpi_options=custom_options,
         hyperparameters=MappingProxyType(values),
         timeouts=timeouts,
-        control_port=control_port,
-        mpi4py_run=mpi4py_run,
+        **settings,
         code_archive=code_archive,
     )
 
@@ -130,27 +141,30 @@ def _split_custom_options(value: Any) -> tuple[str, ...]:
         raise ConfigError(field_name, f"cannot split {value!r}: {error}") from None
 
 
-def _parse_ringleader_keys(values: Mapping[str, Any]) -> tuple[Timeouts, int, bool]:
+def _parse_ringleader_keys(
+    values: Mapping[str, Any], environ: Mapping[str, str]
+) -> tuple[Timeouts, dict[str, Any]]:
+    known = {**_TIMEOUT_KEYS, **_SETTING_KEYS}
     unknown = sorted(
-        key for key in values if key.startswith(RINGLEADER_PREFIX) and key not in _RINGLEADER_KEYS
+        key for key in values if key.startswith(RINGLEADER_PREFIX) and key not in known
     )
     if unknown:
-        raise ConfigError(
-            unknown[0], f"unknown ringleader setting; known ones are {sorted(_RINGLEADER_KEYS)}"
+        raise ConfigError(unknown[0], f"unknown ringleader setting; known ones are {sorted(known)}")
+    seconds = {
+        target: hp.as_positive_seconds(key, values[key])
+        for key, target in _TIMEOUT_KEYS.items()
+        if key in values
+    }
+    settings = {
+        target: parse(key, values[key])
+        for key, (target, parse) in _SETTING_KEYS.items()
+        if key in values
+    }
+    if "metric_definitions" not in settings and METRIC_DEFINITIONS_ENV in environ:
+        settings["metric_definitions"] = parse_definitions(
+            METRIC_DEFINITIONS_ENV, environ[METRIC_DEFINITIONS_ENV]
         )
-    seconds: dict[str, float] = {}
-    control_port = DEFAULT_CONTROL_PORT
-    mpi4py_run = True
-    for key, target in _RINGLEADER_KEYS.items():
-        if key not in values:
-            continue
-        if target == "control_port":
-            control_port = hp.as_port(key, values[key])
-        elif target == "mpi4py_run":
-            mpi4py_run = hp.as_bool(key, values[key])
-        else:
-            seconds[target] = hp.as_positive_seconds(key, values[key])
-    return Timeouts(**seconds), control_port, mpi4py_run
+    return Timeouts(**seconds), settings
 
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")

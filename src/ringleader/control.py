@@ -1,7 +1,7 @@
 """The control channel between the leader and its workers (TCP, newline-delimited JSON).
 
-Worker -> leader: hello (sshd is up, or a configuration error), rank-start and rank-end relayed
-from its host agent, sigterm (SIGTERM arrived on that host), bye (exit code received).
+Worker -> leader: hello (sshd is up, or a configuration error), rank-start, output and rank-end
+relayed from its host agent, sigterm (SIGTERM arrived on that host), bye (exit code received).
 Leader -> worker: heartbeat (so a worker notices a lost leader within the leader timeout),
 terminate (stop your ranks), exit (the job's exit code and failure text; reply bye, then exit).
 """
@@ -22,6 +22,7 @@ from ringleader.events import (
     WorkerHello,
     WorkerLost,
 )
+from ringleader.output import OutputHandler
 from ringleader.protocol import (
     Channel,
     ChannelClosed,
@@ -35,8 +36,15 @@ from ringleader.records import RankRecord
 class ControlServer:
     """Runs on the leader: accepts workers, relays their events, heartbeats, broadcasts."""
 
-    def __init__(self, port: int, events: "queue.Queue[Event]", heartbeat_interval: float) -> None:
+    def __init__(
+        self,
+        port: int,
+        events: "queue.Queue[Event]",
+        heartbeat_interval: float,
+        on_output: OutputHandler,
+    ) -> None:
         self._events = events
+        self._on_output = on_output
         self._lock = threading.Lock()
         self._workers: dict[str, Channel] = {}
         self._final: Message | None = None
@@ -106,7 +114,9 @@ class ControlServer:
 
     def _dispatch(self, host: str, message: Message) -> None:
         kind = message.get("type")
-        if kind == "rank-start":
+        if kind == "output":
+            self._on_output(message)
+        elif kind == "rank-start":
             self._events.put(RankStarted(int(message["rank"]), str(message["host"])))
         elif kind == "rank-end":
             self._events.put(RankEnded(RankRecord.from_json(message["record"])))

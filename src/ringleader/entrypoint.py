@@ -29,10 +29,12 @@ from ringleader.control import ControlServer, connect_to_leader, hello_message
 from ringleader.errors import ConfigError, JobError
 from ringleader.events import Event, SigtermReceived
 from ringleader.leader import Leader
+from ringleader.metrics import MetricRecorder
 from ringleader.mpi_command import MpiPlan, build_mpirun_argv, forwarded_variables
 from ringleader.netif import choose_interface, local_interfaces, resolve
 from ringleader.outcome import Outcome, truncate
-from ringleader.results import write_result
+from ringleader.output import OutputPrinter, OutputRelay
+from ringleader.results import write_job_summary, write_result
 from ringleader.sshd import start_sshd
 from ringleader.topology import Topology, leader_hint
 from ringleader.user_command import build_user_command
@@ -72,17 +74,23 @@ class EntryPoint:
             f"{'leader' if topology.is_leader else 'worker'} of {list(topology.hosts)}; "
             f"program {config.program}; MPI {'on' if config.mpi_enabled else 'off'}"
         )
-        agent = HostAgent(paths.AGENT_SOCKET, self._events)
+        printer: OutputPrinter | None = None
+        relay = OutputRelay()
+        if single or topology.is_leader:
+            printer = self._printer(config)
+        agent = HostAgent(
+            paths.AGENT_SOCKET, self._events, printer.deliver if printer else relay.deliver
+        )
         # The host's environment (sagemaker-training's Environment, a slow import) is computed
         # while sshd starts and the workers connect; each role waits for it when it needs it.
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
             prepared = pool.submit(self._prepare_host, config, single)
             try:
-                if single:
-                    return self._run_single(config, prepared, agent)
-                if topology.is_leader:
-                    return self._run_leader(config, prepared, agent)
-                return self._run_worker(config, prepared, agent)
+                if printer is not None and single:
+                    return self._run_single(config, prepared, agent, printer)
+                if printer is not None:
+                    return self._run_leader(config, prepared, agent, printer)
+                return self._run_worker(config, prepared, agent, relay)
             finally:
                 agent.close()
 
@@ -97,7 +105,27 @@ class EntryPoint:
         hostenv.write_host_env(paths.HOST_ENV_FILE, hostenv.host_environment(os.environ, sagemaker))
         return user_command
 
-    def _run_single(self, config: JobConfig, prepared: Prepared, agent: HostAgent) -> Outcome:
+    @staticmethod
+    def _printer(config: JobConfig) -> OutputPrinter:
+        recorder = None
+        if config.metric_definitions:
+            recorder = MetricRecorder(config.metric_definitions, paths.METRICS_FILE)
+        return OutputPrinter(config.log_ranks, config.metric_ranks, recorder)
+
+    def _conclude(
+        self, outcome: Outcome, leader: Leader, printer: OutputPrinter, config: JobConfig
+    ) -> None:
+        """The leader's files, written before any worker is told (compose stops on first exit)."""
+        for line in printer.close():
+            log.log(line)
+        write_job_summary(
+            paths.JOB_FILE, outcome, leader.records, config.topology.hosts, leader.world_size
+        )
+        write_result(outcome.exit_code, outcome.failure)
+
+    def _run_single(
+        self, config: JobConfig, prepared: Prepared, agent: HostAgent, printer: OutputPrinter
+    ) -> Outcome:
         leader = Leader(self._host, (), config.timeouts, self._events, agent, None)
 
         def prepare() -> tuple[list[str], dict[str, str]]:
@@ -106,13 +134,18 @@ class EntryPoint:
             )
 
         outcome = leader.run(prepare, world_size=1)
-        write_result(outcome.exit_code, outcome.failure)
+        self._conclude(outcome, leader, printer, config)
         return outcome
 
-    def _run_leader(self, config: JobConfig, prepared: Prepared, agent: HostAgent) -> Outcome:
+    def _run_leader(
+        self, config: JobConfig, prepared: Prepared, agent: HostAgent, printer: OutputPrinter
+    ) -> Outcome:
         topology = config.topology
         server = ControlServer(
-            config.control_port, self._events, config.timeouts.heartbeat_interval
+            config.control_port,
+            self._events,
+            config.timeouts.heartbeat_interval,
+            printer.deliver,
         )
         try:
             leader = Leader(
@@ -128,8 +161,7 @@ class EntryPoint:
                     lambda: self._mpirun(config, prepared.result(), per_host),
                     world_size=per_host * len(topology.hosts),
                 )
-            # Files first: under docker compose the first container to exit stops the rest.
-            write_result(outcome.exit_code, outcome.failure)
+            self._conclude(outcome, leader, printer, config)
             leader.tell_workers(outcome)
             return outcome
         finally:
@@ -174,13 +206,15 @@ class EntryPoint:
             *user_command,
         ]
 
-    def _run_worker(self, config: JobConfig, prepared: Prepared, agent: HostAgent) -> Outcome:
+    def _run_worker(
+        self, config: JobConfig, prepared: Prepared, agent: HostAgent, relay: OutputRelay
+    ) -> Outcome:
         try:
             start_sshd(paths.SSHD_NOTIFY_SOCKET, config.timeouts.startup)
             prepared.result()
         except JobError as error:
             return self._report_to_leader(config.topology, config.control_port, error)
-        outcome = Worker(config, self._events, agent, self._stop).run()
+        outcome = Worker(config, self._events, agent, self._stop, relay).run()
         write_result(outcome.exit_code, outcome.failure)
         return outcome
 
@@ -192,7 +226,12 @@ class EntryPoint:
         write_result(outcome.exit_code, outcome.failure)
         if len(topology.hosts) > 1:
             timeouts = Timeouts()
-            server = ControlServer(DEFAULT_CONTROL_PORT, self._events, timeouts.heartbeat_interval)
+            server = ControlServer(
+                DEFAULT_CONTROL_PORT,
+                self._events,
+                timeouts.heartbeat_interval,
+                on_output=lambda _message: None,  # no rank ever started
+            )
             try:
                 leader = Leader(self._host, topology.workers, timeouts, self._events, None, server)
                 leader.tell_workers(outcome)

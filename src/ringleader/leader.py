@@ -76,10 +76,13 @@ class Leader:
         self._agent = agent
         self._server = server
         self._workers = tuple(workers)
+        self.records: tuple[RankRecord, ...] = ()  # every rank's record, once the job ended
+        self.world_size = 0
         self._settled: set[str] = set()  # workers that will not need the final exit message
         self._absent: set[str] = set()
 
     def run(self, prepare_launch: PrepareLaunch, world_size: int) -> Outcome:
+        self.world_size = world_size
         try:
             self._wait_for_workers()
             argv, env = prepare_launch()
@@ -189,8 +192,9 @@ class Leader:
                 self._settled.add(event.host)
         if self._agent is not None:
             self._agent.reap(self._timeouts.sigterm_grace, self._timeouts.abort_grace)
+        self.records = tuple(run.records[rank] for rank in sorted(run.records))
         facts = JobFacts(
-            records=tuple(run.records[rank] for rank in sorted(run.records)),
+            records=self.records,
             world_size=world_size,
             launcher_exit_code=launcher_code,
             launcher_output_tail=launcher.output_tail(),

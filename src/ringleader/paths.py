@@ -10,3 +10,7 @@ SSHD_NOTIFY_SOCKET = RUN_DIR / "sshd-notify.sock"
 OUTPUT_DIR = Path("/opt/ml/output")
 FAILURE_FILE = OUTPUT_DIR / "failure"
 SUCCESS_FILE = OUTPUT_DIR / "success"
+DATA_DIR = OUTPUT_DIR / "data"  # what SageMaker uploads
+LOG_DIR = DATA_DIR / "logs"  # per-rank logs: logs/<host>/rank-<N>.log
+METRICS_FILE = DATA_DIR / "metrics.jsonl"
+JOB_FILE = DATA_DIR / "job.json"  # the leader's summary: outcome and every rank's record

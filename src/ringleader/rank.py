@@ -9,8 +9,10 @@ the root cause of a failure.
 import argparse
 import collections
 import contextlib
+import itertools
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -18,9 +20,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import IO
 
 from ringleader import exitcodes, paths
+from ringleader.lines import LineSplitter
+from ringleader.output import tag
 from ringleader.protocol import Channel, ChannelClosed
 from ringleader.records import RankRecord
 
@@ -29,11 +34,7 @@ _TAIL_LINE_CHARS = 300
 _MPI_PREFIXES = ("OMPI_", "PMIX_", "OPAL_", "ORTE_", "PRTE_")
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _REPORT_TIMEOUT = 10.0
-
-
-def line_tag(host: str, rank: int) -> bytes:
-    """The documented prefix of every rank output line; metric regexes match after it."""
-    return f"[{host} rank {rank}] ".encode()
+_BATCH_BYTES = 64 * 1024  # output lines shipped to the host agent per message, at most
 
 
 def rank_environment(
@@ -57,22 +58,108 @@ def current_rank(env: Mapping[str, str]) -> int:
     return 0
 
 
-class _Pump(threading.Thread):
-    """Copies one pipe of the child to our stream line by line, each line tagged."""
+class RankOutput:
+    """Where a rank's output lines go: its own log file, and the host agent in batches.
 
-    def __init__(self, source: IO[bytes], sink: IO[bytes], tag: bytes, tail: int) -> None:
+    Pumps put whole lines; one sender thread writes the log and ships batches, so the leader
+    only ever sees whole lines. Without an agent, lines go to our stdout/stderr, tagged.
+    """
+
+    def __init__(self, host: str, rank: int, log_path: Path | None) -> None:
+        self.host, self.rank = host, rank
+        self._log_path = log_path
+        self._channel: Channel | None = None
+        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue(maxsize=10_000)
+        self._sender = threading.Thread(target=self._send_loop, daemon=True)
+
+    def start(self, channel: Channel | None) -> None:
+        self._channel = channel
+        self._sender.start()
+
+    def put(self, stream: str, line: str) -> None:
+        self._queue.put((stream, line))
+
+    def close(self, timeout: float) -> None:
+        """Flush everything (bounded), then stop the sender."""
+        self._queue.put(None)
+        self._sender.join(timeout)
+
+    def _send_loop(self) -> None:
+        log = self._open_log()
+        try:
+            while True:
+                batch = [self._queue.get()]
+                size = 0
+                while batch[-1] is not None and size < _BATCH_BYTES:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    batch.append(item)
+                    size += len(item[1]) if item is not None else 0
+                done = batch[-1] is None
+                items = [item for item in batch if item is not None]
+                if log is not None and items:
+                    log.write("".join(f"{line}\n" for _, line in items))
+                    log.flush()
+                self._ship(items)
+                if done:
+                    return
+        finally:
+            if log is not None:
+                log.close()
+
+    def _open_log(self) -> IO[str] | None:
+        if self._log_path is None:
+            return None
+        try:
+            self._log_path.parent.mkdir(parents=True, exist_ok=True)
+            return self._log_path.open("a", encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def _ship(self, items: list[tuple[str, str]]) -> None:
+        # One message per run of lines from the same stream, in order.
+        for stream, group in itertools.groupby(items, key=lambda item: item[0]):
+            lines = [line for _, line in group]
+            if self._channel is not None:
+                with contextlib.suppress(ChannelClosed):
+                    self._channel.send(
+                        {
+                            "type": "output",
+                            "rank": self.rank,
+                            "host": self.host,
+                            "stream": stream,
+                            "lines": lines,
+                        }
+                    )
+                    continue
+            sink = sys.stderr.buffer if stream == "stderr" else sys.stdout.buffer
+            prefix = tag(self.host, self.rank)
+            sink.write("".join(f"{prefix}{line}\n" for line in lines).encode(errors="replace"))
+            sink.flush()
+
+
+class _Pump(threading.Thread):
+    """Reads one pipe of the child and hands its whole lines to the rank's output."""
+
+    def __init__(self, fd: int, stream: str, output: RankOutput, tail: int) -> None:
         super().__init__(daemon=True)
-        self._source, self._sink, self._tag = source, sink, tag
+        self._fd, self._stream, self._output = fd, stream, output
         self.tail: collections.deque[str] = collections.deque(maxlen=tail)
 
     def run(self) -> None:
-        for line in iter(self._source.readline, b""):
-            if not line.endswith(b"\n"):
-                line += b"\n"
-            self._sink.write(self._tag + line)
-            self._sink.flush()
+        splitter = LineSplitter()
+        while chunk := os.read(self._fd, 65536):
+            self._emit(splitter.feed(chunk))
+        self._emit(splitter.flush())
+
+    def _emit(self, lines: list[bytes]) -> None:
+        for raw in lines:
+            line = raw.decode(errors="replace")
+            self._output.put(self._stream, line)
             if self.tail.maxlen:
-                self.tail.append(line.decode(errors="replace").rstrip()[:_TAIL_LINE_CHARS])
+                self.tail.append(line.rstrip()[:_TAIL_LINE_CHARS])
 
 
 class RankSupervisor:
@@ -111,9 +198,10 @@ class RankSupervisor:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.pid, signum)
 
-    def run(self, on_started: Callable[[int], None]) -> RankRecord:
+    def run(self, output: RankOutput, on_started: Callable[[int], None]) -> RankRecord:
         """Run the command to its end; `on_started` gets the child's PID once it runs."""
         started = time.time()
+        self._output = output
         with self._lock:
             if self._terminated.is_set():
                 return self._record(
@@ -132,17 +220,17 @@ class RankSupervisor:
                 )
             except OSError as error:
                 message = f"cannot start {self._command[0]!r}: {error}"
-                sys.stderr.buffer.write(line_tag(self.host, self.rank) + message.encode() + b"\n")
+                output.put("stderr", message)
+                output.close(timeout=_REPORT_TIMEOUT)
                 return self._record(started, 127, None, (message,))
             if self._terminated.is_set():
                 # terminate() ran while the child was being spawned, when it had none to signal
                 self.forward(signal.SIGTERM)
         assert self._child.stdout is not None and self._child.stderr is not None
         on_started(self._child.pid)
-        tag = line_tag(self.host, self.rank)
         pumps = [
-            _Pump(self._child.stdout, sys.stdout.buffer, tag, 0),
-            _Pump(self._child.stderr, sys.stderr.buffer, tag, STDERR_TAIL_LINES),
+            _Pump(self._child.stdout.fileno(), "stdout", self._output, 0),
+            _Pump(self._child.stderr.fileno(), "stderr", self._output, STDERR_TAIL_LINES),
         ]
         for pump in pumps:
             pump.start()
@@ -150,6 +238,7 @@ class RankSupervisor:
         for pump in pumps:
             # A daemon the user started may hold the pipes open; do not wait on it forever.
             pump.join(timeout=5.0)
+        output.close(timeout=_REPORT_TIMEOUT)
         if returncode < 0:
             code, signum = exitcodes.signal_exit_code(-returncode), -returncode
         else:
@@ -218,10 +307,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--abort-grace",
         type=float,
-        default=1.0,
+        default=0.5,
         help="SIGTERM to SIGKILL when mpirun aborts after another rank failed",
     )
     parser.add_argument("--cwd", default=None)
+    parser.add_argument(
+        "--log-dir", default=str(paths.LOG_DIR), help="per-rank logs go to DIR/<host>/rank-N.log"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -261,7 +353,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             with contextlib.suppress(ChannelClosed):
                 channel.send({"type": "rank-start", "rank": rank, "host": host, "pid": pid})
 
-    record = supervisor.run(announce)
+    output = RankOutput(host, rank, Path(args.log_dir) / host / f"rank-{rank}.log")
+    output.start(channel)
+    record = supervisor.run(output, announce)
     if channel is not None:
         with contextlib.suppress(ChannelClosed):
             channel.send({"type": "rank-end", "record": record.to_json()})

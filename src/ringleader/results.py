@@ -1,9 +1,13 @@
 """The job's result files: /opt/ml/output/failure or /opt/ml/output/success."""
 
 import contextlib
+import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from ringleader import paths
+from ringleader.outcome import Outcome
+from ringleader.records import RankRecord
 
 
 def write_result(exit_code: int, failure: str | None, output_dir: Path = paths.OUTPUT_DIR) -> None:
@@ -17,7 +21,30 @@ def write_result(exit_code: int, failure: str | None, output_dir: Path = paths.O
         return
     with contextlib.suppress(FileNotFoundError):
         success_file.unlink()
-    text = failure or f"The job failed with exit code {exit_code}.\n"
-    temporary = failure_file.with_suffix(".tmp")
+    _write_atomically(failure_file, failure or f"The job failed with exit code {exit_code}.\n")
+
+
+def write_job_summary(
+    path: Path,
+    outcome: Outcome,
+    records: Sequence[RankRecord],
+    hosts: Sequence[str],
+    world_size: int,
+) -> None:
+    """job.json on the leader: the outcome and every rank's record, for reports and tools."""
+    summary = {
+        "exit_code": outcome.exit_code,
+        "failure": outcome.failure,
+        "hosts": list(hosts),
+        "world_size": world_size,
+        "root_cause": outcome.root_cause.to_json() if outcome.root_cause else None,
+        "ranks": [record.to_json() for record in records],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomically(path, json.dumps(summary, indent=2) + "\n")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(text)
-    temporary.replace(failure_file)
+    temporary.replace(path)

@@ -24,6 +24,7 @@ from ringleader.events import (
 )
 from ringleader.log import log
 from ringleader.outcome import Outcome, truncate
+from ringleader.output import OutputRelay
 from ringleader.protocol import Channel, ChannelClosed
 
 
@@ -34,7 +35,9 @@ class Worker:
         events: "queue.Queue[Event]",
         agent: HostAgent,
         stop: threading.Event,
+        relay: OutputRelay,
     ) -> None:
+        self._output_relay = relay
         self._config = config
         self._events = events
         self._agent = agent
@@ -54,6 +57,7 @@ class Worker:
                 f"the leader {self._leader} never answered on port {self._config.control_port} "
                 f"within {timeouts.startup:g} s (ringleader_startup_timeout)",
             )
+        self._output_relay.attach(channel)
         try:
             channel.send(hello_message(self._host))
         except ChannelClosed as error:

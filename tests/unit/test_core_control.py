@@ -34,7 +34,8 @@ class Leader:
     def __init__(self, heartbeat_interval=60.0):
         self.port = free_port()
         self.events: queue.Queue = queue.Queue()
-        self.server = ControlServer(self.port, self.events, heartbeat_interval)
+        self.outputs: list[dict] = []
+        self.server = ControlServer(self.port, self.events, heartbeat_interval, self.outputs.append)
         self.channels: list[Channel] = []
 
     def connect(self, deadline_seconds=5.0) -> Channel:
@@ -197,7 +198,9 @@ def test_connect_retries_until_the_leader_is_up():
     port = free_port()
     events: queue.Queue = queue.Queue()
     servers = []
-    timer = threading.Timer(0.2, lambda: servers.append(ControlServer(port, events, 60.0)))
+    timer = threading.Timer(
+        0.2, lambda: servers.append(ControlServer(port, events, 60.0, lambda _message: None))
+    )
     timer.start()
     try:
         channel = connect_to_leader("127.0.0.1", port, time.monotonic() + 5.0, threading.Event())

@@ -21,7 +21,8 @@ import ringleader
 from ringleader import rank as rank_module
 from ringleader.agent import HostAgent
 from ringleader.events import RankEnded, RankStarted
-from ringleader.rank import RankSupervisor, current_rank, line_tag, rank_environment
+from ringleader.output import tag
+from ringleader.rank import RankOutput, RankSupervisor, current_rank, rank_environment
 
 SRC = Path(ringleader.__file__).resolve().parents[1]  # the package under test, for the wrapper
 PY = sys.executable
@@ -55,6 +56,8 @@ class Wrapper:
             str(workdir / "agent.sock"),
             "--host-env",
             str(workdir / "host-env.json"),
+            "--log-dir",
+            str(workdir / "logs"),
         ]
         if grace is not None:
             argv += ["--grace", str(grace)]
@@ -130,17 +133,35 @@ def workdir():
 
 @dataclass
 class RunningAgent:
-    agent: HostAgent
+    """A host agent whose output handler tags lines the way the leader prints them."""
+
     events: queue.Queue
+    stdout: queue.Queue
+    stderr: queue.Queue
+    agent: HostAgent | None = None
+
+    def on_output(self, message: dict) -> None:
+        sink = self.stderr if message["stream"] == "stderr" else self.stdout
+        for line in message["lines"]:
+            sink.put(tag(message["host"], message["rank"]).encode() + line.encode() + b"\n")
 
     def terminate_all(self) -> None:
+        assert self.agent is not None
         self.agent.terminate_all()
+
+    def lines(self, sink: queue.Queue) -> list[bytes]:
+        collected = []
+        while True:
+            try:
+                collected.append(sink.get_nowait())
+            except queue.Empty:
+                return collected
 
 
 @pytest.fixture
 def agent(workdir):
-    events: queue.Queue = queue.Queue()
-    running = RunningAgent(HostAgent(workdir / "agent.sock", events), events)
+    running = RunningAgent(queue.Queue(), queue.Queue(), queue.Queue())
+    running.agent = HostAgent(workdir / "agent.sock", running.events, running.on_output)
     yield running
     running.agent.close()
 
@@ -168,12 +189,16 @@ def test_output_is_tagged_with_host_and_rank(workdir, agent):
     )
     wrapper = Wrapper(workdir, python_command(code), rank=3)
     assert wrapper.wait() == 0
-    assert wrapper.lines(wrapper.stdout) == [
+    assert agent.lines(agent.stdout) == [
         b"[algo-2 rank 3] loss=0.5\n",
         b"[algo-2 rank 3] second\n",
         b"[algo-2 rank 3] no newline\n",
     ]
-    assert wrapper.lines(wrapper.stderr) == [b"[algo-2 rank 3] to err\n"]
+    assert agent.lines(agent.stderr) == [b"[algo-2 rank 3] to err\n"]
+    log = (workdir / "logs" / "algo-2" / "rank-3.log").read_text()
+    # Both streams in one file, each in order; a line without a newline ends with its stream.
+    assert sorted(log.splitlines()) == ["loss=0.5", "no newline", "second", "to err"]
+    assert log.index("loss=0.5") < log.index("second") < log.index("no newline")
     assert agent.events.get(timeout=5.0) == RankStarted(3, "algo-2")
     record = ended_record(agent.events)
     assert (record.rank, record.host, record.exit_code, record.signal) == (3, "algo-2", 0, None)
@@ -207,7 +232,7 @@ def test_terminate_all_sigterms_the_child(workdir, agent):
     write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
     code = "import time; print('ready', flush=True); time.sleep(30)"
     wrapper = Wrapper(workdir, python_command(code), rank=1, grace=20)
-    wrapper.wait_for_line(wrapper.stdout, b"ready")
+    wrapper.wait_for_line(agent.stdout, b"ready")
     started = time.monotonic()
     agent.terminate_all()
     assert wrapper.wait() == 143
@@ -238,10 +263,10 @@ def test_sigterm_to_the_wrapper_is_forwarded(workdir, agent):
         "time.sleep(30)\n"
     )
     wrapper = Wrapper(workdir, python_command(code), grace=20, abort_grace=20)
-    wrapper.wait_for_line(wrapper.stdout, b"ready")
+    wrapper.wait_for_line(agent.stdout, b"ready")
     wrapper.process.send_signal(signal.SIGTERM)
     assert wrapper.wait() == 7
-    assert wrapper.wait_for_line(wrapper.stdout, b"got TERM") == b"[algo-2 rank 0] got TERM\n"
+    assert wrapper.wait_for_line(agent.stdout, b"got TERM") == b"[algo-2 rank 0] got TERM\n"
     record = ended_record(agent.events)
     assert (record.exit_code, record.terminated) == (7, True)
 
@@ -255,7 +280,7 @@ def test_child_ignoring_sigterm_is_killed_after_grace(workdir, agent):
         "time.sleep(30)\n"
     )
     wrapper = Wrapper(workdir, python_command(code), grace=0.5, abort_grace=20)
-    wrapper.wait_for_line(wrapper.stdout, b"ready")
+    wrapper.wait_for_line(agent.stdout, b"ready")
     started = time.monotonic()
     agent.terminate_all()  # a stop of the job: the full --grace
     assert wrapper.wait() == 137
@@ -274,7 +299,7 @@ def test_sigterm_from_mpirun_uses_the_abort_grace(workdir, agent):
         "time.sleep(30)\n"
     )
     wrapper = Wrapper(workdir, python_command(code), grace=20, abort_grace=0.3)
-    wrapper.wait_for_line(wrapper.stdout, b"ready")
+    wrapper.wait_for_line(agent.stdout, b"ready")
     started = time.monotonic()
     wrapper.process.send_signal(signal.SIGTERM)  # what orted does when another rank failed
     assert wrapper.wait() == 137
@@ -284,8 +309,8 @@ def test_sigterm_from_mpirun_uses_the_abort_grace(workdir, agent):
     assert (record.exit_code, record.signal, record.terminated) == (137, 9, True)
 
 
-def child_pid(wrapper: Wrapper) -> int:
-    line = wrapper.wait_for_line(wrapper.stdout, b"pid=")
+def child_pid(wrapper: Wrapper, agent: RunningAgent) -> int:
+    line = wrapper.wait_for_line(agent.stdout, b"pid=")
     return int(line.rsplit(b"pid=", 1)[1])
 
 
@@ -308,7 +333,7 @@ PID_IGNORE_TERM_SLEEP = (
 def test_reap_kills_a_user_process_whose_wrapper_was_killed(workdir, agent):
     write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
     wrapper = Wrapper(workdir, python_command(PID_THEN_SLEEP), grace=20, abort_grace=20)
-    pid = child_pid(wrapper)
+    pid = child_pid(wrapper, agent)
     assert agent.events.get(timeout=5.0) == RankStarted(0, "algo-2")
     wrapper.process.kill()  # orted SIGKILLs the wrapper; the user's process lives on
     wrapper.wait()
@@ -326,7 +351,7 @@ def test_reap_kills_a_user_process_whose_wrapper_was_killed(workdir, agent):
 def test_reap_after_a_stop_counts_the_stop_grace_from_the_stop(workdir, agent):
     write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
     wrapper = Wrapper(workdir, python_command(PID_IGNORE_TERM_SLEEP), grace=20, abort_grace=20)
-    pid = child_pid(wrapper)
+    pid = child_pid(wrapper, agent)
     assert agent.events.get(timeout=5.0) == RankStarted(0, "algo-2")
     stopped = time.monotonic()
     agent.terminate_all()  # the child ignores SIGTERM; the wrapper would wait 20 s
@@ -367,7 +392,7 @@ def test_child_environment_precedence(workdir, agent):
         extra_env={"SHARED": "own", "FWD": "own", "ONLY_OWN": "o", "PMIX_RANK": "5"},
     )
     assert wrapper.wait() == 0
-    line = wrapper.wait_for_line(wrapper.stdout, b"{")
+    line = wrapper.wait_for_line(agent.stdout, b"{")
     assert line.startswith(b"[algo-2 rank 5] ")
     seen = json.loads(line.split(b"] ", 1)[1])
     assert seen == {
@@ -395,7 +420,7 @@ def test_missing_command_reports_127(workdir, agent):
     record = ended_record(agent.events)
     assert record.exit_code == 127
     assert "no-such-program" in record.stderr_tail[0]
-    assert wrapper.wait_for_line(wrapper.stderr, b"cannot start").startswith(b"[algo-1 rank 2] ")
+    assert wrapper.wait_for_line(agent.stderr, b"cannot start").startswith(b"[algo-1 rank 2] ")
 
 
 def test_rank_environment_precedence():
@@ -428,7 +453,7 @@ def test_current_rank_and_line_tag():
     assert current_rank({"PMIX_RANK": "9"}) == 9
     assert current_rank({"RINGLEADER_RANK": "2"}) == 2
     assert current_rank({}) == 0
-    assert line_tag("algo-1-ab12c", 11) == b"[algo-1-ab12c rank 11] "
+    assert tag("algo-1-ab12c", 11) == "[algo-1-ab12c rank 11] "
 
 
 def test_terminate_while_the_child_is_being_started(monkeypatch):
@@ -449,7 +474,9 @@ def test_terminate_while_the_child_is_being_started(monkeypatch):
     monkeypatch.setattr(rank_module.subprocess, "Popen", popen_with_sigterm_arriving)
     announced: list[int] = []
     started = time.monotonic()
-    record = supervisor.run(announced.append)
+    output = RankOutput("algo-1", 0, None)
+    output.start(None)
+    record = supervisor.run(output, announced.append)
     elapsed = time.monotonic() - started
     assert len(announced) == 1
     assert record.terminated is True
