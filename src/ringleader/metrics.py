@@ -1,6 +1,7 @@
 """SageMaker-style metric definitions: regexes over rank output lines become metric records."""
 
 import json
+import math
 import re
 import threading
 import time
@@ -11,11 +12,31 @@ from typing import IO, Any
 
 from ringleader.errors import ConfigError
 
+_METACHARACTERS = set(".^$*+?{}[]\\|()")
+
 
 @dataclass(frozen=True)
 class MetricDefinition:
     name: str
     pattern: re.Pattern[str]
+    # Literal text every match starts with: a cheap `in` test skips most lines.
+    required_text: str = ""
+
+
+def literal_prefix(regex: str) -> str:
+    """The plain characters a regex starts with ("loss=([0-9.]+)" -> "loss=")."""
+    prefix: list[str] = []
+    for index, char in enumerate(regex):
+        if char in _METACHARACTERS:
+            if char in "*?{" and prefix:
+                prefix.pop()  # the quantifier makes the previous character optional
+            elif char == "+" and prefix:
+                pass  # at least one of the previous character: it stays required
+            break
+        prefix.append(char)
+        if index == len(regex) - 1:
+            break
+    return "".join(prefix)
 
 
 def parse_definitions(field: str, value: Any) -> tuple[MetricDefinition, ...]:
@@ -48,7 +69,7 @@ def parse_definitions(field: str, value: Any) -> tuple[MetricDefinition, ...]:
             raise ConfigError(
                 field, f"item {index} ({name}): regex {regex!r} needs a group capturing the value"
             )
-        definitions.append(MetricDefinition(name, pattern))
+        definitions.append(MetricDefinition(name, pattern, literal_prefix(regex)))
     return tuple(definitions)
 
 
@@ -56,13 +77,17 @@ def extract(definitions: Iterable[MetricDefinition], line: str) -> list[tuple[st
     """(name, value) for every definition whose regex matches the line with a number."""
     found = []
     for definition in definitions:
+        if definition.required_text not in line:
+            continue
         match = definition.pattern.search(line)
         if match is None:
             continue
         try:
-            found.append((definition.name, float(match.group(1))))
+            value = float(match.group(1))
         except (TypeError, ValueError):
             continue
+        if math.isfinite(value):  # JSON has no NaN or infinity
+            found.append((definition.name, value))
     return found
 
 
@@ -89,25 +114,28 @@ class MetricRecorder:
         self._file: IO[str] | None = None
         self._lock = threading.Lock()
         self.summary: dict[str, MetricSummary] = {}
+        self._json_strings = {d.name: json.dumps(d.name) for d in definitions}
 
     def observe(self, line: str, rank: int, host: str) -> None:
         found = extract(self.definitions, line)
         if not found:
             return
         now = time.time()
+        # Formatted by hand: json.dumps per record would cost more than finding the metrics.
+        host_json = self._json_strings.get(host) or self._json_strings.setdefault(
+            host, json.dumps(host)
+        )
+        records = "".join(
+            f'{{"timestamp": {now!r}, "name": {self._json_strings[name]}, "value": {value!r}, '
+            f'"rank": {rank}, "host": {host_json}}}\n'
+            for name, value in found
+        )
         with self._lock:
             if self._file is None:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
                 self._file = self._path.open("a")
+            self._file.write(records)
             for name, value in found:
-                record = {
-                    "timestamp": now,
-                    "name": name,
-                    "value": value,
-                    "rank": rank,
-                    "host": host,
-                }
-                self._file.write(json.dumps(record) + "\n")
                 if name in self.summary:
                     self.summary[name].add(value)
                 else:

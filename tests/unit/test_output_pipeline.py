@@ -7,7 +7,7 @@ import pytest
 
 from ringleader.errors import ConfigError
 from ringleader.lines import LineSplitter
-from ringleader.metrics import MetricRecorder, extract, parse_definitions
+from ringleader.metrics import MetricRecorder, extract, literal_prefix, parse_definitions
 from ringleader.output import OutputPrinter, tag
 from ringleader.selection import ALL_RANKS, RANK_ZERO, RankSelection
 
@@ -143,3 +143,34 @@ def test_printer_extracts_metrics_from_selected_ranks_only(tmp_path):
     assert printer.close() == ["metric loss: last=1.5 min=1.5 max=1.5 count=1"]
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["value"] for line in lines] == [1.5]
+
+
+@pytest.mark.parametrize(
+    ("regex", "prefix"),
+    [
+        ("loss=([0-9.]+)", "loss="),
+        ("val_loss: ([0-9.]+)", "val_loss: "),
+        ("ab*c", "a"),  # b is optional
+        ("ab+c", "ab"),  # b is required at least once
+        ("x?y", ""),
+        ("(?i)loss=(.*)", ""),
+        (r"\d+ (x)", ""),
+    ],
+)
+def test_literal_prefix_is_what_every_match_starts_with(regex, prefix):
+    assert literal_prefix(regex) == prefix
+
+
+def test_prefilter_does_not_change_what_matches():
+    definitions = parse_definitions(
+        FIELD,
+        [{"Name": "a", "Regex": "ab*c=([0-9]+)"}, {"Name": "n", "Regex": "(?i)LOSS=([0-9]+)"}],
+    )
+    assert extract(definitions, "ac=1 loss=2") == [("a", 1.0), ("n", 2.0)]
+    assert extract(definitions, "abbbc=3") == [("a", 3.0)]
+
+
+def test_non_finite_values_are_not_recorded():
+    definitions = parse_definitions(FIELD, [{"Name": "x", "Regex": "x=(\\S+)"}])
+    assert extract(definitions, "x=nan") == []
+    assert extract(definitions, "x=inf") == []
