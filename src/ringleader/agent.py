@@ -18,7 +18,14 @@ import psutil
 
 from ringleader.events import Event, RankEnded, RankStarted
 from ringleader.output import OutputHandler
-from ringleader.protocol import Channel, ChannelClosed, close_listener, serve_connections
+from ringleader.protocol import (
+    OUTPUT_PREFIX,
+    Channel,
+    ChannelClosed,
+    close_listener,
+    decode,
+    serve_connections,
+)
 from ringleader.records import RankRecord
 
 
@@ -84,7 +91,11 @@ class HostAgent:
     def _serve(self, channel: Channel) -> None:
         try:
             while True:
-                message = channel.receive(timeout=None)
+                line = channel.receive_bytes(timeout=None)
+                if line.startswith(OUTPUT_PREFIX):
+                    self._on_output(line)  # passed on still encoded: relayed or printed
+                    continue
+                message = decode(line)
                 kind = message.get("type")
                 if kind == "rank-start":
                     with self._lock:
@@ -94,8 +105,6 @@ class HostAgent:
                     self._events.put(RankStarted(int(message["rank"]), str(message["host"])))
                     if terminating:
                         channel.send({"type": "terminate"})
-                elif kind == "output":
-                    self._on_output(message)
                 elif kind == "rank-end":
                     self._events.put(RankEnded(RankRecord.from_json(message["record"])))
                     channel.send({"type": "ack"})

@@ -8,9 +8,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ringleader import horovod
 from ringleader import hyperparameters as hp
 from ringleader.errors import ConfigError
 from ringleader.metrics import MetricDefinition, parse_definitions
+from ringleader.mpi_command import forwarded_values
 from ringleader.selection import ALL_RANKS, RANK_ZERO, RankSelection
 from ringleader.topology import Topology, parse_topology
 
@@ -73,6 +75,8 @@ class JobConfig:
     log_ranks: RankSelection = ALL_RANKS  # whose output the leader prints
     metric_ranks: RankSelection = RANK_ZERO  # so metrics are not multiplied by the ranks
     metric_definitions: tuple[MetricDefinition, ...] = ()
+    horovod_env: Mapping[str, str] = field(default_factory=dict)  # HOROVOD_* for every rank
+    kept_files: tuple[str, ...] = ()  # timeline/autotune log, copied into output/data
     # sagemaker_submit_directory when it is a sourcedir tarball (s3:// or a local file): it is
     # fetched and extracted into code_dir before the job starts (ringleader.sourcecode).
     code_archive: str | None = None
@@ -114,6 +118,8 @@ def parse_job_config(
     )
     custom_options = _split_custom_options(values.get("sagemaker_mpi_custom_mpi_options", ""))
     timeouts, settings = _parse_ringleader_keys(values, environ)
+    horovod_vars = horovod.horovod_env(values)
+    kept_files = horovod.files_to_keep(horovod_vars, forwarded_values(custom_options))
     code_dir, code_archive = _code_source(values.get("sagemaker_submit_directory"))
     return JobConfig(
         topology=topology,
@@ -124,6 +130,8 @@ def parse_job_config(
         custom_mpi_options=custom_options,
         hyperparameters=MappingProxyType(values),
         timeouts=timeouts,
+        horovod_env=MappingProxyType(horovod_vars),
+        kept_files=kept_files,
         **settings,
         code_archive=code_archive,
     )
@@ -144,7 +152,7 @@ def _split_custom_options(value: Any) -> tuple[str, ...]:
 def _parse_ringleader_keys(
     values: Mapping[str, Any], environ: Mapping[str, str]
 ) -> tuple[Timeouts, dict[str, Any]]:
-    known = {**_TIMEOUT_KEYS, **_SETTING_KEYS}
+    known = {**_TIMEOUT_KEYS, **_SETTING_KEYS, **dict.fromkeys(horovod.KEYS)}
     unknown = sorted(
         key for key in values if key.startswith(RINGLEADER_PREFIX) and key not in known
     )

@@ -24,10 +24,12 @@ from ringleader.events import (
 )
 from ringleader.output import OutputHandler
 from ringleader.protocol import (
+    OUTPUT_PREFIX,
     Channel,
     ChannelClosed,
     Message,
     close_listener,
+    decode,
     serve_connections,
 )
 from ringleader.records import RankRecord
@@ -101,7 +103,11 @@ class ControlServer:
             if final is not None:
                 channel.send(final)
             while True:
-                self._dispatch(host, channel.receive(timeout=None))
+                line = channel.receive_bytes(timeout=None)
+                if line.startswith(OUTPUT_PREFIX):
+                    self._on_output(line)
+                else:
+                    self._dispatch(host, decode(line))
         except (ChannelClosed, TimeoutError, KeyError, ValueError) as error:
             if host is not None:
                 self._events.put(WorkerLost(host, str(error) or type(error).__name__))
@@ -114,9 +120,7 @@ class ControlServer:
 
     def _dispatch(self, host: str, message: Message) -> None:
         kind = message.get("type")
-        if kind == "output":
-            self._on_output(message)
-        elif kind == "rank-start":
+        if kind == "rank-start":
             self._events.put(RankStarted(int(message["rank"]), str(message["host"])))
         elif kind == "rank-end":
             self._events.put(RankEnded(RankRecord.from_json(message["record"])))

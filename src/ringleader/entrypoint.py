@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from ringleader import exitcodes, hostenv, log, paths, sourcecode
+from ringleader import exitcodes, horovod, hostenv, log, paths, sourcecode
 from ringleader.agent import HostAgent
 from ringleader.config import (
     DEFAULT_CONTROL_PORT,
@@ -101,7 +101,7 @@ class EntryPoint:
             hostenv.user_args(config),
             mpi4py_run=config.mpi4py_run and not single and mpi4py_available(),
         )
-        sagemaker = hostenv.sagemaker_env_vars(config, self._files)
+        sagemaker = {**hostenv.sagemaker_env_vars(config, self._files), **config.horovod_env}
         hostenv.write_host_env(paths.HOST_ENV_FILE, hostenv.host_environment(os.environ, sagemaker))
         return user_command
 
@@ -116,7 +116,7 @@ class EntryPoint:
         self, outcome: Outcome, leader: Leader, printer: OutputPrinter, config: JobConfig
     ) -> None:
         """The leader's files, written before any worker is told (compose stops on first exit)."""
-        for line in printer.close():
+        for line in printer.close() + horovod.keep_files(config.kept_files):
             log.log(line)
         write_job_summary(
             paths.JOB_FILE, outcome, leader.records, config.topology.hosts, leader.world_size

@@ -88,6 +88,16 @@ def forwarded_variables(custom_options: Sequence[str]) -> list[str]:
     ]
 
 
+def forwarded_values(custom_options: Sequence[str]) -> dict[str, str]:
+    """NAME -> VALUE for every `-x NAME=VALUE` in the custom options."""
+    values = {}
+    for option in parse_options(custom_options):
+        if option.key is not None and option.key[0] == "x" and "=" in option.tokens[1]:
+            name, _, value = option.tokens[1].partition("=")
+            values[name] = value
+    return values
+
+
 def default_options(plan: MpiPlan) -> list[_Option]:
     host_list = ",".join(f"{host}:{plan.processes_per_host}" for host in plan.hosts)
     defaults = [

@@ -9,14 +9,14 @@ import contextlib
 import sys
 import threading
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO
 
 from ringleader.metrics import MetricRecorder
-from ringleader.protocol import Channel, ChannelClosed
+from ringleader.protocol import Channel, ChannelClosed, decode
 from ringleader.selection import RankSelection
 
-# Takes one output message: {"type": "output", "rank", "host", "stream", "lines"}.
-OutputHandler = Callable[[dict[str, Any]], None]
+# Takes one encoded output message: {"type": "output", "rank", "host", "stream", "lines"}.
+OutputHandler = Callable[[bytes], None]
 
 
 def tag(host: str, rank: int) -> str:
@@ -42,13 +42,14 @@ class OutputPrinter:
         }
         self._lock = threading.Lock()
 
-    def deliver(self, message: dict[str, Any]) -> None:
+    def deliver(self, encoded: bytes) -> None:
         """One batch of whole lines from one rank: {"rank", "host", "stream", "lines"}."""
+        message = decode(encoded)
         rank, host = int(message["rank"]), str(message["host"])
         lines: list[str] = message["lines"]
-        if rank in self._shown:
+        if rank in self._shown and lines:
             prefix = tag(host, rank)
-            data = "".join(f"{prefix}{line}\n" for line in lines).encode(errors="replace")
+            data = (prefix + ("\n" + prefix).join(lines) + "\n").encode(errors="replace")
             stream = self._streams.get(str(message["stream"]), self._streams["stdout"])
             with self._lock:
                 stream.write(data)
@@ -74,9 +75,9 @@ class OutputRelay:
     def attach(self, channel: Channel) -> None:
         self._channel = channel
 
-    def deliver(self, message: dict[str, Any]) -> None:
+    def deliver(self, encoded: bytes) -> None:
         channel = self._channel
         if channel is not None:
             # A broken channel shows up as a lost leader; the per-rank log keeps the lines.
             with contextlib.suppress(ChannelClosed):
-                channel.send(message)
+                channel.send_bytes(encoded)

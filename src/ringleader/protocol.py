@@ -9,6 +9,20 @@ from typing import Any
 
 Message = dict[str, Any]
 _MAX_LINE = 1 << 20
+_RECEIVE_BYTES = 1 << 18
+# Rank output batches are relayed and printed from their encoded form; the wrapper encodes
+# them with "type" first and compact separators, so this prefix identifies them unparsed.
+OUTPUT_PREFIX = b'{"type":"output"'
+
+
+def decode(line: bytes) -> Message:
+    try:
+        message = json.loads(line)
+    except ValueError as error:
+        raise ChannelClosed(f"garbled message: {line[:100]!r}") from error
+    if not isinstance(message, dict):
+        raise ChannelClosed(f"garbled message: {line[:100]!r}")
+    return message
 
 
 class ChannelClosed(Exception):
@@ -18,28 +32,37 @@ class ChannelClosed(Exception):
 class Channel:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._buffer = b""
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of the buffer known to hold no newline
         self._send_lock = threading.Lock()
 
     def send(self, message: Message) -> None:
-        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        self.send_bytes(json.dumps(message, separators=(",", ":")).encode())
+
+    def send_bytes(self, line: bytes) -> None:
+        """Send one already-encoded message (relayed as it came, without re-encoding)."""
         with self._send_lock:
             try:
-                self._sock.sendall(data)
+                self._sock.sendall(line + b"\n")
             except OSError as error:
                 raise ChannelClosed(str(error)) from error
 
     def receive(self, timeout: float | None) -> Message:
         """The next message; TimeoutError when none came in `timeout` seconds."""
+        return decode(self.receive_bytes(timeout))
+
+    def receive_bytes(self, timeout: float | None) -> bytes:
+        """The next message still encoded; TimeoutError when none came in `timeout` seconds."""
         try:
             self._sock.settimeout(timeout)
         except OSError as error:  # closed meanwhile by another thread
             raise ChannelClosed(str(error)) from error
-        while b"\n" not in self._buffer:
-            if len(self._buffer) > _MAX_LINE:
+        while (end := self._buffer.find(b"\n", self._scanned)) < 0:
+            self._scanned = len(self._buffer)
+            if self._scanned > _MAX_LINE:
                 raise ChannelClosed("message too long")
             try:
-                chunk = self._sock.recv(65536)
+                chunk = self._sock.recv(_RECEIVE_BYTES)
             except TimeoutError:
                 raise
             except OSError as error:
@@ -47,14 +70,10 @@ class Channel:
             if not chunk:
                 raise ChannelClosed("connection closed")
             self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        try:
-            message = json.loads(line)
-        except ValueError as error:
-            raise ChannelClosed(f"garbled message: {line[:100]!r}") from error
-        if not isinstance(message, dict):
-            raise ChannelClosed(f"garbled message: {line[:100]!r}")
-        return message
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
+        self._scanned = 0
+        return line
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -69,15 +69,16 @@ class RankOutput:
         self.host, self.rank = host, rank
         self._log_path = log_path
         self._channel: Channel | None = None
-        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue(maxsize=10_000)
+        self._queue: queue.Queue[tuple[str, list[str]] | None] = queue.Queue(maxsize=1_000)
         self._sender = threading.Thread(target=self._send_loop, daemon=True)
 
     def start(self, channel: Channel | None) -> None:
         self._channel = channel
         self._sender.start()
 
-    def put(self, stream: str, line: str) -> None:
-        self._queue.put((stream, line))
+    def put(self, stream: str, lines: list[str]) -> None:
+        """Lines in order, as they were read from one of the child's streams."""
+        self._queue.put((stream, lines))
 
     def close(self, timeout: float) -> None:
         """Flush everything (bounded), then stop the sender."""
@@ -96,11 +97,11 @@ class RankOutput:
                     except queue.Empty:
                         break
                     batch.append(item)
-                    size += len(item[1]) if item is not None else 0
+                    size += sum(map(len, item[1])) if item is not None else 0
                 done = batch[-1] is None
                 items = [item for item in batch if item is not None]
                 if log is not None and items:
-                    log.write("".join(f"{line}\n" for _, line in items))
+                    log.write("".join(line + "\n" for _, lines in items for line in lines))
                     log.flush()
                 self._ship(items)
                 if done:
@@ -118,10 +119,10 @@ class RankOutput:
         except OSError:
             return None
 
-    def _ship(self, items: list[tuple[str, str]]) -> None:
+    def _ship(self, items: list[tuple[str, list[str]]]) -> None:
         # One message per run of lines from the same stream, in order.
         for stream, group in itertools.groupby(items, key=lambda item: item[0]):
-            lines = [line for _, line in group]
+            lines = [line for _, batch in group for line in batch]
             if self._channel is not None:
                 with contextlib.suppress(ChannelClosed):
                     self._channel.send(
@@ -154,12 +155,16 @@ class _Pump(threading.Thread):
             self._emit(splitter.feed(chunk))
         self._emit(splitter.flush())
 
-    def _emit(self, lines: list[bytes]) -> None:
-        for raw in lines:
-            line = raw.decode(errors="replace")
-            self._output.put(self._stream, line)
-            if self.tail.maxlen:
-                self.tail.append(line.rstrip()[:_TAIL_LINE_CHARS])
+    def _emit(self, raw: list[bytes]) -> None:
+        if not raw:
+            return
+        # One decode for the whole chunk: \n never occurs inside a UTF-8 character.
+        lines = b"\n".join(raw).decode(errors="replace").split("\n")
+        self._output.put(self._stream, lines)
+        if self.tail.maxlen:
+            self.tail.extend(
+                line.rstrip()[:_TAIL_LINE_CHARS] for line in lines[-self.tail.maxlen :]
+            )
 
 
 class RankSupervisor:
@@ -220,7 +225,7 @@ class RankSupervisor:
                 )
             except OSError as error:
                 message = f"cannot start {self._command[0]!r}: {error}"
-                output.put("stderr", message)
+                output.put("stderr", [message])
                 output.close(timeout=_REPORT_TIMEOUT)
                 return self._record(started, 127, None, (message,))
             if self._terminated.is_set():

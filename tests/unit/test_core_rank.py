@@ -140,7 +140,8 @@ class RunningAgent:
     stderr: queue.Queue
     agent: HostAgent | None = None
 
-    def on_output(self, message: dict) -> None:
+    def on_output(self, encoded: bytes) -> None:
+        message = json.loads(encoded)
         sink = self.stderr if message["stream"] == "stderr" else self.stdout
         for line in message["lines"]:
             sink.put(tag(message["host"], message["rank"]).encode() + line.encode() + b"\n")

@@ -9,6 +9,7 @@ from ringleader.errors import ConfigError
 from ringleader.lines import LineSplitter
 from ringleader.metrics import MetricRecorder, extract, literal_prefix, parse_definitions
 from ringleader.output import OutputPrinter, tag
+from ringleader.protocol import OUTPUT_PREFIX
 from ringleader.selection import ALL_RANKS, RANK_ZERO, RankSelection
 
 FIELD = "ringleader_metric_definitions"
@@ -120,7 +121,10 @@ def test_metric_recorder_writes_records_and_summary(tmp_path):
 
 
 def output_message(rank, lines, stream="stdout", host="algo-2"):
-    return {"type": "output", "rank": rank, "host": host, "stream": stream, "lines": lines}
+    message = {"type": "output", "rank": rank, "host": host, "stream": stream, "lines": lines}
+    encoded = json.dumps(message, separators=(",", ":")).encode()
+    assert encoded.startswith(OUTPUT_PREFIX)  # how agents and the leader recognise it
+    return encoded
 
 
 def test_printer_tags_whole_lines_and_filters_ranks(tmp_path):

@@ -29,6 +29,7 @@ from ringleader.local.plan import (
 )
 
 STOP_TIMEOUT_MARGIN = 15  # seconds docker waits after our grace period before SIGKILL
+LOG_DRAIN_SECONDS = 120  # after the containers exit, for the rest of their logs
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class LocalJob:
         self._containers: dict[str, str] = {}  # host -> container id
         self._started_at: dict[str, float] = {}
         self._started_wall: dict[str, float] = {}
+        self._log_streams: list[threading.Thread] = []
         self._network: Any = None
         self._config_root = Path(tempfile.mkdtemp(prefix=f"{self.job_id}-config-"))
         self.output_dir = spec.output_dir.resolve() / self.job_id
@@ -172,7 +174,9 @@ class LocalJob:
             self._started_wall[host] = time.time()
             self._client.api.start(self._containers[host])
             self._started_at[host] = time.monotonic()
-            threading.Thread(target=self._stream_logs, args=(host,), daemon=True).start()
+            streamer = threading.Thread(target=self._stream_logs, args=(host,), daemon=True)
+            self._log_streams.append(streamer)
+            streamer.start()
 
         self._in_parallel(start, list(self._containers))
         return self._started_at
@@ -220,6 +224,13 @@ class LocalJob:
         self._in_parallel(stop, list(self._containers))
 
     def _finish(self, results: dict[str, HostResult]) -> LocalJobResult:
+        # A stopped container's log stream still holds what Docker had not handed over yet;
+        # removing the container first would cut the end of the job's output off.
+        deadline = time.monotonic() + LOG_DRAIN_SECONDS
+        for streamer in self._log_streams:
+            streamer.join(max(deadline - time.monotonic(), 0.0))
+        if any(streamer.is_alive() for streamer in self._log_streams):
+            self._print.note(f"warning: logs still streaming after {LOG_DRAIN_SECONDS} s")
         rows = [results.get(host.name, HostResult(host.name, None, 0.0)) for host in self.hosts]
         leader = rows[0]
         exit_code = leader.exit_code if leader.exit_code is not None else 1
