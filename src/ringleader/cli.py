@@ -70,6 +70,27 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         "OUTPUT/<job>/<host>/ (default ./ringleader-output)",
     )
     parser.add_argument(
+        "--metric-definitions",
+        metavar="JSON_OR_FILE",
+        help='SageMaker metric definitions: [{"Name": ..., "Regex": ...}], inline or a file',
+    )
+    parser.add_argument("--log-ranks", help='ranks whose output is shown: "all" (default), "0,3"')
+    horovod = parser.add_argument_group("Horovod (become HOROVOD_* for every rank)")
+    horovod.add_argument(
+        "--horovod-timeline",
+        nargs="?",
+        const="true",
+        metavar="PATH",
+        help="write the timeline (default output/data/horovod_timeline.json)",
+    )
+    horovod.add_argument("--horovod-timeline-mark-cycles", action="store_true")
+    horovod.add_argument(
+        "--horovod-autotune", action="store_true", help="autotune, logged to output/data"
+    )
+    horovod.add_argument("--horovod-fusion-threshold", type=int, metavar="BYTES")
+    horovod.add_argument("--horovod-cycle-time", type=float, metavar="MS")
+    horovod.add_argument("--horovod-hierarchical-allreduce", action="store_true")
+    parser.add_argument(
         "--random-suffix",
         action="store_true",
         help="name hosts algo-N-xxxxx like the SageMaker SDK's local mode",
@@ -95,7 +116,7 @@ def _run_local(args: argparse.Namespace) -> int:
             mpi_enabled=not args.no_mpi,
             mpi_options=args.mpi_options,
             hyperparameters=hyperparameters,
-            settings=parse_key_values("--setting", args.setting),
+            settings={**_flag_settings(args), **parse_key_values("--setting", args.setting)},
             image=args.image,
             random_suffix=args.random_suffix,
             output_dir=args.output,
@@ -104,6 +125,32 @@ def _run_local(args: argparse.Namespace) -> int:
     except UsageError as error:
         print(f"ringleader local: {error}", file=sys.stderr)
         return USAGE_ERROR
+
+
+def _flag_settings(args: argparse.Namespace) -> dict[str, str]:
+    """ringleader_* settings (without the prefix) given as dedicated flags."""
+    settings = {}
+    if args.metric_definitions:
+        path = Path(args.metric_definitions)
+        text = path.read_text() if path.is_file() else args.metric_definitions
+        settings["metric_definitions"] = text
+    if args.log_ranks:
+        settings["log_ranks"] = args.log_ranks
+    for name in (
+        "horovod_timeline",
+        "horovod_fusion_threshold",
+        "horovod_cycle_time",
+    ):
+        if getattr(args, name) is not None:
+            settings[name] = str(getattr(args, name))
+    for name in (
+        "horovod_timeline_mark_cycles",
+        "horovod_autotune",
+        "horovod_hierarchical_allreduce",
+    ):
+        if getattr(args, name):
+            settings[name] = "true"
+    return settings
 
 
 def build_parser() -> argparse.ArgumentParser:
