@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Prepare everything ringleader's tests and demo need, idempotently (fast when all is in place).
 #
-#   scripts/setup.sh              all steps: docker, base, wheelhouse, build, venv
+#   scripts/setup.sh              all steps: docker, base, wheelhouse, build, browser, venv
 #   scripts/setup.sh image        the image only (docker + base + wheelhouse + build)
 #   scripts/setup.sh venv         the host virtualenv .venv only
-#   scripts/setup.sh STEP...      any of: docker base wheelhouse build venv image all
+#   scripts/setup.sh STEP...      any of: docker base wheelhouse build browser venv image all
+#   (browser: Debian's chromium, for the report's screenshot test)
 #
 # Environment:
 #   IMAGE=ringleader:latest        tag of the image to build
@@ -244,6 +245,14 @@ venv_key() {
     } | sha256sum | cut -d' ' -f1
 }
 
+step_browser() {
+    # `ringleader report`'s test opens the page in a real headless browser.
+    if have chromium; then
+        return 0
+    fi
+    apt_install chromium fonts-liberation
+}
+
 step_venv() {
     have "$PYTHON" || die "$PYTHON not found (set PYTHON)"
     local stamp=$VENV/.ringleader-setup.key key start=$SECONDS
@@ -275,11 +284,11 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 steps=()
 for arg in "${@:-all}"; do
     case $arg in
-        all) steps+=(docker base wheelhouse build venv) ;;
+        all) steps+=(docker base wheelhouse build browser venv) ;;
         image) steps+=(docker base wheelhouse build) ;;
         build) steps+=(docker base build) ;;
         base) steps+=(docker base) ;;
-        docker | wheelhouse | venv) steps+=("$arg") ;;
+        docker | wheelhouse | browser | venv) steps+=("$arg") ;;
         -h | --help | help)
             usage
             exit 0

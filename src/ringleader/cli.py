@@ -12,6 +12,7 @@ from ringleader.local.plan import (
     parse_key_values,
     parse_script_args,
 )
+from ringleader.report import cli as report_cli
 from ringleader.stack import cli as stack_cli
 
 USAGE_ERROR = 2
@@ -159,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_local_parser(subparsers)
     stack_cli.add_parser(subparsers)
+    report_cli.add_parser(subparsers)
     return parser
 
 

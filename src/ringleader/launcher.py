@@ -11,6 +11,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import IO
 
+from ringleader import console
 from ringleader.events import Event, LauncherExited
 
 OUTPUT_TAIL_LINES = 30
@@ -54,8 +55,7 @@ class Launcher:
 
     def _pump(self, source: IO[bytes], sink: IO[bytes]) -> None:
         for line in iter(source.readline, b""):
-            sink.write(line if line.endswith(b"\n") else line + b"\n")
-            sink.flush()
+            console.write(line if line.endswith(b"\n") else line + b"\n", sink)
             with self._tail_lock:
                 self.tail.append(line.decode(errors="replace").rstrip()[:300])
 

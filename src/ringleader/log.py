@@ -1,10 +1,9 @@
 """The toolkit's own log lines: `[ringleader <host>] message` on stdout, flushed at once."""
 
-import sys
-import threading
 import time
 
-_lock = threading.Lock()
+from ringleader import console
+
 _host = "?"
 
 
@@ -17,6 +16,4 @@ def log(message: str) -> None:
     now = time.time()
     stamp = time.strftime("%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}"
     line = f"[ringleader {_host}] {stamp} {message}\n".encode()
-    with _lock:
-        sys.stdout.buffer.write(line)
-        sys.stdout.buffer.flush()
+    console.write(line)

@@ -7,10 +7,10 @@ long lines and interleaves ranks mid-line.
 
 import contextlib
 import sys
-import threading
 from collections.abc import Callable
 from typing import IO
 
+from ringleader import console
 from ringleader.metrics import MetricRecorder
 from ringleader.protocol import Channel, ChannelClosed, decode
 from ringleader.selection import RankSelection
@@ -40,7 +40,6 @@ class OutputPrinter:
             "stdout": stdout or sys.stdout.buffer,
             "stderr": stderr or sys.stderr.buffer,
         }
-        self._lock = threading.Lock()
 
     def deliver(self, encoded: bytes) -> None:
         """One batch of whole lines from one rank: {"rank", "host", "stream", "lines"}."""
@@ -50,10 +49,7 @@ class OutputPrinter:
         if rank in self._shown and lines:
             prefix = tag(host, rank)
             data = (prefix + ("\n" + prefix).join(lines) + "\n").encode(errors="replace")
-            stream = self._streams.get(str(message["stream"]), self._streams["stdout"])
-            with self._lock:
-                stream.write(data)
-                stream.flush()
+            console.write(data, self._streams.get(str(message["stream"]), self._streams["stdout"]))
         if self._metrics is not None and rank in self._metric_ranks:
             for line in lines:
                 self._metrics.observe(line, rank, host)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from ringleader import exitcodes, paths
+from ringleader import console, exitcodes, paths
 from ringleader.lines import LineSplitter
 from ringleader.output import tag
 from ringleader.protocol import Channel, ChannelClosed
@@ -137,8 +137,9 @@ class RankOutput:
                     continue
             sink = sys.stderr.buffer if stream == "stderr" else sys.stdout.buffer
             prefix = tag(self.host, self.rank)
-            sink.write("".join(f"{prefix}{line}\n" for line in lines).encode(errors="replace"))
-            sink.flush()
+            console.write(
+                "".join(f"{prefix}{line}\n" for line in lines).encode(errors="replace"), sink
+            )
 
 
 class _Pump(threading.Thread):
