@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringleader import horovod
 from ringleader import hyperparameters as hp
@@ -15,6 +15,9 @@ from ringleader.metrics import MetricDefinition, parse_definitions
 from ringleader.mpi_command import forwarded_values
 from ringleader.selection import ALL_RANKS, RANK_ZERO, RankSelection
 from ringleader.topology import Topology, parse_topology
+
+if TYPE_CHECKING:
+    from ringleader.artifacts import OutputUri
 
 SAGEMAKER_PREFIX = "sagemaker_"
 RINGLEADER_PREFIX = "ringleader_"
@@ -46,6 +49,16 @@ _TIMEOUT_KEYS = {
     "ringleader_finish_timeout": "finish",
     "ringleader_abort_grace": "abort_grace",
 }
+
+
+def _output_uri(field: str, value: Any) -> "OutputUri":
+    from ringleader.artifacts import parse_output_uri  # imports boto3: only when asked for
+
+    if not isinstance(value, str):
+        raise ConfigError(field, f"expected s3://bucket/prefix or an absolute path, got {value!r}")
+    return parse_output_uri(value)
+
+
 # ringleader_* hyperparameter -> (JobConfig field, parser(field name, value))
 _SETTING_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "ringleader_control_port": ("control_port", hp.as_port),
@@ -53,6 +66,7 @@ _SETTING_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "ringleader_log_ranks": ("log_ranks", RankSelection.parse),
     "ringleader_metric_ranks": ("metric_ranks", RankSelection.parse),
     "ringleader_metric_definitions": ("metric_definitions", parse_definitions),
+    "ringleader_output_uri": ("output_uri", _output_uri),
 }
 METRIC_DEFINITIONS_ENV = "RINGLEADER_METRIC_DEFINITIONS"
 DEFAULT_CONTROL_PORT = 29100
@@ -77,6 +91,8 @@ class JobConfig:
     metric_definitions: tuple[MetricDefinition, ...] = ()
     horovod_env: Mapping[str, str] = field(default_factory=dict)  # HOROVOD_* for every rank
     kept_files: tuple[str, ...] = ()  # timeline/autotune log, copied into output/data
+    # Outside SageMaker: where each host's output.tar.gz and model.tar.gz go at the end.
+    output_uri: "OutputUri | None" = None
     # sagemaker_submit_directory when it is a sourcedir tarball (s3:// or a local file): it is
     # fetched and extracted into code_dir before the job starts (ringleader.sourcecode).
     code_archive: str | None = None

@@ -13,6 +13,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ringleader import exitcodes, horovod, hostenv, log, paths, sourcecode
 from ringleader.agent import HostAgent
@@ -39,6 +40,9 @@ from ringleader.sshd import start_sshd
 from ringleader.topology import Topology, leader_hint
 from ringleader.user_command import build_user_command
 from ringleader.worker import Worker
+
+if TYPE_CHECKING:
+    from ringleader.artifacts import OutputUri
 
 Prepared = concurrent.futures.Future[list[str]]  # the user's command, once the host is ready
 
@@ -67,6 +71,10 @@ class EntryPoint:
         try:
             config = load_job_config(topology, os.environ, self._files)
             sourcecode.prepare(config, self._stop)  # fetch, extract, pip install, check
+            if config.output_uri is not None:
+                from ringleader import artifacts  # boto3: only for jobs that deliver
+
+                artifacts.check_output_uri(config.output_uri)  # a missing bucket fails now
         except ConfigError as error:
             return self._config_failure(topology, error)
         single = len(topology.hosts) == 1 or not config.mpi_enabled
@@ -87,12 +95,28 @@ class EntryPoint:
             prepared = pool.submit(self._prepare_host, config, single)
             try:
                 if printer is not None and single:
-                    return self._run_single(config, prepared, agent, printer)
-                if printer is not None:
-                    return self._run_leader(config, prepared, agent, printer)
-                return self._run_worker(config, prepared, agent, relay)
+                    outcome = self._run_single(config, prepared, agent, printer)
+                elif printer is not None:
+                    outcome = self._run_leader(config, prepared, agent, printer)
+                else:
+                    outcome = self._run_worker(config, prepared, agent, relay)
             finally:
                 agent.close()
+        if config.output_uri is not None:
+            self._deliver_artifacts(config.output_uri)
+        return outcome
+
+    def _deliver_artifacts(self, uri: "OutputUri") -> None:
+        """This host's output.tar.gz and model.tar.gz to the output URI (after every job).
+
+        A failed delivery keeps the local archive, is logged and noted in the failure file,
+        and never changes the job's exit code."""
+        from ringleader import artifacts
+
+        report = artifacts.collect(paths.OUTPUT_DIR, artifacts.MODEL_DIR, uri, self._host)
+        for line in report.summary_lines():
+            log.log(line)
+        artifacts.append_note(paths.FAILURE_FILE, report.failure_note())
 
     def _prepare_host(self, config: JobConfig, single: bool) -> list[str]:
         """Write this host's environment file for its ranks; return the user's command."""
