@@ -44,11 +44,17 @@ INSTALL_TIMEOUT = 1200.0  # seconds for pip
 S3_CONNECT_TIMEOUT = 10.0
 S3_READ_TIMEOUT = 60.0  # one read of the object's body
 OUTPUT_TAIL_LINES = 8  # of pip's output, in the failure file
+# After SIGTERM, a download or pip run may go on this long before it is abandoned (exit 143).
+# Under docker compose (the SDK's local mode) SIGTERM usually means that another host already
+# exited, most often with the same problem in its copy of the code: finishing lets this host
+# report that problem too (compose kills after 10 s), instead of "stopped by SIGTERM".
+STOP_GRACE = 5.0
 _CHUNK = 1 << 20
 
 
 class PreparationStopped(ConfigError):
-    """SIGTERM arrived while the code was being fetched or installed: the job exits 143."""
+    """SIGTERM came while the code was being fetched or installed, and the work did not end
+    within the grace period: the job exits 143."""
 
     exit_code = exitcodes.SIGTERM_EXIT
 
@@ -249,20 +255,39 @@ def output_tail(text: str, lines: int = OUTPUT_TAIL_LINES) -> str:
 # --------------------------------------------------------------------------------------- I/O
 
 
+class Stop:
+    """SIGTERM (the entry point's stop event) as preparation sees it: work goes on for
+    `grace` seconds after it, then is abandoned."""
+
+    def __init__(self, event: threading.Event | None = None, grace: float = STOP_GRACE) -> None:
+        self._event = event or threading.Event()
+        self._grace = grace
+        self._since: float | None = None
+
+    def expired(self) -> bool:
+        if not self._event.is_set():
+            return False
+        if self._since is None:
+            self._since = time.monotonic()
+        return time.monotonic() - self._since >= self._grace
+
+
 def prepare(
     config: JobConfig,
-    stop: threading.Event | None = None,
+    stop_event: threading.Event | None = None,
     *,
     download_timeout: float = DOWNLOAD_TIMEOUT,
     install_timeout: float = INSTALL_TIMEOUT,
+    stop_grace: float = STOP_GRACE,
     python: str | None = None,
 ) -> None:
     """Fetch and extract the code if it is an archive, install its requirements, check it.
 
     Raises ConfigError (exit 78) for anything wrong with the code, PreparationStopped (143)
-    when `stop` is set while downloading or installing.
+    when `stop_event` is set while downloading or installing and the work does not end within
+    `stop_grace` seconds.
     """
-    stop = stop or threading.Event()
+    stop = Stop(stop_event, stop_grace)
     code_dir = Path(config.code_dir)
     problem = program_problem(config.program)
     if problem is not None:
@@ -288,7 +313,7 @@ def prepare(
     install(code_dir, kind, install_timeout, stop, python or sys.executable)
 
 
-def fetch_and_extract(source: str, code_dir: Path, timeout: float, stop: threading.Event) -> None:
+def fetch_and_extract(source: str, code_dir: Path, timeout: float, stop: Stop) -> None:
     started = time.monotonic()
     if source.startswith("s3://"):
         with tempfile.TemporaryDirectory(prefix="ringleader-source-") as scratch:
@@ -304,7 +329,7 @@ def fetch_and_extract(source: str, code_dir: Path, timeout: float, stop: threadi
     log.log(f"extracted {source} into {code_dir} in {time.monotonic() - started:.1f} s")
 
 
-def download_s3(uri: str, destination: Path, timeout: float, stop: threading.Event) -> int:
+def download_s3(uri: str, destination: Path, timeout: float, stop: Stop) -> int:
     """Stream one S3 object into `destination`; returns its size. Bounded by `timeout` overall
     and by connect/read timeouts per request, so a stalled transfer cannot hang the host."""
     import boto3  # slow import: only when the code comes from S3
@@ -331,7 +356,7 @@ def download_s3(uri: str, destination: Path, timeout: float, stop: threading.Eve
             for chunk in response["Body"].iter_chunks(_CHUNK):
                 handle.write(chunk)
                 size += len(chunk)
-                if stop.is_set():
+                if stop.expired():
                     raise PreparationStopped(SUBMIT_DIRECTORY, f"downloading {uri}")
                 if time.monotonic() > deadline:
                     raise ConfigError(
@@ -400,9 +425,7 @@ def _sanitized(infos: Iterable[tarfile.TarInfo]) -> Iterable[tarfile.TarInfo]:
         yield info
 
 
-def install(
-    code_dir: Path, kind: EntryPointKind, timeout: float, stop: threading.Event, python: str
-) -> None:
+def install(code_dir: Path, kind: EntryPointKind, timeout: float, stop: Stop, python: str) -> None:
     requirements = (code_dir / REQUIREMENTS).is_file()
     with contextlib.ExitStack() as stack:
         package_dir = None
@@ -436,11 +459,11 @@ def run_bounded(
     argv: Sequence[str],
     cwd: Path,
     timeout: float,
-    stop: threading.Event,
+    stop: Stop,
     field: str,
     activity: str,
 ) -> tuple[int, str]:
-    """Run a command (no shell) to its end, within `timeout`; stop early on SIGTERM.
+    """Run a command (no shell) to its end, within `timeout`; stop early after SIGTERM.
 
     Returns (exit code, output). On timeout or stop the whole process group is killed.
     """
@@ -461,7 +484,7 @@ def run_bounded(
                     return code, _read(output)
                 except subprocess.TimeoutExpired:
                     pass
-                if stop.is_set():
+                if stop.expired():
                     raise PreparationStopped(field, activity)
                 if time.monotonic() >= deadline:
                     raise ConfigError(

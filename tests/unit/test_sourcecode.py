@@ -309,7 +309,7 @@ def s3(monkeypatch):
 def test_download_from_s3(s3, tmp_path):
     s3.put_object(Bucket="code-bucket", Key="job/sourcedir.tar.gz", Body=b"x" * 3_000_000)
     size = sourcecode.download_s3(
-        "s3://code-bucket/job/sourcedir.tar.gz", tmp_path / "a", 60, threading.Event()
+        "s3://code-bucket/job/sourcedir.tar.gz", tmp_path / "a", 60, sourcecode.Stop()
     )
     assert size == 3_000_000
     assert (tmp_path / "a").read_bytes() == b"x" * 3_000_000
@@ -324,7 +324,7 @@ def test_download_from_s3(s3, tmp_path):
 )
 def test_missing_bucket_or_key_is_named(s3, tmp_path, uri, text):
     with pytest.raises(ConfigError) as caught:
-        sourcecode.download_s3(uri, tmp_path / "a", 60, threading.Event())
+        sourcecode.download_s3(uri, tmp_path / "a", 60, sourcecode.Stop())
     assert caught.value.field == "sagemaker_submit_directory"
     assert caught.value.problem.startswith(f"{uri}: {text}")
     assert "S3 endpoint" in caught.value.problem
@@ -333,18 +333,29 @@ def test_missing_bucket_or_key_is_named(s3, tmp_path, uri, text):
 def test_download_timeout_is_named(s3, tmp_path):
     s3.put_object(Bucket="code-bucket", Key="big.tar.gz", Body=b"x" * 3_000_000)
     with pytest.raises(ConfigError) as caught:
-        sourcecode.download_s3("s3://code-bucket/big.tar.gz", tmp_path / "a", 0, threading.Event())
+        sourcecode.download_s3("s3://code-bucket/big.tar.gz", tmp_path / "a", 0, sourcecode.Stop())
     assert "did not finish within 0 s (download timeout)" in caught.value.problem
 
 
-def test_sigterm_during_download_exits_143(s3, tmp_path):
+def sigterm(grace: float) -> sourcecode.Stop:
+    event = threading.Event()
+    event.set()
+    return sourcecode.Stop(event, grace)
+
+
+def test_sigterm_during_download_exits_143_after_the_grace_period(s3, tmp_path):
     s3.put_object(Bucket="code-bucket", Key="big.tar.gz", Body=b"x" * 3_000_000)
-    stop = threading.Event()
-    stop.set()
     with pytest.raises(PreparationStopped) as caught:
-        sourcecode.download_s3("s3://code-bucket/big.tar.gz", tmp_path / "a", 60, stop)
+        sourcecode.download_s3("s3://code-bucket/big.tar.gz", tmp_path / "a", 60, sigterm(0))
     assert caught.value.exit_code == exitcodes.SIGTERM_EXIT
     assert str(caught.value).startswith("Stopped by SIGTERM while downloading s3://code-bucket/")
+
+
+def test_download_that_ends_within_the_grace_period_completes(s3, tmp_path):
+    # Under docker compose, SIGTERM mostly means another host exited: finish and report too.
+    s3.put_object(Bucket="code-bucket", Key="big.tar.gz", Body=b"x" * 3_000_000)
+    size = sourcecode.download_s3("s3://code-bucket/big.tar.gz", tmp_path / "a", 60, sigterm(30))
+    assert size == 3_000_000
 
 
 def test_unreachable_endpoint_is_named(tmp_path, monkeypatch):
@@ -354,7 +365,7 @@ def test_unreachable_endpoint_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # discard port: refused
     monkeypatch.setattr(sourcecode, "S3_CONNECT_TIMEOUT", 1.0)
     with pytest.raises(ConfigError) as caught:
-        sourcecode.download_s3("s3://b/s.tar.gz", tmp_path / "a", 30, threading.Event())
+        sourcecode.download_s3("s3://b/s.tar.gz", tmp_path / "a", 30, sourcecode.Stop())
     assert caught.value.problem.startswith("cannot download s3://b/s.tar.gz: ")
     assert "(S3 endpoint http://127.0.0.1:9)" in caught.value.problem
 
@@ -367,7 +378,7 @@ def test_run_bounded_returns_code_and_output(tmp_path):
         [sys.executable, "-c", "import os; print(os.getcwd()); raise SystemExit(3)"],
         tmp_path,
         30,
-        threading.Event(),
+        sourcecode.Stop(),
         "requirements.txt",
         "testing",
     )
@@ -386,7 +397,7 @@ def test_run_bounded_timeout_kills_the_process_group_and_is_named(tmp_path):
             [sys.executable, "-c", script],
             tmp_path,
             1.0,
-            threading.Event(),
+            sourcecode.Stop(),
             "requirements.txt",
             "installing requirements.txt",
         )
@@ -400,22 +411,36 @@ def test_run_bounded_timeout_kills_the_process_group_and_is_named(tmp_path):
     assert not marker.exists(), "the grandchild survived the timeout"
 
 
-def test_run_bounded_stops_on_sigterm(tmp_path):
-    stop = threading.Event()
-    threading.Timer(0.3, stop.set).start()
+def test_run_bounded_stops_after_sigterm_and_the_grace_period(tmp_path):
+    event = threading.Event()
+    threading.Timer(0.3, event.set).start()
+    started = time.monotonic()
     with pytest.raises(PreparationStopped) as caught:
         sourcecode.run_bounded(
             [sys.executable, "-c", "import time; time.sleep(30)"],
             tmp_path,
             60,
-            stop,
+            sourcecode.Stop(event, 0.5),
             "requirements.txt",
             "installing requirements.txt",
         )
+    assert 0.8 <= time.monotonic() - started < 5
     assert caught.value.exit_code == 143
     assert str(caught.value) == (
         "Stopped by SIGTERM while installing requirements.txt (requirements.txt)."
     )
+
+
+def test_run_bounded_lets_a_command_finish_within_the_grace_period(tmp_path):
+    code, _ = sourcecode.run_bounded(
+        [sys.executable, "-c", "import time; time.sleep(0.5); raise SystemExit(4)"],
+        tmp_path,
+        60,
+        sigterm(10),
+        "requirements.txt",
+        "installing requirements.txt",
+    )
+    assert code == 4
 
 
 # ------------------------------------------------------------------------------- prepare()
