@@ -63,6 +63,10 @@ def test_generic_estimator_on_three_hosts_collects_every_hosts_output(sdk_job, c
     files = sdk_job.output_tar()
     assert "success" in files and "failure" not in files
     assert_every_rank_ran(sdk_job, files, "from-custom-options")
+    records = {record["file"] for record in rank_records(files).values()}
+    for host in sdk_job.hosts:  # ringleader's own per-host files (rank logs) made it too
+        own = [name for name in files if host in name and name not in records]
+        assert own, f"nothing of ringleader's from {host} in output.tar.gz: {sorted(files)}"
     assert (sdk_job.output / "model.tar.gz").is_file()
     xfail_if_known(known)
 
