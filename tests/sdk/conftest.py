@@ -282,6 +282,54 @@ def sourcedir_tarball(code_dir: Path, extra: list[tarfile.TarInfo] | None = None
     return buffer.getvalue()
 
 
+# A PEP 517 build backend inside the code (no build requirements), so pip can build and
+# install the code directory as a package offline: the "Python package" entry point kind.
+IN_TREE_BACKEND = """\
+import base64, hashlib, zipfile
+from pathlib import Path
+
+NAME, VERSION = "ringleader_probe", "2.0"
+INFO = f"{NAME}-{VERSION}.dist-info"
+METADATA = f"Metadata-Version: 2.1\\nName: ringleader-probe\\nVersion: {VERSION}\\n"
+WHEEL = "Wheel-Version: 1.0\\nGenerator: in-tree\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+
+
+def digest(data):
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    files = {
+        f"{NAME}/__init__.py": Path("src", NAME, "__init__.py").read_bytes(),
+        f"{INFO}/METADATA": METADATA.encode(),
+        f"{INFO}/WHEEL": WHEEL.encode(),
+    }
+    record = [f"{name},sha256={digest(data)},{len(data)}" for name, data in files.items()]
+    files[f"{INFO}/RECORD"] = "\\n".join([*record, f"{INFO}/RECORD,,", ""]).encode()
+    name = f"{NAME}-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(Path(wheel_directory, name), "w") as wheel:
+        for member, data in files.items():
+            wheel.writestr(member, data)
+    return name
+"""
+
+
+def make_package_code_dir(path: Path) -> Path:
+    """train.py plus a package (pyproject.toml, src/ringleader_probe) that only pip can make
+    importable: train.py then records probe == "2.0" on every host."""
+    path.mkdir(parents=True)
+    (path / "train.py").write_text(TRAIN_PY)
+    shutil.copy(EXAMPLE, path / "mpi_allreduce.py")
+    (path / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+    )
+    (path / "backend.py").write_text(IN_TREE_BACKEND)
+    package = path / "src" / "ringleader_probe"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("VERSION = '2.0'\n")
+    return path
+
+
 # ---------------------------------------------------------------------------- a local job
 
 

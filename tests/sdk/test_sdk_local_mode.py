@@ -15,6 +15,7 @@ from tests.sdk.conftest import (
     ROLE,
     SdkJob,
     assert_hosts_agree,
+    make_package_code_dir,
     rank_records,
     sourcedir_tarball,
     xfail_if_known,
@@ -23,7 +24,9 @@ from tests.sdk.conftest import (
 pytestmark = [pytest.mark.sdk, pytest.mark.container]
 
 
-def assert_every_rank_ran(job: SdkJob, files: dict[str, bytes], option: str) -> None:
+def assert_every_rank_ran(
+    job: SdkJob, files: dict[str, bytes], option: str, probe: str = "1.0"
+) -> None:
     records = rank_records(files)
     assert sorted(records) == list(range(6)), sorted(files)
     hosts = sorted(job.hosts)
@@ -33,7 +36,7 @@ def assert_every_rank_ran(job: SdkJob, files: dict[str, bytes], option: str) -> 
         assert sorted(record["hosts"]) == hosts
         assert record["world"] == "6"
         assert record["argv"] == ["--rounds", "2"]  # user hyperparameters only, as --key value
-        assert record["probe"] == "1.0", "requirements.txt was not installed on this host"
+        assert record["probe"] == probe, "requirements.txt/the package is not installed here"
         assert record["channel"] == "/opt/ml/input/data/training"
         assert record["channel_files"] == ["sample.csv"]
         assert record["checkpoints_writable"]
@@ -144,4 +147,29 @@ def test_s3_sourcedir_with_sagemaker_program_as_a_hyperparameter(s3_job, code_di
     assert job.error is None
     known = assert_hosts_agree(job, 0)
     assert_every_rank_ran(job, job.output_tar(), "from-custom-options")
+    xfail_if_known(known)
+
+
+def test_code_that_is_a_python_package_is_built_and_installed_on_every_host(
+    sdk_job, tmp_path, channel
+):
+    from sagemaker.estimator import Estimator
+
+    estimator = Estimator(
+        image_uri=IMAGE,
+        role=ROLE,
+        instance_count=3,
+        instance_type="local",
+        entry_point="train.py",
+        source_dir=str(make_package_code_dir(tmp_path / "package")),
+        hyperparameters={**MPI_HYPERPARAMETERS, "rounds": 2},
+        output_path=f"file://{sdk_job.output}",
+        sagemaker_session=sdk_job.session(),
+        base_job_name="ringleader-sdk-package",
+    )
+    sdk_job.fit(estimator, {"training": f"file://{channel}"})
+
+    assert sdk_job.error is None
+    known = assert_hosts_agree(sdk_job, 0)
+    assert_every_rank_ran(sdk_job, sdk_job.output_tar(), "from-custom-options", probe="2.0")
     xfail_if_known(known)
