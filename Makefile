@@ -13,6 +13,10 @@ setup:  ## Docker Engine, base image, wheelhouse, ringleader:latest image, and .
 image:  ## only the image (Docker Engine + base + wheelhouse + docker build)
 	scripts/setup.sh image
 
+.PHONY: image-horovod
+image-horovod: image  ## ringleader:horovod = the image + PyTorch 2.13 (CPU) + Horovod 0.28.1 (cold build ~8 min)
+	scripts/build-horovod.sh
+
 venv:  ## only the host virtualenv .venv
 	scripts/setup.sh venv
 

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Build ringleader:horovod: ringleader:latest plus PyTorch (CPU) and Horovod, idempotently.
+#
+#   scripts/build-horovod.sh              both steps: wheelhouse, build
+#   scripts/build-horovod.sh wheelhouse   only the host wheelhouse build/wheelhouse-horovod/
+#   scripts/build-horovod.sh build        only the docker build (needs the wheelhouse)
+#
+# Needs ringleader:latest (`make image`). No PyPI inside the build: the host downloads the torch
+# wheel (torch==2.13.0, the CPU build), the Horovod 0.28.1 sdist and every wheel either needs into
+# build/wheelhouse-horovod/{wheels,sdist}, which is the whole docker build context.
+# Dockerfile.horovod builds a Horovod wheel in a throw-away stage (Debian's cmake, g++,
+# python3-dev; Horovod's C++ standard patched from 14 to 17, which PyTorch >= 2.1 needs) and
+# installs it with torch into ringleader's venv. The compile stage starts from the base image, not
+# from ringleader:latest, so a change to ringleader does not recompile Horovod (about 5 minutes on
+# 2 cores); only the install (about a minute) is redone.
+#
+# Environment:
+#   IMAGE=ringleader:horovod           tag to build
+#   RINGLEADER_IMAGE=ringleader:latest image to add PyTorch and Horovod to
+#   BASE_IMAGE                         base of the compile stage; default: debian:bookworm-slim
+#                                      if present, else ringleader/base:bookworm (what
+#                                      scripts/setup.sh built ringleader:latest from)
+#   PYTHON=python3                     host CPython 3.11 that downloads the wheelhouse
+#   REBUILD_WHEELS=1                   download the wheelhouse again even if it looks up to date
+#   NO_CACHE=1                         docker build --no-cache (a cold build, e.g. to time it)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+IMAGE=${IMAGE:-ringleader:horovod}
+RINGLEADER_IMAGE=${RINGLEADER_IMAGE:-ringleader:latest}
+PYTHON=${PYTHON:-python3}
+WHEELHOUSE=build/wheelhouse-horovod
+LOG=build/docker-build-horovod.log
+
+TORCH_VERSION=2.13.0
+HOROVOD_VERSION=0.28.1
+# What the compile stage and the final image install: torch and its dependencies; Horovod's
+# install_requires (setup.py's require_list, cffi included because PyTorch support is on), which
+# its setup_requires also wants present at build time (else setuptools would try to download
+# them); setuptools and wheel to build it without build isolation; numpy so torch finds it.
+REQUIREMENTS=(
+    "torch==$TORCH_VERSION"
+    cloudpickle psutil pyyaml packaging "cffi>=1.4.0"
+    setuptools wheel numpy
+)
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+log() { printf '==> %s\n' "$*"; }
+die() {
+    printf 'build-horovod.sh: error: %s\n' "$*" >&2
+    exit 1
+}
+image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+
+# ----------------------------------------------------------------------------------- wheelhouse
+# Platform tags of Debian bookworm (glibc 2.36) for x86_64, so the wheels fit the image even when
+# the host is a different Linux.
+platform_args() {
+    local minor
+    for minor in $(seq 36 -1 5); do
+        printf -- '--platform\nmanylinux_2_%s_x86_64\n' "$minor"
+    done
+    printf -- '--platform\n%s\n' manylinux2014_x86_64 manylinux2010_x86_64 manylinux1_x86_64
+}
+
+wheelhouse_key() {
+    {
+        printf '%s\n' "${REQUIREMENTS[@]}" "horovod==$HOROVOD_VERSION"
+        "$PYTHON" -V 2>&1
+    } | sha256sum | cut -d' ' -f1
+}
+
+step_wheelhouse() {
+    command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (set PYTHON to a CPython 3.11)"
+    "$PYTHON" -c 'import sys; sys.exit(sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11))' ||
+        die "$PYTHON is not CPython 3.11, the image's Python (set PYTHON)"
+    local stamp=$WHEELHOUSE/.key key tmp start=$SECONDS
+    key=$(wheelhouse_key)
+    if [[ ${REBUILD_WHEELS:-} != 1 && -f $stamp && $(<"$stamp") == "$key" ]] &&
+        compgen -G "$WHEELHOUSE/wheels/torch-$TORCH_VERSION*.whl" >/dev/null &&
+        [[ -f $WHEELHOUSE/sdist/horovod-$HOROVOD_VERSION.tar.gz ]]; then
+        log "Horovod wheelhouse is up to date ($WHEELHOUSE)"
+        return 0
+    fi
+    mkdir -p build
+    tmp=$(mktemp -d build/.wheelhouse-horovod.XXXXXX)
+    chmod 755 "$tmp"
+    log "Downloading torch==$TORCH_VERSION (CPU) and the wheels it and Horovod need into $WHEELHOUSE/wheels (cp311, manylinux x86_64)"
+    local -a platforms
+    mapfile -t platforms < <(platform_args)
+    if ! "$PYTHON" -m pip download --quiet --dest "$tmp/wheels" --only-binary=:all: \
+        --implementation cp --python-version 3.11 --abi cp311 --abi abi3 --abi none \
+        "${platforms[@]}" "${REQUIREMENTS[@]}" 2>"$tmp/pip.log"; then
+        cat "$tmp/pip.log" >&2
+        rm -rf "$tmp"
+        die "pip download of the wheels failed"
+    fi
+    log "Downloading the Horovod $HOROVOD_VERSION sdist into $WHEELHOUSE/sdist"
+    # (pip prepares the sdist's metadata in an isolated build environment on the host; nothing is
+    # compiled here.)
+    if ! "$PYTHON" -m pip download --quiet --dest "$tmp/sdist" --no-deps --no-binary=:all: \
+        "horovod==$HOROVOD_VERSION" 2>"$tmp/pip.log"; then
+        cat "$tmp/pip.log" >&2
+        rm -rf "$tmp"
+        die "pip download of the horovod sdist failed"
+    fi
+    if ! compgen -G "$tmp/wheels/torch-$TORCH_VERSION+cpu-*.whl" >/dev/null; then
+        local found
+        found=$(cd "$tmp/wheels" && ls torch-*)
+        rm -rf "$tmp"
+        die "pip took a torch that is not the CPU build: $found"
+    fi
+    rm -f "$tmp/pip.log"
+    rm -rf "$WHEELHOUSE"
+    mv "$tmp" "$WHEELHOUSE"
+    printf '%s\n' "$key" >"$stamp"
+    log "Horovod wheelhouse ready in $((SECONDS - start))s: $(find "$WHEELHOUSE/wheels" -name '*.whl' | wc -l) wheels + sdist, $(du -sh "$WHEELHOUSE" | cut -f1)"
+}
+
+# ---------------------------------------------------------------------------------------- build
+compile_base() {
+    if [[ -n ${BASE_IMAGE:-} ]]; then
+        image_exists "$BASE_IMAGE" || die "base image $BASE_IMAGE is not present"
+        printf '%s\n' "$BASE_IMAGE"
+    elif image_exists debian:bookworm-slim; then
+        printf '%s\n' debian:bookworm-slim
+    elif image_exists ringleader/base:bookworm; then
+        printf '%s\n' ringleader/base:bookworm
+    else
+        die "no base image for the compile stage; run 'scripts/setup.sh image' (or 'make image') first"
+    fi
+}
+
+step_build() {
+    docker info >/dev/null 2>&1 || die "Docker Engine does not answer; run 'scripts/setup.sh docker'"
+    image_exists "$RINGLEADER_IMAGE" || die "$RINGLEADER_IMAGE is not built; run 'make image' first"
+    [[ -f $WHEELHOUSE/.key ]] || die "no wheelhouse in $WHEELHOUSE; run '$0 wheelhouse'"
+    local base start=$SECONDS
+    base=$(compile_base)
+    log "Building image $IMAGE from $RINGLEADER_IMAGE; Horovod $HOROVOD_VERSION compiled on $base (log: $LOG; a cold build takes about 8 minutes, 5 of them compiling Horovod)"
+    local -a extra=()
+    [[ ${NO_CACHE:-} != 1 ]] || extra+=(--no-cache)
+    : >"$LOG"
+    # The context is the wheelhouse only: nothing else is sent to the daemon. Every Dockerfile
+    # step is shown as it starts, with the time so far; the full output goes to the log.
+    if ! docker build -f Dockerfile.horovod "${extra[@]}" \
+        --build-arg BASE_IMAGE="$base" --build-arg RINGLEADER_IMAGE="$RINGLEADER_IMAGE" \
+        --build-arg TORCH_VERSION="$TORCH_VERSION" --build-arg HOROVOD_VERSION="$HOROVOD_VERSION" \
+        -t "$IMAGE" "$WHEELHOUSE" 2>&1 |
+        while IFS= read -r line; do
+            printf '%s\n' "$line" >>"$LOG"
+            if [[ $line == "Step "* ]]; then
+                log "  $(printf '%4ss' $((SECONDS - start))) ${line:0:110}"
+            fi
+        done; then
+        tail -n 60 "$LOG" >&2
+        die "docker build failed (see $LOG)"
+    fi
+    log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}')): $(docker run --rm --entrypoint python "$IMAGE" -c 'import torch, horovod; print(f"torch {torch.__version__}, horovod {horovod.__version__}")')"
+}
+
+# ----------------------------------------------------------------------------------------- main
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
+
+steps=()
+for arg in "${@:-all}"; do
+    case $arg in
+        all) steps+=(wheelhouse build) ;;
+        wheelhouse | build) steps+=("$arg") ;;
+        -h | --help | help)
+            usage
+            exit 0
+            ;;
+        *)
+            usage >&2
+            die "unknown step: $arg"
+            ;;
+    esac
+done
+
+total_start=$SECONDS
+for s in "${steps[@]}"; do
+    "step_$s"
+done
+log "build-horovod done (${steps[*]}) in $((SECONDS - total_start))s"
