@@ -27,7 +27,7 @@ demo: setup  ## 3 fake hosts x 2 processes running examples/mpi_allreduce.py
 	$(BIN)/ringleader local --hosts 3 --processes-per-host 2 \
 		--source-dir examples --entry-point mpi_allreduce.py -- --rounds 3
 
-test: setup  ## lint, type check and the whole test suite (unit + real containers)
+test: setup image-horovod  ## lint, type check and the whole test suite (unit + real containers)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
