@@ -193,10 +193,10 @@ def test_failing_horovod_rank_takes_the_others_down(failed_job):
 
 @pytest.mark.xfail(
     reason="outcome.root_cause picks the unprompted failed rank with the earliest ended_at, but "
-    "the ranks Horovod shuts down end ~1 s *before* rank 3: rank 3's own exit runs Horovod's "
-    "atexit shutdown first, which fails the others, and only then finishes exiting. The root "
-    "cause becomes a bystander with exit code 1. Remove this mark once outcome.py ranks "
-    "'Horovod has been shut down' failures as collateral.",
+    "rank 3's exit runs Horovod's atexit shutdown first, which fails the other ranks at once "
+    "('Horovod has been shut down'), and only then finishes; so bystanders often end 0.2-1.5 s "
+    "before rank 3 (4 of 5 runs here) and one of them, exit code 1, is blamed. Remove this mark "
+    "once outcome.py treats 'Horovod has been shut down' failures as collateral.",
     raises=AssertionError,
     strict=False,
 )
