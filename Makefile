@@ -31,7 +31,7 @@ test: setup image-horovod  ## lint, type check and the whole test suite (unit + 
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest
+	RINGLEADER_SDK3_PYTHON=$(CURDIR)/build/sdk3-venv/bin/python $(BIN)/pytest
 
 test-unit: venv  ## unit tests only: no Docker, no image
 	$(BIN)/pytest -m 'not container'

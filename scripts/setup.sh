@@ -4,8 +4,9 @@
 #   scripts/setup.sh              all steps: docker, base, wheelhouse, build, browser, venv
 #   scripts/setup.sh image        the image only (docker + base + wheelhouse + build)
 #   scripts/setup.sh venv         the host virtualenv .venv only
-#   scripts/setup.sh STEP...      any of: docker base wheelhouse build browser venv image all
-#   (browser: Debian's chromium, for the report's screenshot test)
+#   scripts/setup.sh STEP...      any of: docker base wheelhouse build browser sdk3 venv image all
+#   (browser: Debian's chromium, for the report's screenshot test; sdk3: build/sdk3-venv with
+#   SageMaker Python SDK v3 for its local-mode tests)
 #
 # Environment:
 #   IMAGE=ringleader:latest        tag of the image to build
@@ -253,6 +254,24 @@ step_browser() {
     apt_install chromium fonts-liberation
 }
 
+step_sdk3() {
+    # SageMaker Python SDK v3 cannot share a virtualenv with v2 (both are `sagemaker`): the
+    # v3 local-mode tests run their jobs with this interpreter (RINGLEADER_SDK3_PYTHON).
+    local dir=build/sdk3-venv
+    if [[ -x $dir/bin/python ]] && "$dir/bin/python" -c 'import sagemaker' 2>/dev/null; then
+        log "SDK v3 virtualenv $dir is ready"
+        return 0
+    fi
+    log "Creating $dir with sagemaker>=3 (for the SDK v3 local-mode tests)"
+    rm -rf "$dir"
+    mkdir -p build
+    "$PYTHON" -m venv "$dir"
+    if ! "$dir/bin/python" -m pip install --quiet 'sagemaker>=3,<4' >build/pip-sdk3.log 2>&1; then
+        tail -n 40 build/pip-sdk3.log >&2
+        die "pip install 'sagemaker>=3,<4' failed (see build/pip-sdk3.log)"
+    fi
+}
+
 step_venv() {
     have "$PYTHON" || die "$PYTHON not found (set PYTHON)"
     local stamp=$VENV/.ringleader-setup.key key start=$SECONDS
@@ -284,11 +303,11 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 steps=()
 for arg in "${@:-all}"; do
     case $arg in
-        all) steps+=(docker base wheelhouse build browser venv) ;;
+        all) steps+=(docker base wheelhouse build browser sdk3 venv) ;;
         image) steps+=(docker base wheelhouse build) ;;
         build) steps+=(docker base build) ;;
         base) steps+=(docker base) ;;
-        docker | wheelhouse | browser | venv) steps+=("$arg") ;;
+        docker | wheelhouse | browser | sdk3 | venv) steps+=("$arg") ;;
         -h | --help | help)
             usage
             exit 0

@@ -35,14 +35,17 @@ from ringleader.mpi_command import MpiPlan, build_mpirun_argv, forwarded_variabl
 from ringleader.netif import choose_interface, local_interfaces, resolve
 from ringleader.outcome import Outcome, truncate
 from ringleader.output import OutputPrinter, OutputRelay
+from ringleader.protocol import ChannelClosed
 from ringleader.results import write_job_summary, write_result
 from ringleader.sshd import start_sshd
 from ringleader.topology import Topology, leader_hint
 from ringleader.user_command import build_user_command
-from ringleader.worker import Worker
+from ringleader.worker import Worker, outlive_leader
 
 if TYPE_CHECKING:
     from ringleader.artifacts import OutputUri
+
+STOPPING_REPORT_SECONDS = 5.0  # reporting an error after SIGTERM: how long to try
 
 Prepared = concurrent.futures.Future[list[str]]  # the user's command, once the host is ready
 
@@ -238,9 +241,9 @@ class EntryPoint:
             prepared.result()
         except JobError as error:
             return self._report_to_leader(config.topology, config.control_port, error)
-        outcome = Worker(config, self._events, agent, self._stop, relay).run()
-        write_result(outcome.exit_code, outcome.failure)
-        return outcome
+        return Worker(config, self._events, agent, self._stop, relay).run(
+            on_outcome=lambda outcome: write_result(outcome.exit_code, outcome.failure)
+        )
 
     def _config_failure(self, topology: Topology, error: JobError) -> Outcome:
         """A toolkit error on this host: on the leader, every worker is told; else the leader."""
@@ -281,14 +284,24 @@ class EntryPoint:
             self._send_error(leader, DEFAULT_CONTROL_PORT, Outcome(error.exit_code, str(error)))
 
     def _send_error(self, leader: str, port: int, outcome: Outcome) -> None:
-        timeout = Timeouts().startup
-        channel = connect_to_leader(leader, port, time.monotonic() + timeout, self._stop)
+        """Report this host's error to the leader, then stay until the leader is done.
+
+        Staying matters under docker compose: the first container to exit stops the others,
+        and it must be the leader, after it has told everyone the job's result."""
+        timeouts = Timeouts()
+        # Still try for a short while when SIGTERM already arrived: the report is the point.
+        timeout = STOPPING_REPORT_SECONDS if self._stop.is_set() else timeouts.startup
+        channel = connect_to_leader(leader, port, time.monotonic() + timeout, threading.Event())
         if channel is None:
             log.log(f"could not report the error to the leader {leader} within {timeout:g} s")
             return
-        with contextlib.suppress(Exception):
+        try:
             channel.send(hello_message(self._host, (outcome.exit_code, outcome.failure or "")))
-        channel.close()
+            outlive_leader(channel, time.monotonic() + timeouts.finish + timeouts.leader_loss)
+        except ChannelClosed:
+            pass
+        finally:
+            channel.close()
 
 
 def mpi4py_available() -> bool:
@@ -329,5 +342,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return outcome.exit_code
 
 
+def exit_now(code: int) -> None:
+    """Exit with `code` for sure: under docker compose a SIGTERM arrives while the others stop,
+    and during interpreter shutdown Python's default handler would turn the code into 143."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

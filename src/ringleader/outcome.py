@@ -1,9 +1,9 @@
 """Pure root-cause selection: from what every rank recorded to one exit code and one message.
 
 When one rank fails, mpirun terminates all the others, and under Horovod they fail by
-themselves moments later ("Horovod has been shut down"). The root cause is therefore the rank
-that failed first without having been told to stop; ranks that were stopped by us or by mpirun
-are only a fallback.
+themselves moments later ("Horovod has been shut down"), sometimes before the failing rank has
+finished exiting. The root cause is therefore the rank that failed first without having been
+told to stop and without such a message; the others are only a fallback.
 """
 
 from collections.abc import Sequence
@@ -39,9 +39,22 @@ class Outcome:
         return self.exit_code == exitcodes.SUCCESS
 
 
+# What a rank prints when it fails only because another rank failed first. Horovod's atexit
+# shutdown in the failing rank fails its peers' pending collectives *before* that rank itself
+# has finished exiting, so these bystanders often end first.
+COLLATERAL_MARKERS = ("Horovod has been shut down",)
+
+
+def is_collateral(record: RankRecord) -> bool:
+    """Stopped by us or mpirun, or failed with a known "another rank failed" message."""
+    return record.terminated or any(
+        marker in line for line in record.stderr_tail for marker in COLLATERAL_MARKERS
+    )
+
+
 def root_cause(records: Sequence[RankRecord]) -> RankRecord | None:
     failed = [record for record in records if record.failed]
-    unprompted = [record for record in failed if not record.terminated]
+    unprompted = [record for record in failed if not is_collateral(record)]
     candidates = unprompted or failed
     if not candidates:
         return None

@@ -8,6 +8,7 @@ import contextlib
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from ringleader import exitcodes
 from ringleader.agent import HostAgent
@@ -38,6 +39,7 @@ class Worker:
         relay: OutputRelay,
     ) -> None:
         self._output_relay = relay
+        self._told: Outcome | None = None  # the leader's verdict, once it came
         self._config = config
         self._events = events
         self._agent = agent
@@ -45,7 +47,15 @@ class Worker:
         self._host = config.topology.current_host
         self._leader = config.topology.leader
 
-    def run(self) -> Outcome:
+    def run(self, on_outcome: Callable[[Outcome], None]) -> Outcome:
+        """Follow the leader to the job's end; `on_outcome` writes the result files, before
+        the leader hears that this host is done."""
+        outcome = self._run(on_outcome)
+        if self._told is None:
+            on_outcome(outcome)
+        return outcome
+
+    def _run(self, on_outcome: Callable[[Outcome], None]) -> Outcome:
         timeouts = self._config.timeouts
         deadline = time.monotonic() + timeouts.startup
         channel = connect_to_leader(self._leader, self._config.control_port, deadline, self._stop)
@@ -66,11 +76,11 @@ class Worker:
             )
         threading.Thread(target=self._read_leader, args=(channel,), daemon=True).start()
         try:
-            return self._follow(channel)
+            return self._follow(channel, on_outcome)
         finally:
             channel.close()
 
-    def _follow(self, channel: Channel) -> Outcome:
+    def _follow(self, channel: Channel, on_outcome: Callable[[Outcome], None]) -> Outcome:
         timeouts = self._config.timeouts
         sigterm_deadline: float | None = None
         rank_deadline: float | None = None
@@ -112,9 +122,19 @@ class Worker:
                     self._agent.terminate_all()
                 elif kind == "exit":
                     self._agent.reap(timeouts.sigterm_grace, timeouts.abort_grace)
+                    outcome = Outcome(int(event.message["code"]), event.message.get("failure"))
+                    self._told = outcome
+                    on_outcome(outcome)  # files first, then bye, then let the leader go first
                     self._send(channel, {"type": "bye", "host": self._host})
-                    failure = event.message.get("failure")
-                    return Outcome(int(event.message["code"]), failure)
+                    self._wait_for_leader_to_leave(timeouts.finish + timeouts.leader_loss)
+                    return outcome
+
+    def _wait_for_leader_to_leave(self, timeout: float) -> None:
+        """After bye: the leader closes the connection when it exits (bounded wait)."""
+        deadline = time.monotonic() + timeout
+        while (event := next_event(self._events, deadline)) is not None:
+            if isinstance(event, LeaderLost):
+                return
 
     def _relay(self, channel: Channel, event: RankStarted | RankEnded) -> None:
         if isinstance(event, RankStarted):
@@ -142,8 +162,15 @@ class Worker:
                 return
             if message.get("type") != "heartbeat":
                 self._events.put(LeaderMessage(message))
-            if message.get("type") == "exit":
-                return
 
     def _outcome(self, code: int, problem: str) -> Outcome:
         return Outcome(code, truncate(f"Host {self._host}: {problem}."))
+
+
+def outlive_leader(channel: Channel, deadline: float) -> None:
+    """Read until the leader closes the connection (it exits) or the deadline passes."""
+    while (remaining := deadline - time.monotonic()) > 0:
+        try:
+            channel.receive(timeout=remaining)
+        except (ChannelClosed, TimeoutError):
+            return

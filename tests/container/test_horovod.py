@@ -152,11 +152,18 @@ def test_horovod_training_with_timeline_and_autotune(run_job, horovod_image):
         assert not (data_dir / "autotune_log.csv").exists()
 
 
-@pytest.fixture(scope="module")
+FAILING = {3: ("algo-2", "7"), 0: ("algo-1", "5")}  # rank -> (host, exit code)
+
+
+@pytest.fixture(scope="module", params=sorted(FAILING, reverse=True), ids=lambda r: f"rank{r}")
 def failed_job(
-    docker_client: docker.DockerClient, horovod_image: str, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    docker_client: docker.DockerClient,
+    horovod_image: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[JobRun]:
-    """One job for the failure tests: rank 3 (on algo-2) exits with code 7 before step 20.
+    """One job per failing rank: a worker's rank 3 (on algo-2) exits 7 at step 20, or the
+    leader's rank 0 exits 5.
 
     The other ranks are then waiting in an allreduce; rank 3's interpreter exit runs Horovod's
     atexit shutdown, and they fail by themselves with HorovodInternalError ("Horovod has been
@@ -167,7 +174,11 @@ def failed_job(
         tmp_path_factory.mktemp("horovod-failure"),
         image=horovod_image,
         entry_point="horovod_train.py",
-        hyperparameters={"fail-rank": "3", "fail-code": "7", "fail-step": "20"},
+        hyperparameters={
+            "fail-rank": str(request.param),
+            "fail-code": FAILING[request.param][1],
+            "fail-step": "20",
+        },
         mpi_options=YIELD,
         settings={"startup_timeout": "60"},
     )
@@ -175,38 +186,34 @@ def failed_job(
     started = time.monotonic()
     run = JobRun(job, capture, job.run())
     run.seconds = time.monotonic() - started
+    run.failing_rank = request.param  # type: ignore[attr-defined]
     yield run
     print(run.output)
 
 
 def test_failing_horovod_rank_takes_the_others_down(failed_job):
     run = failed_job
-    assert rank_lines(run.output, "failing on purpose with code 7 at step 20") == {3}
+    code = FAILING[run.failing_rank][1]
+    failing = rank_lines(run.output, f"failing on purpose with code {code} at step 20")
+    assert failing == {run.failing_rank}
     bystanders = rank_lines(run.output, SHUT_DOWN)
     assert bystanders, f"no rank reported {SHUT_DOWN!r}"
-    assert 3 not in bystanders
+    assert run.failing_rank not in bystanders
     codes = run.codes()
     assert len(set(codes.values())) == 1 and codes["algo-1"] != 0, codes
     failures = {host: run.failure(host) for host in HOSTS}
     assert len(set(failures.values())) == 1, failures
 
 
-@pytest.mark.xfail(
-    reason="outcome.root_cause picks the unprompted failed rank with the earliest ended_at, but "
-    "rank 3's exit runs Horovod's atexit shutdown first, which fails the other ranks at once "
-    "('Horovod has been shut down'), and only then finishes; so bystanders often end 0.2-1.5 s "
-    "before rank 3 (4 of 5 runs here) and one of them, exit code 1, is blamed. Remove this mark "
-    "once outcome.py treats 'Horovod has been shut down' failures as collateral.",
-    raises=AssertionError,
-    strict=False,
-)
 def test_failing_horovod_rank_is_the_root_cause(failed_job):
     run = failed_job
-    assert run.codes() == dict.fromkeys(HOSTS, 7)
-    for host in HOSTS:
-        failure = run.failure(host)
-        assert failure.startswith("Rank 3 on host algo-2 exited with code 7."), failure
-        assert "failing on purpose with code 7 at step 20" in failure
+    rank = run.failing_rank
+    host, code = FAILING[rank]
+    assert run.codes() == dict.fromkeys(HOSTS, int(code))
+    for each in HOSTS:
+        failure = run.failure(each)
+        assert failure.startswith(f"Rank {rank} on host {host} exited with code {code}."), failure
+        assert f"failing on purpose with code {code} at step 20" in failure
 
 
 def rank_lines(output: str, text: str) -> set[int]:

@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from tests.sdk.conftest import assert_hosts_agree, sourcedir_tarball, xfail_if_known
+from tests.sdk.conftest import assert_hosts_agree, sourcedir_tarball
 
 pytestmark = [pytest.mark.sdk, pytest.mark.container]
 
@@ -107,7 +107,7 @@ def test_bad_code_fails_every_host_with_78_naming_it(s3_job, code_dir, case):
 
     assert isinstance(job.error, RuntimeError), job.error
     assert str(job.error).endswith("Process exited with code: 78")
-    known = assert_hosts_agree(job, 78, f"Configuration error in {field}: ")
+    assert_hosts_agree(job, 78, f"Configuration error in {field}: ")
     for host in job.hosts:
         failure = job.snapshots[host].text("failure")
         assert text in failure, f"{host}: {failure}"
@@ -116,4 +116,3 @@ def test_bad_code_fails_every_host_with_78_naming_it(s3_job, code_dir, case):
     assert f"Configuration error in {field}: " in failure and text in failure
     if case == "requirements.txt cannot be installed":
         assert "ringleader-no-such-package" in failure
-    xfail_if_known(known)

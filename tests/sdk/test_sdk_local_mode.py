@@ -18,7 +18,6 @@ from tests.sdk.conftest import (
     make_package_code_dir,
     rank_records,
     sourcedir_tarball,
-    xfail_if_known,
 )
 
 pytestmark = [pytest.mark.sdk, pytest.mark.container]
@@ -62,7 +61,7 @@ def test_generic_estimator_on_three_hosts_collects_every_hosts_output(sdk_job, c
     sdk_job.fit(estimator, {"training": f"file://{channel}"})
 
     assert sdk_job.error is None
-    known = assert_hosts_agree(sdk_job, 0)
+    assert_hosts_agree(sdk_job, 0)
     files = sdk_job.output_tar()
     assert "success" in files and "failure" not in files
     assert_every_rank_ran(sdk_job, files, "from-custom-options")
@@ -71,7 +70,6 @@ def test_generic_estimator_on_three_hosts_collects_every_hosts_output(sdk_job, c
         own = [name for name in files if host in name and name not in records]
         assert own, f"nothing of ringleader's from {host} in output.tar.gz: {sorted(files)}"
     assert (sdk_job.output / "model.tar.gz").is_file()
-    xfail_if_known(known)
 
 
 def test_failing_rank_makes_fit_raise_and_the_failure_file_names_it(sdk_job, code_dir, channel):
@@ -95,13 +93,12 @@ def test_failing_rank_makes_fit_raise_and_the_failure_file_names_it(sdk_job, cod
     assert str(sdk_job.error).endswith("Process exited with code: 3")
     rank_host = sorted(sdk_job.hosts)[2]
     headline = f"Rank 4 on host {rank_host} exited with code 3."
-    known = assert_hosts_agree(sdk_job, 3, headline)
+    assert_hosts_agree(sdk_job, 3, headline)
     failure = sdk_job.output_tar()["failure"].decode()
     assert failure.startswith(headline), failure
     assert "rank 4 failing on purpose with code 3" in failure
     for host in sdk_job.hosts:  # the workers got the leader's verdict word for word
         assert sdk_job.snapshots[host].text("failure") == failure
-    xfail_if_known(known)
 
 
 def test_framework_estimator_translates_distribution_mpi(sdk_job, code_dir, channel):
@@ -135,9 +132,8 @@ def test_framework_estimator_translates_distribution_mpi(sdk_job, code_dir, chan
     assert json.loads(translated["sagemaker_mpi_enabled"]) is True
     assert json.loads(translated["sagemaker_mpi_num_of_processes_per_host"]) == 2
     assert "sagemaker_mpi_custom_mpi_options" in translated
-    known = assert_hosts_agree(sdk_job, 0)
+    assert_hosts_agree(sdk_job, 0)
     assert_every_rank_ran(sdk_job, sdk_job.output_tar(), "from-distribution")
-    xfail_if_known(known)
 
 
 def test_s3_sourcedir_with_sagemaker_program_as_a_hyperparameter(s3_job, code_dir, channel):
@@ -145,9 +141,8 @@ def test_s3_sourcedir_with_sagemaker_program_as_a_hyperparameter(s3_job, code_di
     job = s3_job(uri, sourcedir_tarball(code_dir()), channel=channel, rounds=2)
 
     assert job.error is None
-    known = assert_hosts_agree(job, 0)
+    assert_hosts_agree(job, 0)
     assert_every_rank_ran(job, job.output_tar(), "from-custom-options")
-    xfail_if_known(known)
 
 
 def test_code_that_is_a_python_package_is_built_and_installed_on_every_host(
@@ -170,6 +165,5 @@ def test_code_that_is_a_python_package_is_built_and_installed_on_every_host(
     sdk_job.fit(estimator, {"training": f"file://{channel}"})
 
     assert sdk_job.error is None
-    known = assert_hosts_agree(sdk_job, 0)
+    assert_hosts_agree(sdk_job, 0)
     assert_every_rank_ran(sdk_job, sdk_job.output_tar(), "from-custom-options", probe="2.0")
-    xfail_if_known(known)

@@ -171,3 +171,21 @@ def test_truncate_never_splits_a_multibyte_character():
     assert len(text.encode()) <= FAILURE_FILE_LIMIT
     assert set(text.rstrip("\n")[1:]) == {"é"}
     assert text.endswith("é\n")
+
+
+def test_horovod_bystanders_that_end_first_are_not_the_root_cause():
+    from ringleader.outcome import root_cause
+    from ringleader.records import RankRecord
+
+    def record(rank, code, ended, tail):
+        return RankRecord(rank, f"algo-{rank // 2 + 1}", code, None, 0.0, ended, False, tail)
+
+    shut_down = ("horovod.common.exceptions.HorovodInternalError: Horovod has been shut down.",)
+    records = [
+        record(0, 1, 10.1, shut_down),  # fails first, but only because rank 3 failed
+        record(3, 7, 10.9, ("rank 3 failing on purpose",)),
+        record(5, 1, 10.2, shut_down),
+    ]
+    assert root_cause(records).rank == 3
+    # with nothing but bystanders, the earliest of them is still named
+    assert root_cause([records[0], records[2]]).rank == 0
