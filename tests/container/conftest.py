@@ -26,18 +26,23 @@ EXAMPLES = REPO / "examples"
 IMAGE = os.environ.get("RINGLEADER_IMAGE", "ringleader:latest")
 
 
-@pytest.fixture(scope="session")
-def docker_client() -> docker.DockerClient:
+def ready_docker_client(image: str = IMAGE) -> docker.DockerClient:
+    """A client of an answering Docker Engine that has `image`, or a test failure."""
     try:
         client = docker.from_env()
         client.ping()
     except docker.errors.DockerException as error:
         pytest.fail(f"Docker Engine does not answer ({error}); run scripts/setup.sh")
     try:
-        client.images.get(IMAGE)
+        client.images.get(image)
     except docker.errors.ImageNotFound:
-        pytest.fail(f"image {IMAGE} is not built; run `make image`")
+        pytest.fail(f"image {image} is not built; run `make image`")
     return client
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> docker.DockerClient:
+    return ready_docker_client()
 
 
 class Capture(io.StringIO):

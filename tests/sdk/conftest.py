@@ -42,6 +42,8 @@ import docker
 import docker.errors
 import pytest
 
+from tests.container.conftest import ready_docker_client
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "mpi_allreduce.py"
 IMAGE = os.environ.get("RINGLEADER_IMAGE", "ringleader:latest")
@@ -105,15 +107,7 @@ runpy.run_path(str(example), run_name="__main__")
 @pytest.fixture(scope="session")
 def docker_client() -> docker.DockerClient:
     """Docker, the image and a compose CLI, or a failure (never a skip)."""
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as error:
-        pytest.fail(f"Docker Engine does not answer ({error}); run scripts/setup.sh")
-    try:
-        client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"image {IMAGE} is not built; run `make image`")
+    client = ready_docker_client(IMAGE)
     if shutil.which("docker-compose") is None and shutil.which("docker") is None:
         pytest.fail("neither `docker compose` nor `docker-compose` is installed")
     return client
