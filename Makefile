@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 
 .PHONY: setup image venv smoke demo test test-unit lint
 
-setup:  ## Docker Engine, base image, wheelhouse, ringleader:latest image, and .venv
+setup:  ## everything: Docker Engine, base image, wheelhouse, image, chromium, SDK v3 venv, .venv
 	scripts/setup.sh
 
 image:  ## only the image (Docker Engine + base + wheelhouse + docker build)
@@ -23,7 +23,7 @@ venv:  ## only the host virtualenv .venv
 smoke: image  ## two containers, mpirun over ssh with mpi4py (no ringleader entry point)
 	scripts/smoke-image.sh
 
-demo: setup  ## 3 fake hosts x 2 processes running examples/mpi_allreduce.py
+demo: image venv  ## 3 fake hosts x 2 processes running examples/mpi_allreduce.py
 	$(BIN)/ringleader local --hosts 3 --processes-per-host 2 \
 		--source-dir examples --entry-point mpi_allreduce.py -- --rounds 3
 
