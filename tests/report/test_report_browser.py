@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from ringleader.report import cli
+from ringleader import cli as ringleader_cli
 
 FIXTURE = Path(__file__).parent / "fixtures" / "local-job"
 WIDTH, HEIGHT = 1280, 2000
@@ -40,7 +40,7 @@ def render(tmp_path: Path) -> Path:
     shutil.copytree(FIXTURE, job)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert cli.main([str(job)]) == 0
+        assert ringleader_cli.main(["report", str(job)]) == 0
     index = job / "report" / "index.html"
     assert index.is_file(), out.getvalue()
     return index

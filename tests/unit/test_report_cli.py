@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ringleader import cli as ringleader_cli
 from ringleader.report import cli
 
 FIXTURE = Path(__file__).parents[1] / "report" / "fixtures" / "local-job"
@@ -44,7 +45,7 @@ def failed_job(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
     shutil.copytree(FIXTURE, job)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(job)])
+        code = ringleader_cli.main(["report", str(job)])
     folder = job / "report"
     return Rendered(
         code, out.getvalue(), err.getvalue(), folder, (folder / "index.html").read_text()

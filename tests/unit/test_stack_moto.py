@@ -46,7 +46,7 @@ from moto.core.models import DEFAULT_ACCOUNT_ID as ACCOUNT
 from moto.fsx.models import fsx_backends
 from moto.sagemaker.models import sagemaker_backends
 
-from ringleader.stack.cli import main
+from ringleader.cli import main
 from ringleader.stack.client import StackClient
 from ringleader.stack.params import Target, WaitPolicy
 from ringleader.stack.render import outputs_from_api, parse_outputs

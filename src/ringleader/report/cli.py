@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from ringleader.report.discover import AUTOTUNE_PATTERN, JOB_FILE, METRICS_FILE, TIMELINE_PATTERN
@@ -87,12 +87,3 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _err(message: str) -> None:
     print(message, file=sys.stderr)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m ringleader.report PATH`: the report command on its own."""
-    parser = argparse.ArgumentParser(prog="ringleader")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["report", *(sys.argv[1:] if argv is None else argv)])
-    command: Command = args.func
-    return command(args)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -222,12 +222,3 @@ def _print_outputs(result: Result, target: p.Target, fmt: str) -> int:
 
 def _err(message: str) -> None:
     print(message, file=sys.stderr)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m ringleader.stack ...`: the stack command on its own."""
-    parser = argparse.ArgumentParser(prog="ringleader")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    command: Command = args.func
-    return command(args)
