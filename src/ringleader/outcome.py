@@ -45,20 +45,30 @@ class Outcome:
 COLLATERAL_MARKERS = ("Horovod has been shut down",)
 
 
-def is_collateral(record: RankRecord) -> bool:
-    """Stopped by us or mpirun, or failed with a known "another rank failed" message."""
-    return record.terminated or any(
-        marker in line for line in record.stderr_tail for marker in COLLATERAL_MARKERS
-    )
+def blames_another_rank(record: RankRecord) -> bool:
+    """It failed with a known "another rank failed first" message."""
+    return any(marker in line for line in record.stderr_tail for marker in COLLATERAL_MARKERS)
+
+
+def suspicion(record: RankRecord) -> int:
+    """0 for the likeliest root cause, 3 for the least likely.
+
+    0: failed on its own. 1: was being stopped, yet exited with a code of its own rather than
+    from the stop (a rank calling MPI_Abort is stopped by mpirun while it exits). 2: failed
+    saying another rank failed. 3: ended by the stop (a signal, or 128+SIGTERM).
+    """
+    if not record.terminated:
+        return 2 if blames_another_rank(record) else 0
+    if record.signal is None and record.exit_code != exitcodes.SIGTERM_EXIT:
+        return 2 if blames_another_rank(record) else 1
+    return 3
 
 
 def root_cause(records: Sequence[RankRecord]) -> RankRecord | None:
     failed = [record for record in records if record.failed]
-    unprompted = [record for record in failed if not is_collateral(record)]
-    candidates = unprompted or failed
-    if not candidates:
+    if not failed:
         return None
-    return min(candidates, key=lambda record: (record.ended_at, record.rank))
+    return min(failed, key=lambda record: (suspicion(record), record.ended_at, record.rank))
 
 
 def decide(facts: JobFacts) -> Outcome:

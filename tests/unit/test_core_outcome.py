@@ -189,3 +189,18 @@ def test_horovod_bystanders_that_end_first_are_not_the_root_cause():
     assert root_cause(records).rank == 3
     # with nothing but bystanders, the earliest of them is still named
     assert root_cause([records[0], records[2]]).rank == 0
+
+
+def test_a_rank_aborting_while_mpirun_stops_it_is_still_the_root_cause():
+    """Rank 0 exits 5 through MPI_Abort; mpirun's stop reaches its wrapper first."""
+    from ringleader.outcome import root_cause
+    from ringleader.records import RankRecord
+
+    shut_down = ("HorovodInternalError: Horovod has been shut down.",)
+    records = [
+        RankRecord(0, "algo-1", 5, None, 0.0, 11.0, True, ("rank 0 failing on purpose",)),
+        RankRecord(1, "algo-1", 143, None, 0.0, 10.5, True, ("rank 1 received SIGTERM",)),
+        RankRecord(2, "algo-2", 143, 15, 0.0, 10.4, True, ()),
+        RankRecord(4, "algo-3", 1, None, 0.0, 10.1, False, shut_down),
+    ]
+    assert root_cause(records).rank == 0
