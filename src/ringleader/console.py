@@ -22,7 +22,3 @@ def write(data: bytes, stream: IO[bytes] | None = None) -> None:
             written = target.write(view)
             view = view[len(view) if written is None else written :]
         target.flush()
-
-
-def stderr() -> IO[bytes]:
-    return sys.stderr.buffer

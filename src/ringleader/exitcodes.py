@@ -11,21 +11,6 @@ HOST_UNREACHABLE = 69  # EX_UNAVAILABLE: a host or its MPI daemon never answered
 INTERNAL_ERROR = 70  # EX_SOFTWARE: the launcher itself failed (mpirun crashed, a bug)
 LEADER_LOST = 75  # EX_TEMPFAIL: a worker lost its leader mid-job
 
-# (code, meaning) rows, rendered into the README's table by hand; kept here as the one source.
-TABLE: tuple[tuple[str, str], ...] = (
-    ("0", "every rank exited 0"),
-    ("1-255", "the root-cause rank's own exit code"),
-    ("128+N", "the root-cause rank was killed by signal N (137 = SIGKILL)"),
-    (
-        str(SIGTERM_EXIT),
-        "the job was stopped with SIGTERM (docker stop, SageMaker StopTrainingJob)",
-    ),
-    (str(CONFIG_ERROR), "bad configuration; the failure file names the field"),
-    (str(HOST_UNREACHABLE), "a host, its sshd or its MPI daemon never answered in time"),
-    (str(INTERNAL_ERROR), "the launcher failed without any rank failing (mpirun crashed)"),
-    (str(LEADER_LOST), "a worker lost contact with the leader"),
-)
-
 
 def signal_exit_code(signal_number: int) -> int:
     """The shell convention for a process killed by a signal."""

@@ -167,7 +167,7 @@ class Leader:
             elif isinstance(event, SigtermReceived) and run.stopped_on is None:
                 log(f"SIGTERM received on {event.host}: stopping every rank")
                 run.stopped_on = event.host
-                self.terminate_everywhere()
+                self._terminate_everywhere()
                 kill_deadline = now + timeouts.sigterm_grace + KILL_MARGIN_SECONDS
             elif isinstance(event, WorkerLost):
                 log(f"lost worker {event.host}: {event.reason}")
@@ -217,7 +217,7 @@ class Leader:
             f"or rank came up on: {', '.join(missing) or 'unknown hosts'}."
         )
 
-    def terminate_everywhere(self) -> None:
+    def _terminate_everywhere(self) -> None:
         if self._agent is not None:
             self._agent.terminate_all()
         if self._server is not None:
