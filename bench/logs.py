@@ -21,8 +21,8 @@ from pathlib import Path
 
 import docker
 
-from ringleader.local.plan import LocalJobSpec
-from ringleader.local.run import LocalJob
+from ringleader.tools.local.plan import LocalJobSpec
+from ringleader.tools.local.run import LocalJob
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 RANKS = 6

@@ -13,7 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ringleader.metrics import MetricRecorder, parse_definitions
+from ringleader.config.metric_definitions import parse_definitions
+from ringleader.output.metrics import MetricRecorder
 
 DEFINITIONS = [
     {"Name": "train:loss", "Regex": r"loss=([0-9.]+)"},

@@ -18,8 +18,8 @@ import docker
 import docker.errors
 import pytest
 
-from ringleader.local.plan import LocalJobSpec
-from ringleader.local.run import LocalJob, LocalJobResult
+from ringleader.tools.local.plan import LocalJobSpec
+from ringleader.tools.local.run import LocalJob, LocalJobResult
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

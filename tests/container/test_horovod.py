@@ -24,7 +24,7 @@ import docker
 import docker.errors
 import pytest
 
-from ringleader.local.run import LocalJob
+from ringleader.tools.local.run import LocalJob
 from tests.container.conftest import Capture, JobRun, make_spec
 
 pytestmark = pytest.mark.container

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from ringleader import cli as ringleader_cli
+from ringleader.tools import cli as ringleader_cli
 
 FIXTURE = Path(__file__).parent / "fixtures" / "local-job"
 WIDTH, HEIGHT = 1280, 2000

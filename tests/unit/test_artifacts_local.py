@@ -26,7 +26,7 @@ from ringleader.artifacts import (
 )
 from ringleader.artifacts import archive as archive_module
 from ringleader.artifacts.manifest import parse_manifest
-from ringleader.errors import ConfigError
+from ringleader.core.errors import ConfigError
 
 
 def write(path: Path, data: bytes | str) -> Path:
@@ -233,7 +233,7 @@ def test_a_file_truncated_while_archiving_fails_the_archive(tmp_path, monkeypatc
 
 def test_a_file_that_grows_while_archiving_is_stored_as_hashed(tmp_path, monkeypatch):
     source = tmp_path / "output"
-    log = write(source / "data" / "algo-1" / "ringleader.log", b"line 1\n")
+    log = write(source / "data" / "algo-1" / "ringleader.output.log", b"line 1\n")
     real_hash = archive_module.sha256_of_file
 
     def hash_then_append(path):
@@ -247,7 +247,7 @@ def test_a_file_that_grows_while_archiving_is_stored_as_hashed(tmp_path, monkeyp
     archive = build_archive(source, "output.tar.gz", tmp_path / "work")
     assert verify_archive(archive.path) == []
     with tarfile.open(archive.path, "r:gz") as tar:
-        stream = tar.extractfile("data/algo-1/ringleader.log")
+        stream = tar.extractfile("data/algo-1/ringleader.output.log")
         assert stream is not None and stream.read() == b"line 1\n"
 
 

@@ -9,7 +9,6 @@ from botocore.exceptions import (
     ParamValidationError,
 )
 
-from ringleader import exitcodes
 from ringleader.artifacts.archive import Skipped
 from ringleader.artifacts.manifest import manifest_line, manifest_text, parse_manifest
 from ringleader.artifacts.report import ArchiveResult, DeliveryReport, append_note
@@ -21,7 +20,8 @@ from ringleader.artifacts.retry import (
     secret_values,
 )
 from ringleader.artifacts.uri import OutputUri, parse_output_uri, path_component
-from ringleader.errors import ConfigError
+from ringleader.core import exitcodes
+from ringleader.core.errors import ConfigError
 
 DIGEST_A = "a" * 64
 DIGEST_B = "b" * 64

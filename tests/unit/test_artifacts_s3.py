@@ -32,7 +32,7 @@ from ringleader.artifacts import (
     parse_output_uri,
     verify_archive,
 )
-from ringleader.errors import ConfigError
+from ringleader.core.errors import ConfigError
 
 REGION = "us-east-1"
 BUCKET = "ringleader-artifacts"

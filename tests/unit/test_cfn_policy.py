@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ringleader.stack import params
+from ringleader.tools.stack import params
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "cfn" / "training-vpc.yaml"
 TEMPLATE: dict[str, Any] = yaml.safe_load(TEMPLATE_PATH.read_text())

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.config import (
+from ringleader.config.job import (
     DEFAULT_CODE_DIR,
     DEFAULT_CONTROL_PORT,
     ConfigFiles,
@@ -15,8 +15,8 @@ from ringleader.config import (
     parse_job_config,
     read_json_object,
 )
-from ringleader.errors import ConfigError
-from ringleader.topology import parse_topology
+from ringleader.config.topology import parse_topology
+from ringleader.core.errors import ConfigError
 
 TOPOLOGY = parse_topology({}, {"hosts": ["algo-1", "algo-2"], "current_host": "algo-1"})
 

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from ringleader.control import ControlServer, connect_to_leader, hello_message
-from ringleader.events import (
+from ringleader.core.records import RankRecord
+from ringleader.wire.control import ControlServer, connect_to_leader, hello_message
+from ringleader.wire.events import (
     RankEnded,
     RankStarted,
     SigtermReceived,
@@ -16,8 +17,7 @@ from ringleader.events import (
     WorkerHello,
     WorkerLost,
 )
-from ringleader.protocol import Channel, ChannelClosed
-from ringleader.records import RankRecord
+from ringleader.wire.protocol import Channel, ChannelClosed
 
 
 def free_port() -> int:

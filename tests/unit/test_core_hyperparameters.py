@@ -2,8 +2,8 @@
 
 import pytest
 
-from ringleader import hyperparameters as hp
-from ringleader.errors import ConfigError
+from ringleader.config import hyperparameters as hp
+from ringleader.core.errors import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,9 @@ import re
 
 import pytest
 
-from ringleader.config import parse_job_config
-from ringleader.local.plan import (
+from ringleader.config.job import parse_job_config
+from ringleader.config.topology import parse_topology
+from ringleader.tools.local.plan import (
     LocalJobSpec,
     UsageError,
     host_names,
@@ -17,7 +18,6 @@ from ringleader.local.plan import (
     sagemaker_hyperparameters,
     validate,
 )
-from ringleader.topology import parse_topology
 
 
 @pytest.fixture

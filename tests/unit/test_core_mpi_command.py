@@ -2,8 +2,9 @@
 
 import pytest
 
-from ringleader.errors import ConfigError
-from ringleader.mpi_command import MpiPlan, build_mpirun_argv, forwarded_variables
+from ringleader.config.mpi_options import forwarded_variables
+from ringleader.core.errors import ConfigError
+from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 RANK_COMMAND = ("/usr/bin/python3", "-m", "ringleader.rank", "--", "python3", "train.py")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ringleader.errors import ConfigError
-from ringleader.netif import choose_interface, local_interfaces
+from ringleader.core.errors import ConfigError
+from ringleader.launch.netif import choose_interface, local_interfaces
 
 INTERFACES = {
     "lo": ["127.0.0.1/8"],

@@ -2,9 +2,9 @@
 
 import pytest
 
-from ringleader import exitcodes
-from ringleader.outcome import FAILURE_FILE_LIMIT, JobFacts, decide, root_cause, truncate
-from ringleader.records import RankRecord
+from ringleader.core import exitcodes
+from ringleader.core.outcome import FAILURE_FILE_LIMIT, JobFacts, decide, root_cause, truncate
+from ringleader.core.records import RankRecord
 
 T0 = 1_700_000_000.0
 
@@ -174,8 +174,8 @@ def test_truncate_never_splits_a_multibyte_character():
 
 
 def test_horovod_bystanders_that_end_first_are_not_the_root_cause():
-    from ringleader.outcome import root_cause
-    from ringleader.records import RankRecord
+    from ringleader.core.outcome import root_cause
+    from ringleader.core.records import RankRecord
 
     def record(rank, code, ended, tail):
         return RankRecord(rank, f"algo-{rank // 2 + 1}", code, None, 0.0, ended, False, tail)
@@ -193,8 +193,8 @@ def test_horovod_bystanders_that_end_first_are_not_the_root_cause():
 
 def test_a_rank_aborting_while_mpirun_stops_it_is_still_the_root_cause():
     """Rank 0 exits 5 through MPI_Abort; mpirun's stop reaches its wrapper first."""
-    from ringleader.outcome import root_cause
-    from ringleader.records import RankRecord
+    from ringleader.core.outcome import root_cause
+    from ringleader.core.records import RankRecord
 
     shut_down = ("HorovodInternalError: Horovod has been shut down.",)
     records = [

@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from ringleader.protocol import Channel, ChannelClosed
+from ringleader.wire.protocol import Channel, ChannelClosed
 
 
 @pytest.fixture

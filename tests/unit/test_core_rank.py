@@ -18,11 +18,11 @@ import psutil
 import pytest
 
 import ringleader
-from ringleader import rank as rank_module
-from ringleader.agent import HostAgent
-from ringleader.events import RankEnded, RankStarted
-from ringleader.output import tag
-from ringleader.rank import RankOutput, RankSupervisor, current_rank, rank_environment
+from ringleader.output.printer import tag
+from ringleader.rank import wrapper as rank_module
+from ringleader.rank.wrapper import RankOutput, RankSupervisor, current_rank, rank_environment
+from ringleader.wire.agent import HostAgent
+from ringleader.wire.events import RankEnded, RankStarted
 
 SRC = Path(ringleader.__file__).resolve().parents[1]  # the package under test, for the wrapper
 PY = sys.executable

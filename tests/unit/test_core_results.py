@@ -1,6 +1,6 @@
 """/opt/ml/output/failure and /opt/ml/output/success."""
 
-from ringleader.results import write_result
+from ringleader.core.results import write_result
 
 
 def test_failure_file_on_failure(tmp_path):

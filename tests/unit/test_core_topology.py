@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from ringleader.errors import ConfigError
-from ringleader.topology import leader_hint, parse_topology
+from ringleader.config.topology import leader_hint, parse_topology
+from ringleader.core.errors import ConfigError
 
 LOCAL_MODE_HOSTS = ["algo-2-k3x9q", "algo-3-a0b1c", "algo-1-zz7yt"]
 

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from ringleader.errors import ConfigError
-from ringleader.user_command import build_user_command
+from ringleader.core.errors import ConfigError
+from ringleader.launch.user_command import build_user_command
 
 
 def test_python_script_uses_the_given_interpreter(tmp_path):

@@ -2,10 +2,10 @@
 
 import pytest
 
-from ringleader.config import parse_job_config
-from ringleader.errors import ConfigError
-from ringleader.horovod import autotune_rows, files_to_keep, horovod_env, keep_files
-from ringleader.topology import Topology
+from ringleader.config.horovod import autotune_rows, files_to_keep, horovod_env, keep_files
+from ringleader.config.job import parse_job_config
+from ringleader.config.topology import Topology
+from ringleader.core.errors import ConfigError
 
 TOPOLOGY = Topology(("algo-1", "algo-2"), "algo-1", "eth0")
 

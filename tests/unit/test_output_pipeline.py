@@ -5,12 +5,13 @@ import json
 
 import pytest
 
-from ringleader.errors import ConfigError
-from ringleader.lines import LineSplitter
-from ringleader.metrics import MetricRecorder, extract, literal_prefix, parse_definitions
-from ringleader.output import OutputPrinter, tag
-from ringleader.protocol import OUTPUT_PREFIX
-from ringleader.selection import ALL_RANKS, RANK_ZERO, RankSelection
+from ringleader.config.metric_definitions import extract, literal_prefix, parse_definitions
+from ringleader.config.selection import ALL_RANKS, RANK_ZERO, RankSelection
+from ringleader.core.errors import ConfigError
+from ringleader.output.lines import LineSplitter
+from ringleader.output.metrics import MetricRecorder
+from ringleader.output.printer import OutputPrinter, tag
+from ringleader.wire.protocol import OUTPUT_PREFIX
 
 FIELD = "ringleader_metric_definitions"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ringleader.report.autotune import AutotuneError, parse_autotune
+from ringleader.tools.report.autotune import AutotuneError, parse_autotune
 
 # Horovod 0.28.1 writes this header, and a stray space after the third comma of every row
 HEADER_028 = (

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ringleader import cli as ringleader_cli
-from ringleader.report import cli
+from ringleader.tools import cli as ringleader_cli
+from ringleader.tools.report import cli
 
 FIXTURE = Path(__file__).parents[1] / "report" / "fixtures" / "local-job"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from ringleader.report.discover import RankLog, classify, list_files
+from ringleader.tools.report.discover import RankLog, classify, list_files
 
 
 def paths(*names: str) -> list[PurePosixPath]:

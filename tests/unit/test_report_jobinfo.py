@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from ringleader.outcome import Outcome
-from ringleader.records import RankRecord
-from ringleader.report.jobinfo import (
+from ringleader.core.outcome import Outcome
+from ringleader.core.records import RankRecord
+from ringleader.core.results import write_job_summary
+from ringleader.tools.report.jobinfo import (
     JobFileError,
     decide_outcome,
     duration,
@@ -19,7 +20,6 @@ from ringleader.report.jobinfo import (
     short_status,
     status,
 )
-from ringleader.results import write_job_summary
 
 
 def rank(n: int, host: str, code: int = 0, **extra: Any) -> dict[str, Any]:
@@ -112,7 +112,7 @@ def test_status_wording() -> None:
 
 
 def test_what_the_leader_writes_is_what_the_report_reads(tmp_path: Path) -> None:
-    """The contract with ringleader.results.write_job_summary, through a real file."""
+    """The contract with ringleader.core.results.write_job_summary, through a real file."""
     records = [
         RankRecord(0, "algo-1", 143, 15, 10.0, 20.5, True, ("Horovod has been shut down.",)),
         RankRecord(1, "algo-2", 3, None, 10.1, 19.0, False, ("ValueError: nan",)),

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from ringleader.report.metrics import parse_line, parse_metrics
+from ringleader.tools.report.metrics import parse_line, parse_metrics
 
 
 def line(t: float, name: str, value: float, rank: int, host: str = "algo-1") -> str:

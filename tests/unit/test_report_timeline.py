@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.report.timeline import (
+from ringleader.tools.report.timeline import (
     TimelineError,
     TraceStream,
     parse_trace,

@@ -14,11 +14,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from ringleader import exitcodes, sourcecode
-from ringleader.config import DEFAULT_CODE_DIR, ConfigFiles, load_job_config, parse_job_config
-from ringleader.errors import ConfigError
-from ringleader.sourcecode import EntryPointKind, Member, MemberKind, PreparationStopped
-from ringleader.topology import parse_topology
+from ringleader.config.job import DEFAULT_CODE_DIR, ConfigFiles, load_job_config, parse_job_config
+from ringleader.config.topology import parse_topology
+from ringleader.core import exitcodes
+from ringleader.core.errors import ConfigError
+from ringleader.source import usercode as sourcecode
+from ringleader.source.usercode import EntryPointKind, Member, MemberKind, PreparationStopped
 
 TOPOLOGY = parse_topology({}, {"hosts": ["algo-1", "algo-2"], "current_host": "algo-1"})
 F, D, S, H, X = (

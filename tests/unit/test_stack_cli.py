@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 import boto3
 import pytest
 
-from ringleader.stack import cli
+from ringleader.tools.stack import cli
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ringleader.stack.events import (
+from ringleader.tools.stack.events import (
     chronological,
     failure_report,
     format_failure,

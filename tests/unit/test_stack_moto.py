@@ -46,11 +46,11 @@ from moto.core.models import DEFAULT_ACCOUNT_ID as ACCOUNT
 from moto.fsx.models import fsx_backends
 from moto.sagemaker.models import sagemaker_backends
 
-from ringleader.cli import main
-from ringleader.stack.client import StackClient
-from ringleader.stack.params import Target, WaitPolicy
-from ringleader.stack.render import outputs_from_api, parse_outputs
-from ringleader.stack.template import load_template
+from ringleader.tools.cli import main
+from ringleader.tools.stack.client import StackClient
+from ringleader.tools.stack.params import Target, WaitPolicy
+from ringleader.tools.stack.render import outputs_from_api, parse_outputs
+from ringleader.tools.stack.template import load_template
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Tried to parse .* not supported by moto.s CloudFormation:UserWarning"
@@ -658,7 +658,7 @@ def test_the_waiter_polls_exactly_max_attempts_times() -> None:
         "before-call.cloudformation.DescribeStacks", lambda **kw: calls.append("describe")
     )
     client = StackClient(Target(REGION, "slow"), cfn)
-    from ringleader.stack.params import RawCreateOptions, parse_create
+    from ringleader.tools.stack.params import RawCreateOptions, parse_create
 
     params = parse_create(RawCreateOptions(region=REGION, bucket=BUCKET, stack_name="slow"), {})
     result = client.create(params, TEMPLATE, WaitPolicy(delay=0, max_attempts=3))

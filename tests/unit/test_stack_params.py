@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from ringleader.stack import params
-from ringleader.stack.params import InvalidInput, RawCreateOptions, WaitPolicy, parse_create
+from ringleader.tools.stack import params
+from ringleader.tools.stack.params import InvalidInput, RawCreateOptions, WaitPolicy, parse_create
 
 NO_ENV: dict[str, str] = {}
 

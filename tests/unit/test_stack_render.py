@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ringleader.stack.render import (
+from ringleader.tools.stack.render import (
     OutputsError,
     estimator_kwargs,
     file_system_inputs,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.stack.params import RawCreateOptions, parse_create
-from ringleader.stack.template import (
+from ringleader.tools.stack.params import RawCreateOptions, parse_create
+from ringleader.tools.stack.template import (
     MAX_TEMPLATE_BODY_BYTES,
     TemplateError,
     check_parameters,

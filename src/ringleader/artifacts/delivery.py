@@ -36,7 +36,7 @@ from ringleader.artifacts.retry import (
     secret_values,
 )
 from ringleader.artifacts.uri import FIELD, OutputUri
-from ringleader.errors import ConfigError
+from ringleader.core.errors import ConfigError
 
 MIB = 1024 * 1024
 S3Client = Any  # a boto3 S3 client (mypy_boto3_s3 is not a dependency)

@@ -11,8 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
-from ringleader import paths
 from ringleader.artifacts.uri import path_component
+from ringleader.core import paths
 
 DATA_DIR = paths.OUTPUT_DIR / "data"
 # What SageMaker itself reads in /opt/ml/output, and the result files' temporary names.

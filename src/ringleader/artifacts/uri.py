@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote
 
-from ringleader.errors import ConfigError
+from ringleader.core.errors import ConfigError
 
 FIELD = "ringleader_output_uri"
 EXPECTED = "s3://bucket[/prefix], file:///absolute/path or an absolute path"

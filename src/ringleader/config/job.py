@@ -1,0 +1,299 @@
+"""Everything a job needs to know, read and validated up front into one immutable object."""
+
+import contextlib
+import json
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from ringleader.config import horovod
+from ringleader.config import hyperparameters as hp
+from ringleader.config.metric_definitions import MetricDefinition, parse_definitions
+from ringleader.config.mpi_options import forwarded_values
+from ringleader.config.selection import ALL_RANKS, RANK_ZERO, RankSelection
+from ringleader.config.topology import Topology, parse_topology
+from ringleader.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ringleader.artifacts import OutputUri
+
+SAGEMAKER_PREFIX = "sagemaker_"
+RINGLEADER_PREFIX = "ringleader_"
+DEFAULT_CODE_DIR = "/opt/ml/code"
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Every wait in the job is bounded by one of these (seconds); each is a hyperparameter."""
+
+    startup: float = 180.0  # ringleader_startup_timeout: hosts, sshd and MPI daemons coming up
+    sigterm_grace: float = 30.0  # ringleader_sigterm_grace: SIGTERM to SIGKILL for the ranks
+    leader_loss: float = 10.0  # ringleader_leader_timeout: silence before a host counts as lost
+    finish: float = 30.0  # ringleader_finish_timeout: telling workers the exit code
+    # ringleader_abort_grace: SIGTERM to SIGKILL for bystanders of a failed rank; shorter than
+    # the 1 s after which mpirun's daemons kill the wrappers, so their records still arrive.
+    abort_grace: float = 0.5
+
+    @property
+    def pulse_interval(self) -> float:
+        """How often leader and workers send each other a pulse (liveness)."""
+        return max(self.leader_loss / 4, 0.05)
+
+
+# ringleader_* hyperparameter -> Timeouts field
+_TIMEOUT_KEYS = {
+    "ringleader_startup_timeout": "startup",
+    "ringleader_sigterm_grace": "sigterm_grace",
+    "ringleader_leader_timeout": "leader_loss",
+    "ringleader_finish_timeout": "finish",
+    "ringleader_abort_grace": "abort_grace",
+}
+
+
+def _output_uri(field: str, value: Any) -> "OutputUri":
+    from ringleader.artifacts import parse_output_uri  # imports boto3: only when asked for
+
+    if not isinstance(value, str):
+        raise ConfigError(field, f"expected s3://bucket/prefix or an absolute path, got {value!r}")
+    return parse_output_uri(value)
+
+
+# ringleader_* hyperparameter -> (JobConfig field, parser(field name, value))
+_SETTING_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
+    "ringleader_control_port": ("control_port", hp.as_port),
+    "ringleader_mpi4py_run": ("mpi4py_run", hp.as_bool),
+    "ringleader_log_ranks": ("log_ranks", RankSelection.parse),
+    "ringleader_metric_ranks": ("metric_ranks", RankSelection.parse),
+    "ringleader_metric_definitions": ("metric_definitions", parse_definitions),
+    "ringleader_output_uri": ("output_uri", _output_uri),
+}
+METRIC_DEFINITIONS_ENV = "RINGLEADER_METRIC_DEFINITIONS"
+DEFAULT_CONTROL_PORT = 29100
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    topology: Topology
+    program: str
+    code_dir: str
+    mpi_enabled: bool
+    processes_per_host: int | None  # None: one per GPU found, else 1
+    custom_mpi_options: tuple[str, ...]
+    hyperparameters: Mapping[str, Any]  # all of them, decoded: sagemaker-training wants them
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    control_port: int = DEFAULT_CONTROL_PORT
+    # Run Python scripts as `python -m mpi4py script.py`: an exception or sys.exit(N) in one
+    # rank then calls MPI_Abort instead of hanging in MPI_Finalize while peers wait for it.
+    mpi4py_run: bool = True
+    log_ranks: RankSelection = ALL_RANKS  # whose output the leader prints
+    metric_ranks: RankSelection = RANK_ZERO  # so metrics are not multiplied by the ranks
+    metric_definitions: tuple[MetricDefinition, ...] = ()
+    horovod_env: Mapping[str, str] = field(default_factory=dict)  # HOROVOD_* for every rank
+    kept_files: tuple[str, ...] = ()  # timeline/autotune log, copied into output/data
+    # Outside SageMaker: where each host's output.tar.gz and model.tar.gz go at the end.
+    output_uri: "OutputUri | None" = None
+    # sagemaker_submit_directory when it is a sourcedir tarball (s3:// or a local file): it is
+    # fetched and extracted into code_dir before the job starts (ringleader.source.usercode).
+    code_archive: str | None = None
+
+    @property
+    def user_hyperparameters(self) -> dict[str, Any]:
+        """What the user's script receives as --key value: neither sagemaker_* nor ringleader_*."""
+        return {
+            key: value
+            for key, value in self.hyperparameters.items()
+            if not key.startswith((SAGEMAKER_PREFIX, RINGLEADER_PREFIX))
+        }
+
+    @property
+    def program_path(self) -> Path:
+        return Path(self.code_dir) / self.program
+
+
+def parse_job_config(
+    topology: Topology, raw_hyperparameters: Mapping[str, Any], environ: Mapping[str, str]
+) -> JobConfig:
+    """Pure validation of the decoded inputs; does not look at the file system."""
+    values = hp.decode_all(raw_hyperparameters)
+    program = values.get("sagemaker_program", environ.get("SAGEMAKER_PROGRAM"))
+    if program is None or (isinstance(program, str) and not program.strip()):
+        raise ConfigError(
+            "sagemaker_program",
+            "missing: set the hyperparameter sagemaker_program to the script to run "
+            "(relative to the code directory, e.g. train.py)",
+        )
+    if not isinstance(program, str):
+        raise ConfigError("sagemaker_program", f"expected a file name, got {program!r}")
+    mpi_enabled = hp.as_bool("sagemaker_mpi_enabled", values.get("sagemaker_mpi_enabled", False))
+    per_host_value = values.get("sagemaker_mpi_num_of_processes_per_host")
+    processes_per_host = (
+        None
+        if per_host_value is None
+        else hp.as_positive_int("sagemaker_mpi_num_of_processes_per_host", per_host_value)
+    )
+    custom_options = _split_custom_options(values.get("sagemaker_mpi_custom_mpi_options", ""))
+    timeouts, settings = _parse_ringleader_keys(values, environ)
+    horovod_vars = horovod.horovod_env(values)
+    kept_files = horovod.files_to_keep(horovod_vars, forwarded_values(custom_options))
+    code_dir, code_archive = _code_source(values.get("sagemaker_submit_directory"))
+    return JobConfig(
+        topology=topology,
+        program=program,
+        code_dir=code_dir,
+        mpi_enabled=mpi_enabled,
+        processes_per_host=processes_per_host,
+        custom_mpi_options=custom_options,
+        hyperparameters=MappingProxyType(values),
+        timeouts=timeouts,
+        horovod_env=MappingProxyType(horovod_vars),
+        kept_files=kept_files,
+        **settings,
+        code_archive=code_archive,
+    )
+
+
+def _split_custom_options(value: Any) -> tuple[str, ...]:
+    field_name = "sagemaker_mpi_custom_mpi_options"
+    if value is None:
+        return ()
+    if not isinstance(value, str):
+        raise ConfigError(field_name, f"expected a string of mpirun options, got {value!r}")
+    try:
+        return tuple(shlex.split(value))
+    except ValueError as error:
+        raise ConfigError(field_name, f"cannot split {value!r}: {error}") from None
+
+
+def _parse_ringleader_keys(
+    values: Mapping[str, Any], environ: Mapping[str, str]
+) -> tuple[Timeouts, dict[str, Any]]:
+    known = {**_TIMEOUT_KEYS, **_SETTING_KEYS, **dict.fromkeys(horovod.KEYS)}
+    unknown = sorted(
+        key for key in values if key.startswith(RINGLEADER_PREFIX) and key not in known
+    )
+    if unknown:
+        raise ConfigError(unknown[0], f"unknown ringleader setting; known ones are {sorted(known)}")
+    seconds = {
+        target: hp.as_positive_seconds(key, values[key])
+        for key, target in _TIMEOUT_KEYS.items()
+        if key in values
+    }
+    settings = {
+        target: parse(key, values[key])
+        for key, (target, parse) in _SETTING_KEYS.items()
+        if key in values
+    }
+    if "metric_definitions" not in settings and METRIC_DEFINITIONS_ENV in environ:
+        settings["metric_definitions"] = parse_definitions(
+            METRIC_DEFINITIONS_ENV, environ[METRIC_DEFINITIONS_ENV]
+        )
+    return Timeouts(**seconds), settings
+
+
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+
+
+def _code_source(submit_directory: Any) -> tuple[str, str | None]:
+    """(code directory, sourcedir tarball to extract into it or None)."""
+    if submit_directory is None or submit_directory == "":
+        return DEFAULT_CODE_DIR, None
+    if not isinstance(submit_directory, str):
+        raise ConfigError(
+            "sagemaker_submit_directory", f"expected a path, got {submit_directory!r}"
+        )
+    if submit_directory.startswith("s3://"):
+        return DEFAULT_CODE_DIR, submit_directory
+    path = submit_directory.removeprefix("file://")
+    if "://" in path:
+        raise ConfigError(
+            "sagemaker_submit_directory",
+            f"{submit_directory!r}: expected an s3:// sourcedir tarball or a local path",
+        )
+    if path.endswith(ARCHIVE_SUFFIXES):
+        return DEFAULT_CODE_DIR, path
+    return path, None
+
+
+@dataclass(frozen=True)
+class ConfigFiles:
+    """Where SageMaker puts its configuration; tests point this at a temporary directory."""
+
+    config_dir: Path = Path("/opt/ml/input/config")
+
+    @property
+    def resource_config(self) -> Path:
+        return self.config_dir / "resourceconfig.json"
+
+    @property
+    def hyperparameters(self) -> Path:
+        return self.config_dir / "hyperparameters.json"
+
+    @property
+    def input_data_config(self) -> Path:
+        return self.config_dir / "inputdataconfig.json"
+
+
+def read_json_object(path: Path, field_name: str) -> dict[str, Any] | None:
+    """The JSON object in `path`, or None when the file does not exist."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ConfigError(field_name, f"cannot read {path}: {error}") from None
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise ConfigError(field_name, f"{path} is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(field_name, f"{path} must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
+def load_topology(environ: Mapping[str, str], files: ConfigFiles) -> Topology:
+    resource_config = None
+    if "SM_HOSTS" not in environ:
+        resource_config = read_json_object(files.resource_config, "resourceconfig.json")
+    return parse_topology(environ, resource_config)
+
+
+def load_job_config(
+    topology: Topology, environ: Mapping[str, str], files: ConfigFiles
+) -> JobConfig:
+    raw = read_json_object(files.hyperparameters, "hyperparameters.json") or {}
+    config = parse_job_config(topology, raw, environ)
+    # An archive is checked once extracted (ringleader.source.usercode.prepare).
+    if config.code_archive is None and not config.program_path.is_file():
+        raise ConfigError(
+            "sagemaker_program",
+            f"{config.program!r} not found in the code directory {config.code_dir}",
+        )
+    return config
+
+
+@dataclass(frozen=True)
+class ReportingSettings:
+    """What error reporting needs when the configuration as a whole is invalid."""
+
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    control_port: int = DEFAULT_CONTROL_PORT
+
+
+def reporting_settings(files: ConfigFiles) -> ReportingSettings:
+    """The user's timeouts and control port, each where it is valid, else its default: a
+    configuration error elsewhere must not make its own report ignore them."""
+    try:
+        values = hp.decode_all(read_json_object(files.hyperparameters, "hyperparameters") or {})
+    except ConfigError:
+        return ReportingSettings()
+    seconds = {}
+    for key, target in _TIMEOUT_KEYS.items():
+        with contextlib.suppress(ConfigError, KeyError):
+            seconds[target] = hp.as_positive_seconds(key, values[key])
+    port = DEFAULT_CONTROL_PORT
+    with contextlib.suppress(ConfigError, KeyError):
+        port = hp.as_port("ringleader_control_port", values["ringleader_control_port"])
+    return ReportingSettings(Timeouts(**seconds), port)

@@ -1,0 +1,80 @@
+"""sagemaker_mpi_custom_mpi_options, parsed: the options they set, the variables they forward."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ringleader.core.errors import ConfigError
+
+OptionKey = tuple[str, ...]
+
+# Spellings mpirun accepts for the options we set, mapped to one name, with their value counts.
+_ALIASES: dict[str, tuple[str, int]] = {
+    "-np": ("np", 1),
+    "--np": ("np", 1),
+    "-n": ("np", 1),
+    "-c": ("np", 1),
+    "-H": ("host", 1),
+    "-host": ("host", 1),
+    "--host": ("host", 1),
+    "-bind-to": ("bind-to", 1),
+    "--bind-to": ("bind-to", 1),
+    "-map-by": ("map-by", 1),
+    "--map-by": ("map-by", 1),
+    "--allow-run-as-root": ("allow-run-as-root", 0),
+    "-allow-run-as-root": ("allow-run-as-root", 0),
+    "-mca": ("mca", 2),
+    "--mca": ("mca", 2),
+    "-x": ("x", 1),
+}
+
+
+@dataclass(frozen=True)
+class Option:
+    key: OptionKey | None  # None: an option we do not know; kept verbatim
+    tokens: tuple[str, ...]
+
+
+def parse_options(tokens: Sequence[str]) -> list[Option]:
+    """Group mpirun tokens into options; unknown tokens pass through one by one."""
+    options: list[Option] = []
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        if token not in _ALIASES:
+            options.append(Option(None, (token,)))
+            index += 1
+            continue
+        canonical, count = _ALIASES[token]
+        values = tuple(tokens[index + 1 : index + 1 + count])
+        if len(values) < count or (count and values[0].startswith("-")):
+            raise ConfigError(
+                "sagemaker_mpi_custom_mpi_options",
+                f"option {token} needs {count} value(s), got {list(values)}",
+            )
+        key: OptionKey = (canonical,)
+        if canonical == "mca":
+            key = ("mca", values[0])
+        elif canonical == "x":
+            key = ("x", values[0].partition("=")[0])
+        options.append(Option(key, (token, *values)))
+        index += 1 + count
+    return options
+
+
+def forwarded_variables(custom_options: Sequence[str]) -> list[str]:
+    """Names the user forwards with -x; the rank wrapper lets these win over host values."""
+    return [
+        option.key[1]
+        for option in parse_options(custom_options)
+        if option.key is not None and option.key[0] == "x"
+    ]
+
+
+def forwarded_values(custom_options: Sequence[str]) -> dict[str, str]:
+    """NAME -> VALUE for every `-x NAME=VALUE` in the custom options."""
+    values = {}
+    for option in parse_options(custom_options):
+        if option.key is not None and option.key[0] == "x" and "=" in option.tokens[1]:
+            name, _, value = option.tokens[1].partition("=")
+            values[name] = value
+    return values

@@ -1,0 +1,97 @@
+"""Who the hosts are, which one this is, and which one leads."""
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ringleader.core.errors import ConfigError
+
+DEFAULT_INTERFACE = "eth0"
+# Docker container names and DNS labels: what can appear in -H host lists and ssh targets.
+_HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
+
+
+@dataclass(frozen=True)
+class Topology:
+    hosts: tuple[str, ...]  # sorted, so every host agrees on the order and the leader
+    current_host: str
+    network_interface: str
+
+    @property
+    def leader(self) -> str:
+        # First in sorted order: local mode names hosts algo-1-xxxxx, never assume "algo-1".
+        return self.hosts[0]
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        return self.hosts[1:]
+
+    @property
+    def is_leader(self) -> bool:
+        return self.current_host == self.leader
+
+
+def parse_topology(
+    environ: Mapping[str, str], resource_config: Mapping[str, Any] | None
+) -> Topology:
+    """SM_HOSTS/SM_CURRENT_HOST win over resourceconfig.json, as the contract says."""
+    if "SM_HOSTS" in environ:
+        hosts = _parse_hosts("SM_HOSTS", _load_json("SM_HOSTS", environ["SM_HOSTS"]))
+        current = environ.get("SM_CURRENT_HOST")
+        current_field = "SM_CURRENT_HOST"
+        interface = environ.get("SM_NETWORK_INTERFACE_NAME") or DEFAULT_INTERFACE
+        if current is None:
+            raise ConfigError(current_field, "missing: SM_HOSTS is set, so SM_CURRENT_HOST must be")
+    elif resource_config is not None:
+        hosts = _parse_hosts("resourceconfig.json hosts", resource_config.get("hosts"))
+        current = resource_config.get("current_host")
+        current_field = "resourceconfig.json current_host"
+        interface = resource_config.get("network_interface_name") or DEFAULT_INTERFACE
+    else:
+        raise ConfigError(
+            "SM_HOSTS",
+            "no host list: set SM_HOSTS and SM_CURRENT_HOST, or provide "
+            "/opt/ml/input/config/resourceconfig.json",
+        )
+    if not isinstance(current, str) or current not in hosts:
+        raise ConfigError(current_field, f"{current!r} is not one of the hosts {list(hosts)}")
+    if not isinstance(interface, str):
+        raise ConfigError("network_interface_name", f"expected a string, got {interface!r}")
+    return Topology(hosts=hosts, current_host=current, network_interface=interface)
+
+
+def _load_json(field: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise ConfigError(field, f"not valid JSON ({error}): {text[:200]!r}") from None
+
+
+def _parse_hosts(field: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(field, f"expected a JSON list of host names, got {value!r}")
+    if not value:
+        raise ConfigError(field, "the host list is empty")
+    for host in value:
+        if not isinstance(host, str) or not _HOST_NAME.match(host):
+            raise ConfigError(field, f"{host!r} is not a valid host name")
+    duplicates = sorted({host for host in value if value.count(host) > 1})
+    if duplicates:
+        raise ConfigError(field, f"duplicate hosts {duplicates}")
+    return tuple(sorted(value))
+
+
+def leader_hint(
+    environ: Mapping[str, str], resource_config: Mapping[str, Any] | None
+) -> str | None:
+    """The leader's name when only the host list can be read (to report an error to it)."""
+    try:
+        if "SM_HOSTS" in environ:
+            return _parse_hosts("SM_HOSTS", _load_json("SM_HOSTS", environ["SM_HOSTS"]))[0]
+        if resource_config is not None:
+            return _parse_hosts("hosts", resource_config.get("hosts"))[0]
+    except ConfigError:
+        return None
+    return None

@@ -1,0 +1,167 @@
+"""Pure root-cause selection: from what every rank recorded to one exit code and one message.
+
+When one rank fails, mpirun terminates all the others, and under Horovod they fail by
+themselves moments later ("Horovod has been shut down"), sometimes before the failing rank has
+finished exiting. The root cause is therefore the rank that failed first without having been
+told to stop and without such a message; the others are only a fallback.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ringleader.core import exitcodes
+from ringleader.core.records import RankRecord
+
+FAILURE_FILE_LIMIT = 1024  # SageMaker shows the first 1024 bytes of the failure file
+
+
+@dataclass(frozen=True)
+class HostLoss:
+    """A host that vanished, went silent or spoke garbage while the job ran."""
+
+    host: str
+    reason: str
+    last_heard: float  # time.time() when it was last heard from: the loss happened after this
+    ranks: tuple[int, ...] = ()  # its ranks that never reported an end
+    protocol_error: bool = False
+
+    def describe(self) -> str:
+        ranks = ""
+        if self.ranks:
+            listed = ", ".join(str(rank) for rank in self.ranks)
+            ranks = f" (rank{'s' if len(self.ranks) > 1 else ''} {listed})"
+        return f"{self.host}{ranks}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    records: tuple[RankRecord, ...] = ()
+    world_size: int = 0
+    launcher_exit_code: int | None = None
+    launcher_output_tail: tuple[str, ...] = ()
+    stopped_on: str | None = None  # host where SIGTERM arrived
+    stopped_at: float = 0.0  # time.time() when it arrived
+    sigterm_grace: float = 0.0
+    lost_hosts: tuple[HostLoss, ...] = ()  # hosts lost while the job ran, in order
+    error_code: int | None = None  # a toolkit error before or around the launch
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    failure: str | None  # None on success; otherwise the failure file's text
+    root_cause: RankRecord | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == exitcodes.SUCCESS
+
+
+# What a rank prints when it fails only because another rank failed first. Horovod's atexit
+# shutdown in the failing rank fails its peers' pending collectives *before* that rank itself
+# has finished exiting, so these bystanders often end first.
+COLLATERAL_MARKERS = ("Horovod has been shut down",)
+
+
+def blames_another_rank(record: RankRecord) -> bool:
+    """It failed with a known "another rank failed first" message."""
+    return any(marker in line for line in record.stderr_tail for marker in COLLATERAL_MARKERS)
+
+
+def suspicion(record: RankRecord) -> int:
+    """0 for the likeliest root cause, 3 for the least likely.
+
+    0: failed on its own. 1: was being stopped, yet exited with a code of its own rather than
+    from the stop (a rank calling MPI_Abort is stopped by mpirun while it exits). 2: failed
+    saying another rank failed. 3: ended by the stop (a signal, or 128+SIGTERM).
+    """
+    if not record.terminated:
+        return 2 if blames_another_rank(record) else 0
+    if record.signal is None and record.exit_code != exitcodes.SIGTERM_EXIT:
+        return 2 if blames_another_rank(record) else 1
+    return 3
+
+
+def root_cause(records: Sequence[RankRecord]) -> RankRecord | None:
+    failed = [record for record in records if record.failed]
+    if not failed:
+        return None
+    return min(failed, key=lambda record: (suspicion(record), record.ended_at, record.rank))
+
+
+def decide(facts: JobFacts) -> Outcome:
+    """The job's exit code and failure text. The first cause wins: a toolkit error, then a
+    stop from outside or a lost host (whichever came first), then the root-cause rank; ranks
+    taken down after the cause (by ringleader, mpirun or Horovod) are never blamed."""
+    if facts.error_code is not None:
+        return Outcome(facts.error_code, truncate(facts.error_message or "toolkit error"))
+    first_loss = min((loss.last_heard for loss in facts.lost_hosts), default=None)
+    stopped_first = first_loss is None or facts.stopped_at <= first_loss
+    if facts.stopped_on is not None and stopped_first:
+        headline = (
+            f"Job stopped by SIGTERM received on host {facts.stopped_on}; every rank was sent "
+            f"SIGTERM and given {facts.sigterm_grace:g} s before SIGKILL."
+        )
+        return Outcome(exitcodes.SIGTERM_EXIT, truncate(headline))
+    cause = root_cause(facts.records)
+    if first_loss is not None and not (
+        cause is not None and suspicion(cause) <= 1 and cause.ended_at < first_loss
+    ):
+        return lost_hosts_outcome(facts.lost_hosts)
+    if cause is not None:
+        timing = f"It ran {cause.ended_at - cause.started_at:.1f} s."
+        return Outcome(
+            cause.exit_code,
+            truncate(
+                f"{cause.describe()}. {timing}", cause.stderr_tail, "Last lines of its stderr:"
+            ),
+            cause,
+        )
+    if facts.launcher_exit_code not in (None, 0):
+        missing = facts.world_size - len(facts.records)
+        headline = (
+            f"mpirun exited with code {facts.launcher_exit_code} although no rank reported a "
+            f"failure ({missing} of {facts.world_size} ranks never reported)."
+        )
+        return Outcome(
+            exitcodes.INTERNAL_ERROR,
+            truncate(headline, facts.launcher_output_tail, "Last lines from mpirun:"),
+        )
+    return Outcome(exitcodes.SUCCESS, None)
+
+
+def lost_hosts_outcome(losses: Sequence[HostLoss]) -> Outcome:
+    """Host loss: one documented code on every host, the lost host(s) named first."""
+    ordered = sorted(losses, key=lambda loss: loss.last_heard)
+    garbled = [loss for loss in ordered if loss.protocol_error]
+    if garbled:
+        return Outcome(
+            exitcodes.PROTOCOL_ERROR,
+            truncate(f"Host {garbled[0].describe()}. The job was stopped on every host."),
+        )
+    if len(ordered) == 1:
+        headline = f"Host {ordered[0].describe()}. Every other rank was stopped."
+    else:
+        listed = "; ".join(loss.describe() for loss in ordered)
+        headline = f"Hosts lost: {listed}. Every other rank was stopped."
+    return Outcome(exitcodes.HOST_LOST, truncate(headline))
+
+
+def truncate(headline: str, tail: Sequence[str] = (), tail_title: str = "") -> str:
+    """The headline, then as many of the *last* tail lines as fit in the failure-file limit."""
+    # Room for the newline that ends the headline.
+    text = headline.encode()[: FAILURE_FILE_LIMIT - 1].decode(errors="ignore")
+    if not tail:
+        return text + "\n"
+    budget = FAILURE_FILE_LIMIT - len(text.encode()) - len(tail_title.encode()) - 2
+    kept: list[str] = []
+    for line in reversed(tail):
+        cost = len(line.encode()) + 3
+        if cost > budget:
+            break
+        kept.insert(0, line)
+        budget -= cost
+    if not kept:
+        return text + "\n"
+    return text + "\n" + tail_title + "\n" + "".join(f"  {line}\n" for line in kept)

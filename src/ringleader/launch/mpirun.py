@@ -1,0 +1,59 @@
+"""The mpirun command line, built by one pure function.
+
+Our defaults come first; an option the user also gives in sagemaker_mpi_custom_mpi_options
+replaces our default for it instead of being appended after it (mpirun would otherwise see both
+and either reject them or take whichever it parses last).
+"""
+
+from dataclasses import dataclass
+
+from ringleader.config.mpi_options import Option, parse_options
+
+
+@dataclass(frozen=True)
+class MpiPlan:
+    hosts: tuple[str, ...]
+    processes_per_host: int
+    interface: str | None  # None on one host: nothing to pin
+    custom_options: tuple[str, ...]
+    rank_command: tuple[str, ...]  # the per-rank wrapper followed by the user's command
+
+    @property
+    def world_size(self) -> int:
+        return len(self.hosts) * self.processes_per_host
+
+
+def default_options(plan: MpiPlan) -> list[Option]:
+    host_list = ",".join(f"{host}:{plan.processes_per_host}" for host in plan.hosts)
+    defaults = [
+        Option(("allow-run-as-root",), ("--allow-run-as-root",)),
+        Option(("np",), ("-np", str(plan.world_size))),
+        Option(("host",), ("-H", host_list)),
+        Option(("bind-to",), ("-bind-to", "none")),
+        Option(("map-by",), ("-map-by", "slot")),
+        _mca("btl", "^openib"),
+        _mca("pml", "ob1"),
+        _mca("orte_abort_on_non_zero_status", "1"),
+    ]
+    if plan.interface is not None:
+        defaults += [
+            _mca("btl_tcp_if_include", plan.interface),
+            _mca("oob_tcp_if_include", plan.interface),
+        ]
+    return defaults
+
+
+def build_mpirun_argv(plan: MpiPlan) -> list[str]:
+    custom = parse_options(plan.custom_options)
+    overridden = {option.key for option in custom if option.key is not None}
+    argv = ["mpirun"]
+    for option in default_options(plan):
+        if option.key not in overridden:
+            argv += option.tokens
+    for option in custom:
+        argv += option.tokens
+    return [*argv, *plan.rank_command]
+
+
+def _mca(name: str, value: str) -> Option:
+    return Option(("mca", name), ("--mca", name, value))

@@ -1,0 +1,69 @@
+"""Choosing the network interface mpirun pins its traffic to."""
+
+import ipaddress
+import re
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+from ringleader.core.errors import ConfigError, StartupError
+
+# Linux interface names: at most 15 bytes, no slash or white space.
+_INTERFACE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+
+# interface name -> its IPv4 networks, e.g. {"eth0": ["172.18.0.2/16"]}
+Interfaces = Mapping[str, Sequence[str]]
+
+
+@dataclass(frozen=True)
+class InterfaceChoice:
+    name: str
+    warning: str | None = None
+
+
+def choose_interface(
+    requested: str, interfaces: Interfaces, peer_addresses: Sequence[str]
+) -> InterfaceChoice:
+    """The requested interface if it exists, else the one whose network holds the peers."""
+    field = "network_interface_name"
+    if not _INTERFACE_NAME.match(requested):
+        raise ConfigError(field, f"{requested!r} is not a valid interface name")
+    if requested in interfaces:
+        return InterfaceChoice(requested)
+    peers = [ipaddress.ip_address(address) for address in peer_addresses]
+    for name, networks in sorted(interfaces.items()):
+        for network in networks:
+            subnet = ipaddress.ip_interface(network).network
+            if peers and all(peer in subnet for peer in peers):
+                return InterfaceChoice(
+                    name,
+                    f"interface {requested!r} does not exist here; using {name!r} "
+                    f"({network}), which reaches the other hosts",
+                )
+    raise ConfigError(
+        field,
+        f"interface {requested!r} does not exist and no other interface reaches the other hosts "
+        f"({', '.join(peer_addresses) or 'none resolved'}); interfaces here: "
+        f"{dict(interfaces)}",
+    )
+
+
+def local_interfaces() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for name, addresses in psutil.net_if_addrs().items():
+        for address in addresses:
+            if address.family == socket.AF_INET and address.netmask:
+                found.setdefault(name, []).append(f"{address.address}/{address.netmask}")
+    return found
+
+
+def resolve(hosts: Sequence[str]) -> list[str]:
+    addresses = []
+    for host in hosts:
+        try:
+            addresses.append(socket.gethostbyname(host))
+        except OSError as error:
+            raise StartupError(f"cannot resolve host {host}: {error}") from None
+    return addresses

@@ -1,0 +1,19 @@
+"""The toolkit's own log lines: `[ringleader <host>] message` on stdout, flushed at once."""
+
+import time
+
+from ringleader.output import console
+
+_host = "?"
+
+
+def set_host(host: str) -> None:
+    global _host
+    _host = host
+
+
+def log(message: str) -> None:
+    now = time.time()
+    stamp = time.strftime("%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}"
+    line = f"[ringleader {_host}] {stamp} {message}\n".encode()
+    console.write(line)

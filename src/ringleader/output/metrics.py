@@ -1,0 +1,73 @@
+"""Metric records: lines that match a metric definition become rows of metrics.jsonl."""
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from ringleader.config.metric_definitions import MetricDefinition, extract
+
+
+@dataclass
+class MetricSummary:
+    last: float
+    minimum: float
+    maximum: float
+    count: int
+
+    def add(self, value: float) -> None:
+        self.last = value
+        self.minimum = min(self.minimum, value)
+        self.maximum = max(self.maximum, value)
+        self.count += 1
+
+
+class MetricRecorder:
+    """Appends records to metrics.jsonl and keeps a per-metric summary (thread-safe)."""
+
+    def __init__(self, definitions: tuple[MetricDefinition, ...], path: Path) -> None:
+        self.definitions = definitions
+        self._path = path
+        self._file: IO[str] | None = None
+        self._lock = threading.Lock()
+        self.summary: dict[str, MetricSummary] = {}
+        self._json_strings = {d.name: json.dumps(d.name) for d in definitions}
+
+    def observe(self, line: str, rank: int, host: str) -> None:
+        found = extract(self.definitions, line)
+        if not found:
+            return
+        now = time.time()
+        # Formatted by hand: json.dumps per record would cost more than finding the metrics.
+        host_json = self._json_strings.get(host) or self._json_strings.setdefault(
+            host, json.dumps(host)
+        )
+        records = "".join(
+            f'{{"timestamp": {now!r}, "name": {self._json_strings[name]}, "value": {value!r}, '
+            f'"rank": {rank}, "host": {host_json}}}\n'
+            for name, value in found
+        )
+        with self._lock:
+            if self._file is None:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self._path.open("a")
+            self._file.write(records)
+            for name, value in found:
+                if name in self.summary:
+                    self.summary[name].add(value)
+                else:
+                    self.summary[name] = MetricSummary(value, value, value, 1)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def summary_lines(self) -> list[str]:
+        return [
+            f"metric {name}: last={s.last:g} min={s.minimum:g} max={s.maximum:g} count={s.count}"
+            for name, s in sorted(self.summary.items())
+        ]

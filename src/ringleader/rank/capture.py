@@ -1,0 +1,125 @@
+"""A rank's output: read from its pipes as whole lines, written to its log, shipped in batches."""
+
+import collections
+import contextlib
+import itertools
+import os
+import queue
+import sys
+import threading
+from pathlib import Path
+from typing import IO
+
+from ringleader.output import console
+from ringleader.output.lines import LineSplitter
+from ringleader.output.printer import tag
+from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
+
+_TAIL_LINE_CHARS = 300
+_BATCH_BYTES = 64 * 1024  # output lines shipped to the host agent per message, at most
+
+
+class RankOutput:
+    """Where a rank's output lines go: its own log file, and the host agent in batches.
+
+    Pumps put whole lines; one sender thread writes the log and ships batches, so the leader
+    only ever sees whole lines. Without an agent, lines go to our stdout/stderr, tagged.
+    """
+
+    def __init__(self, host: str, rank: int, log_path: Path | None) -> None:
+        self.host, self.rank = host, rank
+        self._log_path = log_path
+        self._channel: Channel | None = None
+        self._queue: queue.Queue[tuple[str, list[str]] | None] = queue.Queue(maxsize=1_000)
+        self._sender = threading.Thread(target=self._send_loop, daemon=True)
+
+    def start(self, channel: Channel | None) -> None:
+        self._channel = channel
+        self._sender.start()
+
+    def put(self, stream: str, lines: list[str]) -> None:
+        """Lines in order, as they were read from one of the child's streams."""
+        self._queue.put((stream, lines))
+
+    def close(self, timeout: float) -> None:
+        """Flush everything (bounded), then stop the sender."""
+        self._queue.put(None)
+        self._sender.join(timeout)
+
+    def _send_loop(self) -> None:
+        log = self._open_log()
+        try:
+            while True:
+                batch = [self._queue.get()]
+                size = sum(map(len, batch[0][1])) if batch[0] is not None else 0
+                while batch[-1] is not None and size < _BATCH_BYTES:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    batch.append(item)
+                    size += sum(map(len, item[1])) if item is not None else 0
+                done = batch[-1] is None
+                items = [item for item in batch if item is not None]
+                if log is not None and items:
+                    log.write("".join(line + "\n" for _, lines in items for line in lines))
+                    log.flush()
+                self._ship(items)
+                if done:
+                    return
+        finally:
+            if log is not None:
+                log.close()
+
+    def _open_log(self) -> IO[str] | None:
+        if self._log_path is None:
+            return None
+        try:
+            self._log_path.parent.mkdir(parents=True, exist_ok=True)
+            return self._log_path.open("a", encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def _ship(self, items: list[tuple[str, list[str]]]) -> None:
+        # One message per run of lines from the same stream, in order.
+        for stream, group in itertools.groupby(items, key=lambda item: item[0]):
+            lines = [line for _, batch in group for line in batch]
+            if self._channel is not None:
+                with contextlib.suppress(ChannelClosed):
+                    self._channel.send_frame(
+                        output_frame(
+                            {"rank": self.rank, "host": self.host, "stream": stream, "lines": lines}
+                        )
+                    )
+                    continue
+            sink = sys.stderr.buffer if stream == "stderr" else sys.stdout.buffer
+            prefix = tag(self.host, self.rank)
+            console.write(
+                "".join(f"{prefix}{line}\n" for line in lines).encode(errors="replace"), sink
+            )
+
+
+class Pump(threading.Thread):
+    """Reads one pipe of the child and hands its whole lines to the rank's output."""
+
+    def __init__(self, fd: int, stream: str, output: RankOutput, tail: int) -> None:
+        super().__init__(daemon=True)
+        self._fd, self._stream, self._output = fd, stream, output
+        self.tail: collections.deque[str] = collections.deque(maxlen=tail)
+
+    def run(self) -> None:
+        splitter = LineSplitter()
+        while chunk := os.read(self._fd, 65536):
+            self._emit(splitter.feed(chunk))
+        self._emit(splitter.flush())
+
+    def _emit(self, raw: list[bytes]) -> None:
+        if not raw:
+            return
+        # One decode for the whole chunk: \n never occurs inside a UTF-8 character.
+        lines = b"\n".join(raw).decode(errors="replace").split("\n")
+        self._output.put(self._stream, lines)
+        if self.tail.maxlen:
+            self.tail.extend(
+                line.rstrip()[:_TAIL_LINE_CHARS] for line in lines[-self.tail.maxlen :]
+            )

@@ -1,0 +1,266 @@
+"""Per-rank wrapper, launched by mpirun on every host: `python -m ringleader.rank ... -- CMD`.
+
+It runs the user's command with this host's SageMaker environment, tags every output line
+with host and rank, forwards signals, escalates SIGTERM to SIGKILL after a grace period, and
+reports the rank's exit status, timing and stderr tail to the host agent so the leader can name
+the root cause of a failure.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from ringleader.core import exitcodes, paths
+from ringleader.core.records import RankRecord
+from ringleader.rank.capture import Pump, RankOutput
+from ringleader.rank.tree import become_subreaper, end_descendants
+from ringleader.wire.protocol import Channel, ChannelClosed
+
+STDERR_TAIL_LINES = 20
+_MPI_PREFIXES = ("OMPI_", "PMIX_", "OPAL_", "ORTE_", "PRTE_")
+_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_REPORT_TIMEOUT = 10.0
+_PIPE_DRAIN_SECONDS = 2.0  # after the rank's tree ended, for the rest of its output
+
+
+def rank_environment(
+    host_env: Mapping[str, str], own_env: Mapping[str, str], forwarded: Sequence[str]
+) -> dict[str, str]:
+    """This host's environment, plus what MPI set up for the rank, plus what the user forwarded.
+
+    The host file gives each rank its own host's SM_CURRENT_HOST and container variables;
+    mpirun's variables are needed for MPI_Init; names forwarded with -x win over both.
+    """
+    env = dict(host_env)
+    env.update({key: value for key, value in own_env.items() if key.startswith(_MPI_PREFIXES)})
+    env.update({key: own_env[key] for key in forwarded if key in own_env})
+    return env
+
+
+def current_rank(env: Mapping[str, str]) -> int:
+    for key in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RINGLEADER_RANK"):
+        if key in env:
+            return int(env[key])
+    return 0
+
+
+class RankSupervisor:
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | None,
+        host: str,
+        rank: int,
+        grace: float,
+        stray_grace: float = 0.5,
+    ) -> None:
+        self._command, self._env, self._cwd = list(command), dict(env), cwd
+        self.host, self.rank, self._grace = host, rank, grace
+        self._stray_grace = stray_grace  # for processes the rank left behind when it ended
+        self._child: subprocess.Popen[bytes] | None = None
+        self._terminated = threading.Event()
+        # Reentrant: the SIGTERM handler may run on the main thread while run() holds it.
+        self._lock = threading.RLock()
+
+    def terminate(self, grace: float | None = None) -> None:
+        """SIGTERM the rank now and SIGKILL it `grace` seconds later (the first call wins)."""
+        with self._lock:
+            if self._terminated.is_set():
+                return
+            self._terminated.set()
+            self.forward(signal.SIGTERM)
+        delay = self._grace if grace is None else grace
+        timer = threading.Timer(delay, self.forward, args=(signal.SIGKILL,))
+        timer.daemon = True
+        timer.start()
+
+    def forward(self, signum: int) -> None:
+        """Send `signum` to the rank's whole process group."""
+        child = self._child
+        if child is not None and child.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signum)
+
+    def run(self, output: RankOutput, on_started: Callable[[int], None]) -> RankRecord:
+        """Run the command to its end; `on_started` gets the child's PID once it runs."""
+        started = time.time()
+        self._output = output
+        with self._lock:
+            if self._terminated.is_set():
+                return self._record(
+                    started, exitcodes.SIGTERM_EXIT, None, ("stopped before start",)
+                )
+            try:
+                # Own process group: signals reach the user's whole process tree, not us twice.
+                self._child = subprocess.Popen(
+                    self._command,
+                    env=self._env,
+                    cwd=self._cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            except OSError as error:
+                message = f"cannot start {self._command[0]!r}: {error}"
+                output.put("stderr", [message])
+                output.close(timeout=_REPORT_TIMEOUT)
+                return self._record(started, 127, None, (message,))
+            if self._terminated.is_set():
+                # terminate() ran while the child was being spawned, when it had none to signal
+                self.forward(signal.SIGTERM)
+        assert self._child.stdout is not None and self._child.stderr is not None
+        on_started(self._child.pid)
+        pumps = [
+            Pump(self._child.stdout.fileno(), "stdout", self._output, 0),
+            Pump(self._child.stderr.fileno(), "stderr", self._output, STDERR_TAIL_LINES),
+        ]
+        for pump in pumps:
+            pump.start()
+        returncode = self._child.wait()
+        # Helpers the rank left behind (own session, daemons) would hold its pipes open.
+        leftovers = end_descendants(self._stray_grace)
+        for pump in pumps:
+            pump.join(timeout=_PIPE_DRAIN_SECONDS)  # a grandchild outside our tree: bounded
+        if leftovers:
+            note = "[ringleader] the rank had ended; stopped what it left running: "
+            output.put("stdout", [note + ", ".join(leftovers)])
+        output.close(timeout=_REPORT_TIMEOUT)
+        if returncode < 0:
+            code, signum = exitcodes.signal_exit_code(-returncode), -returncode
+        else:
+            code, signum = returncode, None
+        return self._record(started, code, signum, tuple(pumps[1].tail))
+
+    def _record(
+        self, started: float, code: int, signum: int | None, tail: tuple[str, ...]
+    ) -> RankRecord:
+        return RankRecord(
+            rank=self.rank,
+            host=self.host,
+            exit_code=code,
+            signal=signum,
+            started_at=started,
+            ended_at=time.time(),
+            terminated=self._terminated.is_set(),
+            stderr_tail=tail,
+        )
+
+
+def _connect_agent(path: str) -> Channel | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return Channel(sock)
+
+
+def _listen_for_terminate(
+    channel: Channel, supervisor: RankSupervisor, acked: threading.Event
+) -> None:
+    try:
+        while True:
+            message = channel.receive(timeout=None)
+            if message.get("type") == "terminate":
+                grace = message.get("grace")
+                supervisor.terminate(float(grace) if isinstance(grace, int | float) else None)
+            elif message.get("type") == "ack":
+                acked.set()
+    except (ChannelClosed, OSError):
+        acked.set()
+
+
+def _load_host_env(path: str) -> dict[str, str] | None:
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return None
+    return {str(key): str(value) for key, value in data["env"].items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ringleader.rank")
+    parser.add_argument("--agent", default=str(paths.AGENT_SOCKET))
+    parser.add_argument("--host-env", default=str(paths.HOST_ENV_FILE))
+    parser.add_argument("--forwarded", default="", help="comma-separated -x variable names")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="SIGTERM to SIGKILL when the job is stopped (host agent)",
+    )
+    parser.add_argument(
+        "--abort-grace",
+        type=float,
+        default=0.5,
+        help="SIGTERM to SIGKILL when mpirun aborts after another rank failed",
+    )
+    parser.add_argument("--cwd", default=None)
+    parser.add_argument(
+        "--log-dir", default=str(paths.LOG_DIR), help="per-rank logs go to DIR/<host>/rank-N.log"
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given after --")
+
+    own_env = dict(os.environ)
+    host_env = _load_host_env(args.host_env)
+    forwarded = [name for name in args.forwarded.split(",") if name]
+    env = rank_environment(host_env if host_env is not None else own_env, own_env, forwarded)
+    host = env.get("SM_CURRENT_HOST") or socket.gethostname()
+    rank = current_rank(own_env)
+    become_subreaper()
+    supervisor = RankSupervisor(command, env, args.cwd, host, rank, args.grace, args.abort_grace)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if signum == signal.SIGTERM:
+            # Only mpirun's daemon signals us: it aborts the job because another rank failed.
+            # A stop of the whole job comes through the host agent with the full grace period.
+            supervisor.terminate(args.abort_grace)
+        else:
+            supervisor.forward(signum)
+
+    for signum in (signal.SIGTERM, *_FORWARDED_SIGNALS):
+        signal.signal(signum, on_signal)
+
+    channel = _connect_agent(args.agent)
+    acked = threading.Event()
+    if channel is not None:
+        threading.Thread(
+            target=_listen_for_terminate, args=(channel, supervisor, acked), daemon=True
+        ).start()
+
+    def announce(pid: int) -> None:
+        # The host agent keeps the PID: after a stop it waits for the user's process even if
+        # mpirun's daemon has killed this wrapper meanwhile.
+        if channel is not None:
+            with contextlib.suppress(ChannelClosed):
+                channel.send({"type": "rank-start", "rank": rank, "host": host, "pid": pid})
+
+    output = RankOutput(host, rank, Path(args.log_dir) / host / f"rank-{rank}.log")
+    output.start(channel)
+    record = supervisor.run(output, announce)
+    if channel is not None:
+        with contextlib.suppress(ChannelClosed):
+            channel.send({"type": "rank-end", "record": record.to_json()})
+            acked.wait(_REPORT_TIMEOUT)
+    return record.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

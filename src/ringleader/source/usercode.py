@@ -1,0 +1,523 @@
+"""User code as SageMaker delivers it, made ready on this host before the job starts.
+
+`sagemaker_submit_directory` is either a directory that is used as it is, or a sourcedir
+tarball (an s3:// object fetched with boto3, or a local file) that is checked member by member
+and extracted into the code directory. Then `requirements.txt` (and the code directory itself
+when it is a Python package, as sagemaker-training does) is installed with pip, and the entry
+point is checked. Every host does this for its own copy; any problem is a ConfigError naming
+`sagemaker_submit_directory`, `sagemaker_program` or `requirements.txt`, which the entry point
+turns into exit code 78 and a failure file on every host.
+
+The checks (member paths, link targets, entry point kinds, S3 URIs, pip's command line) are
+pure functions; fetching, extracting and running pip are bounded by timeouts that are named in
+the error when they fire.
+"""
+
+import contextlib
+import enum
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import tomllib
+import zlib
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from ringleader.config.job import JobConfig
+from ringleader.core import exitcodes
+from ringleader.core.errors import ConfigError
+from ringleader.output import log
+
+SUBMIT_DIRECTORY = "sagemaker_submit_directory"
+PROGRAM = "sagemaker_program"
+REQUIREMENTS = "requirements.txt"
+
+DOWNLOAD_TIMEOUT = 600.0  # seconds for the whole sourcedir download
+INSTALL_TIMEOUT = 1200.0  # seconds for pip
+S3_CONNECT_TIMEOUT = 10.0
+S3_READ_TIMEOUT = 60.0  # one read of the object's body
+OUTPUT_TAIL_LINES = 8  # of pip's output, in the failure file
+# After SIGTERM, a download or pip run may go on this long before it is abandoned (exit 143).
+# Under docker compose (the SDK's local mode) SIGTERM usually means that another host already
+# exited, most often with the same problem in its copy of the code: finishing lets this host
+# report that problem too (compose kills after 10 s), instead of "stopped by SIGTERM".
+STOP_GRACE = 5.0
+_CHUNK = 1 << 20
+
+
+class PreparationStopped(ConfigError):
+    """SIGTERM came while the code was being fetched or installed, and the work did not end
+    within the grace period: the job exits 143."""
+
+    exit_code = exitcodes.SIGTERM_EXIT
+
+    def __init__(self, field: str, activity: str) -> None:
+        super().__init__(field, f"stopped by SIGTERM while {activity}")
+        self.args = (f"Stopped by SIGTERM while {activity} ({field}).",)
+
+
+# ------------------------------------------------------------------------------ pure: members
+
+
+class MemberKind(enum.Enum):
+    FILE = "file"
+    DIRECTORY = "directory"
+    SYMLINK = "symlink"
+    HARDLINK = "hard link"
+    OTHER = "special file"
+
+
+@dataclass(frozen=True)
+class Member:
+    """What the safety check needs to know about one archive member."""
+
+    name: str
+    kind: MemberKind
+    link_target: str = ""  # symlink target, or the archive member a hard link refers to
+
+
+def member_of(info: tarfile.TarInfo) -> Member:
+    if info.isdir():
+        kind = MemberKind.DIRECTORY
+    elif info.issym():
+        kind = MemberKind.SYMLINK
+    elif info.islnk():
+        kind = MemberKind.HARDLINK
+    elif info.isreg():
+        kind = MemberKind.FILE
+    else:
+        kind = MemberKind.OTHER
+    return Member(info.name, kind, info.linkname)
+
+
+def _normal_parts(path: str) -> tuple[str, ...] | str:
+    """The path's components without '.' and empty ones, or why it is not a safe member path."""
+    if not path:
+        return "has an empty name"
+    if path.startswith("/"):
+        return "is an absolute path"
+    parts = tuple(part for part in path.split("/") if part not in ("", "."))
+    if ".." in parts:
+        return "has a '..' component"
+    return parts
+
+
+def _resolve_link(parent: tuple[str, ...], target: str) -> tuple[str, ...] | None:
+    """Where a relative symlink in `parent` points, or None when it leaves the root."""
+    parts = list(parent)
+    for part in target.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                return None
+            parts.pop()
+        else:
+            parts.append(part)
+    return tuple(parts)
+
+
+def unsafe_members(members: Sequence[Member]) -> list[tuple[str, str]]:
+    """(member name, reason) for every member that could write or point outside the code dir.
+
+    Rules: no absolute names, no '..' components, no device files or FIFOs, symlinks only to
+    places inside the code directory, hard links only to regular files of the same archive, and
+    nothing extracted through a symlink (which is how a chain of links could still escape).
+    """
+    problems: list[tuple[str, str]] = []
+    paths: dict[int, tuple[str, ...]] = {}
+    for index, member in enumerate(members):
+        parts = _normal_parts(member.name)
+        if isinstance(parts, str):
+            problems.append((member.name, parts))
+        else:
+            paths[index] = parts
+    kinds = {index: members[index].kind for index in paths}
+    symlinks = {paths[i] for i, kind in kinds.items() if kind is MemberKind.SYMLINK}
+    files = {paths[i] for i, kind in kinds.items() if kind is MemberKind.FILE}
+    for index, member in enumerate(members):
+        if index not in paths:
+            continue
+        parts = paths[index]
+        through = next((parts[:n] for n in range(1, len(parts)) if parts[:n] in symlinks), None)
+        if through is not None:
+            problems.append((member.name, f"lies under the symlink {'/'.join(through)}"))
+        elif member.kind is MemberKind.OTHER:
+            problems.append((member.name, "is a device file or FIFO"))
+        elif member.kind is MemberKind.SYMLINK:
+            target = member.link_target
+            if target.startswith("/"):
+                problems.append((member.name, f"is a symlink to the absolute path {target}"))
+            elif not parts or _resolve_link(parts[:-1], target) is None:
+                problems.append((member.name, f"is a symlink to {target}, outside the code"))
+        elif member.kind is MemberKind.HARDLINK:
+            target_parts = _normal_parts(member.link_target)
+            if isinstance(target_parts, str) or target_parts not in files:
+                problems.append(
+                    (member.name, f"is a hard link to {member.link_target}, not a file of the code")
+                )
+    return problems
+
+
+# ------------------------------------------------------------------------ pure: entry point
+
+
+class EntryPointKind(enum.Enum):
+    PYTHON_SCRIPT = "Python script"
+    PYTHON_PACKAGE = "Python package"  # the code dir is installed with pip first
+    SHELL_SCRIPT = "shell script"
+    EXECUTABLE = "executable"
+
+
+def is_python_package(names: Collection[str], pyproject_text: str | None) -> bool:
+    """setup.py (what sagemaker-training looks for), or a pyproject.toml that builds a package."""
+    if "setup.py" in names:
+        return True
+    if pyproject_text is None:
+        return False
+    try:
+        pyproject = tomllib.loads(pyproject_text)
+    except tomllib.TOMLDecodeError:
+        return False
+    return "project" in pyproject or "build-system" in pyproject
+
+
+def entry_point_kind(program: str, package: bool) -> EntryPointKind:
+    """The same order as sagemaker-training: shell script, then package, then Python script."""
+    if program.endswith(".sh"):
+        return EntryPointKind.SHELL_SCRIPT
+    if package:
+        return EntryPointKind.PYTHON_PACKAGE
+    if program.endswith(".py"):
+        return EntryPointKind.PYTHON_SCRIPT
+    return EntryPointKind.EXECUTABLE
+
+
+def program_problem(program: str) -> str | None:
+    """Why `sagemaker_program` cannot name a file inside the code directory, if it cannot."""
+    parts = _normal_parts(program)
+    if isinstance(parts, str):
+        return f"{program!r} {parts}; it must be a path relative to the code directory"
+    if not parts:
+        return f"{program!r} names the code directory itself, not a file in it"
+    return None
+
+
+def pip_install_argv(python: str, requirements: bool, package_dir: str | None) -> list[str] | None:
+    """pip's command line for this code, or None when there is nothing to install."""
+    if not requirements and package_dir is None:
+        return None
+    argv = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    argv += ["--progress-bar", "off"]
+    if package_dir is not None:
+        argv.append(package_dir)
+    if requirements:
+        argv += ["-r", REQUIREMENTS]
+    return argv
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """(bucket, key) of an s3://bucket/key URI naming one object."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    if not bucket:
+        raise ConfigError(SUBMIT_DIRECTORY, f"{uri!r} has no bucket name")
+    if not key or key.endswith("/"):
+        raise ConfigError(
+            SUBMIT_DIRECTORY,
+            f"{uri!r} must name a sourcedir tarball object (s3://bucket/prefix/sourcedir.tar.gz)",
+        )
+    return bucket, key
+
+
+def s3_endpoint(environ: Mapping[str, str]) -> str | None:
+    """An endpoint to pass to boto3 explicitly, or None to let boto3 choose.
+
+    boto3 itself honours AWS_ENDPOINT_URL_S3 and AWS_ENDPOINT_URL (the SDK's v2 local mode sets
+    the former); S3_ENDPOINT_URL is what sagemaker-training reads, used only when neither is set.
+    """
+    if environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL"):
+        return None
+    return environ.get("S3_ENDPOINT_URL") or None
+
+
+def output_tail(text: str, lines: int = OUTPUT_TAIL_LINES) -> str:
+    kept = [line.rstrip() for line in text.splitlines() if line.strip()]
+    return "\n".join(f"  {line[:200]}" for line in kept[-lines:])
+
+
+# --------------------------------------------------------------------------------------- I/O
+
+
+class Stop:
+    """SIGTERM (the entry point's stop event) as preparation sees it: work goes on for
+    `grace` seconds after it, then is abandoned."""
+
+    def __init__(self, event: threading.Event | None = None, grace: float = STOP_GRACE) -> None:
+        self._event = event or threading.Event()
+        self._grace = grace
+        self._since: float | None = None
+
+    def expired(self) -> bool:
+        if not self._event.is_set():
+            return False
+        if self._since is None:
+            self._since = time.monotonic()
+        return time.monotonic() - self._since >= self._grace
+
+
+def prepare(
+    config: JobConfig,
+    stop_event: threading.Event | None = None,
+    *,
+    download_timeout: float = DOWNLOAD_TIMEOUT,
+    install_timeout: float = INSTALL_TIMEOUT,
+    stop_grace: float = STOP_GRACE,
+    python: str | None = None,
+) -> None:
+    """Fetch and extract the code if it is an archive, install its requirements, check it.
+
+    Raises ConfigError (exit 78) for anything wrong with the code, PreparationStopped (143)
+    when `stop_event` is set while downloading or installing and the work does not end within
+    `stop_grace` seconds.
+    """
+    stop = Stop(stop_event, stop_grace)
+    code_dir = Path(config.code_dir)
+    problem = program_problem(config.program)
+    if problem is not None:
+        raise ConfigError(PROGRAM, problem)
+    extracted = config.code_archive is not None
+    if config.code_archive is not None:
+        fetch_and_extract(config.code_archive, code_dir, download_timeout, stop)
+    program = code_dir / config.program
+    if not program.is_file():
+        origin = f" (extracted from {config.code_archive})" if extracted else ""
+        raise ConfigError(
+            PROGRAM,
+            f"{config.program!r} not found in the code directory {code_dir}{origin}; "
+            f"it holds: {_listing(code_dir)}",
+        )
+    names = set(os.listdir(code_dir))
+    pyproject = code_dir / "pyproject.toml"
+    package = is_python_package(names, _read_text(pyproject) if "pyproject.toml" in names else None)
+    kind = entry_point_kind(config.program, package)
+    if kind is EntryPointKind.EXECUTABLE and extracted and not os.access(program, os.X_OK):
+        program.chmod(program.stat().st_mode | 0o111)  # as sagemaker-training does
+    log.log(f"entry point {config.program} ({kind.value}) in {code_dir}")
+    install(code_dir, kind, install_timeout, stop, python or sys.executable)
+
+
+def fetch_and_extract(source: str, code_dir: Path, timeout: float, stop: Stop) -> None:
+    started = time.monotonic()
+    if source.startswith("s3://"):
+        with tempfile.TemporaryDirectory(prefix="ringleader-source-") as scratch:
+            archive = Path(scratch) / "sourcedir.tar.gz"
+            size = download_s3(source, archive, timeout, stop)
+            log.log(f"downloaded {source} ({size} bytes) in {time.monotonic() - started:.1f} s")
+            extract(archive, source, code_dir)
+    else:
+        archive = Path(source)
+        if not archive.is_file():
+            raise ConfigError(SUBMIT_DIRECTORY, f"{source!r}: no such file")
+        extract(archive, source, code_dir)
+    log.log(f"extracted {source} into {code_dir} in {time.monotonic() - started:.1f} s")
+
+
+def download_s3(uri: str, destination: Path, timeout: float, stop: Stop) -> int:
+    """Stream one S3 object into `destination`; returns its size. Bounded by `timeout` overall
+    and by connect/read timeouts per request, so a stalled transfer cannot hang the host."""
+    import boto3  # slow import: only when the code comes from S3
+    import botocore.config
+    import botocore.exceptions
+
+    bucket, key = parse_s3_uri(uri)
+    endpoint = s3_endpoint(os.environ)
+    deadline = time.monotonic() + timeout
+    client: Any = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        config=botocore.config.Config(
+            connect_timeout=S3_CONNECT_TIMEOUT,
+            read_timeout=S3_READ_TIMEOUT,
+            retries={"max_attempts": 3, "mode": "standard"},
+        ),
+    )
+    where = f" (S3 endpoint {client.meta.endpoint_url})"
+    size = 0
+    try:
+        response = client.get_object(Bucket=bucket, Key=key)
+        with destination.open("wb") as handle:
+            for chunk in response["Body"].iter_chunks(_CHUNK):
+                handle.write(chunk)
+                size += len(chunk)
+                if stop.expired():
+                    raise PreparationStopped(SUBMIT_DIRECTORY, f"downloading {uri}")
+                if time.monotonic() > deadline:
+                    raise ConfigError(
+                        SUBMIT_DIRECTORY,
+                        f"downloading {uri} did not finish within {timeout:g} s "
+                        f"(download timeout); {size} bytes arrived{where}",
+                    )
+    except botocore.exceptions.ClientError as error:
+        raise ConfigError(SUBMIT_DIRECTORY, _s3_error(uri, bucket, key, error) + where) from None
+    except botocore.exceptions.NoCredentialsError:
+        raise ConfigError(
+            SUBMIT_DIRECTORY, f"no AWS credentials to download {uri}{where}"
+        ) from None
+    except (botocore.exceptions.BotoCoreError, OSError) as error:
+        raise ConfigError(SUBMIT_DIRECTORY, f"cannot download {uri}: {error}{where}") from None
+    return size
+
+
+def _s3_error(uri: str, bucket: str, key: str, error: Any) -> str:
+    details = error.response.get("Error", {})
+    code = str(details.get("Code", ""))
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if code == "NoSuchBucket":
+        return f"{uri}: the bucket {bucket!r} does not exist"
+    if code in ("NoSuchKey", "404") or status == 404:
+        return f"{uri}: no object {key!r} in the bucket {bucket!r}"
+    if code in ("AccessDenied", "403") or status == 403:
+        return f"{uri}: access denied"
+    return f"cannot download {uri}: {code or status} {details.get('Message', '')}".rstrip()
+
+
+def extract(archive: Path, source: str, code_dir: Path) -> None:
+    """Check every member of the tarball, then extract it into `code_dir`."""
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            infos = tar.getmembers()
+            problems = unsafe_members([member_of(info) for info in infos])
+            if problems:
+                shown = "; ".join(f"{name!r} {reason}" for name, reason in problems[:3])
+                more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+                raise ConfigError(
+                    SUBMIT_DIRECTORY,
+                    f"{source} has unsafe members, nothing was extracted: {shown}{more}",
+                )
+            code_dir.mkdir(parents=True, exist_ok=True)
+            # Safe: every member passed unsafe_members() (Python 3.11.2 has no extraction filter).
+            tar.extractall(code_dir, members=_sanitized(infos))  # noqa: S202
+    except ConfigError:
+        raise
+    except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as error:
+        raise ConfigError(
+            SUBMIT_DIRECTORY,
+            f"{source} is not a valid (gzip-compressed) tar archive: {error}",
+        ) from None
+
+
+def _sanitized(infos: Iterable[tarfile.TarInfo]) -> Iterable[tarfile.TarInfo]:
+    """Owned by us, no setuid/setgid/sticky bits, not writable by others."""
+    uid, gid = os.getuid(), os.getgid()
+    for info in infos:
+        info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
+        if info.isdir():
+            info.mode = 0o755
+        elif not info.issym():
+            info.mode = (info.mode & 0o755) | 0o600
+        yield info
+
+
+def install(code_dir: Path, kind: EntryPointKind, timeout: float, stop: Stop, python: str) -> None:
+    requirements = (code_dir / REQUIREMENTS).is_file()
+    with contextlib.ExitStack() as stack:
+        package_dir = None
+        if kind is EntryPointKind.PYTHON_PACKAGE:
+            # pip builds in the source tree, which may be a read-only mount: build a copy.
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rl-pkg-")))
+            package_dir = str(scratch / "package")
+            shutil.copytree(code_dir, package_dir, symlinks=True)
+        argv = pip_install_argv(python, requirements, package_dir)
+        if argv is None:
+            return
+        field = REQUIREMENTS if requirements else SUBMIT_DIRECTORY
+        what = " and ".join(
+            name
+            for name, present in (("the package", package_dir), (REQUIREMENTS, requirements))
+            if present
+        )
+        log.log(f"installing {what} with pip")
+        started = time.monotonic()
+        code, output = run_bounded(argv, code_dir, timeout, stop, field, f"installing {what}")
+        if code != 0:
+            raise ConfigError(
+                field,
+                f"pip could not install {what} (exit code {code}); pip said:\n"
+                + output_tail(output),
+            )
+        log.log(f"installed {what} in {time.monotonic() - started:.1f} s")
+
+
+def run_bounded(
+    argv: Sequence[str],
+    cwd: Path,
+    timeout: float,
+    stop: Stop,
+    field: str,
+    activity: str,
+) -> tuple[int, str]:
+    """Run a command (no shell) to its end, within `timeout`; stop early after SIGTERM.
+
+    Returns (exit code, output). On timeout or stop the whole process group is killed.
+    """
+    deadline = time.monotonic() + timeout
+    with tempfile.TemporaryFile() as output:
+        process = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            while True:
+                try:
+                    code = process.wait(timeout=min(0.2, max(deadline - time.monotonic(), 0)))
+                    return code, _read(output)
+                except subprocess.TimeoutExpired:
+                    pass
+                if stop.expired():
+                    raise PreparationStopped(field, activity)
+                if time.monotonic() >= deadline:
+                    raise ConfigError(
+                        field,
+                        f"{activity} did not finish within {timeout:g} s (install timeout); "
+                        "output so far:\n" + output_tail(_read(output)),
+                    )
+        finally:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def _read(handle: IO[bytes]) -> str:
+    handle.seek(0)
+    return handle.read().decode(errors="replace")
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _listing(code_dir: Path, limit: int = 8) -> str:
+    try:
+        names = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in code_dir.iterdir())
+    except OSError:
+        return "nothing (it does not exist)"
+    if not names:
+        return "nothing"
+    more = f", ... ({len(names)} entries)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more

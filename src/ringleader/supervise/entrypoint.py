@@ -1,0 +1,395 @@
+"""The container's entry point: `docker run IMAGE [train]` on every host of the job.
+
+A thin composition root: it reads the configuration, builds the real collaborators (host agent,
+control server or leader link, launcher, clock) and hands them to the Leader or the Worker,
+whose logic lives in their own modules.
+"""
+
+import concurrent.futures
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ringleader.config import horovod
+from ringleader.config.job import (
+    ConfigFiles,
+    JobConfig,
+    Timeouts,
+    load_job_config,
+    load_topology,
+    read_json_object,
+    reporting_settings,
+)
+from ringleader.config.topology import Topology, leader_hint
+from ringleader.core import exitcodes, paths
+from ringleader.core.errors import ConfigError, JobError
+from ringleader.core.outcome import Outcome, truncate
+from ringleader.core.results import write_job_summary, write_result
+from ringleader.launch import hostenv
+from ringleader.launch.process import Launcher
+from ringleader.launch.sshd import ssh_problem, start_sshd
+from ringleader.launch.strategy import LaunchStrategy, MpirunStrategy, SingleHostStrategy
+from ringleader.launch.user_command import build_user_command
+from ringleader.output import log
+from ringleader.output.metrics import MetricRecorder
+from ringleader.output.printer import OutputPrinter, OutputRelay
+from ringleader.source import usercode
+from ringleader.supervise.eventloop import EventQueue, SystemClock
+from ringleader.supervise.leader import Leader, LeaderParts, RunningLauncher
+from ringleader.supervise.worker import Worker, WorkerParts
+from ringleader.wire.agent import HostAgent
+from ringleader.wire.control import (
+    ControlServer,
+    Liveness,
+    connect_to_leader,
+    hello_message,
+)
+from ringleader.wire.events import SigtermReceived
+from ringleader.wire.leader_link import LeaderLink
+from ringleader.wire.protocol import ChannelClosed, OutputHandler
+
+if TYPE_CHECKING:
+    from ringleader.artifacts import OutputUri
+
+STOPPING_REPORT_SECONDS = 5.0  # reporting an error after SIGTERM: how long to try
+
+Prepared = concurrent.futures.Future[list[str]]  # the user's command, once the host is ready
+
+
+class EntryPoint:
+    def __init__(self, files: ConfigFiles) -> None:
+        self._files = files
+        self._events = EventQueue()
+        self._clock = SystemClock()
+        self._stop = threading.Event()
+        self._host = socket.gethostname()
+
+    def on_signal(self, _signum: int, _frame: object) -> None:
+        self._stop.set()
+        # Queue.put takes a lock the interrupted main thread may hold: hand it to a thread.
+        event = SigtermReceived(self._host)
+        threading.Thread(target=self._events.put, args=(event,), daemon=True).start()
+
+    def run(self) -> Outcome:
+        try:
+            topology = load_topology(os.environ, self._files)
+        except ConfigError as error:
+            self._report_early_error(error)
+            return Outcome(error.exit_code, truncate(str(error)))
+        self._host = topology.current_host
+        log.set_host(self._host)
+        try:
+            config = load_job_config(topology, os.environ, self._files)
+            usercode.prepare(config, self._stop)  # fetch, extract, pip install, check
+            if config.output_uri is not None:
+                from ringleader import artifacts  # boto3: only for jobs that deliver
+
+                artifacts.check_output_uri(config.output_uri)  # a missing bucket fails now
+        except ConfigError as error:
+            return self._config_failure(topology, error)
+        single = len(topology.hosts) == 1 or not config.mpi_enabled
+        log.log(
+            f"{'leader' if topology.is_leader else 'worker'} of {list(topology.hosts)}; "
+            f"program {config.program}; MPI {'on' if config.mpi_enabled else 'off'}"
+        )
+        printer: OutputPrinter | None = None
+        relay = OutputRelay()
+        if single or topology.is_leader:
+            printer = self._printer(config)
+        agent = HostAgent(
+            paths.AGENT_SOCKET, self._events, printer.deliver if printer else relay.deliver
+        )
+        # The host's environment (sagemaker-training's Environment, a slow import) is computed
+        # while sshd starts and the workers connect; each role waits for it when it needs it.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            prepared = pool.submit(self._prepare_host, config, single)
+            try:
+                if printer is not None and single:
+                    strategy = SingleHostStrategy(config, prepared.result)
+                    outcome = self._lead(config, strategy, agent, printer, None)
+                elif printer is not None:
+                    outcome = self._run_leader(config, prepared, agent, printer)
+                else:
+                    outcome = self._run_worker(config, prepared, agent, relay)
+            finally:
+                agent.close()
+        if config.output_uri is not None:
+            self._deliver_artifacts(config.output_uri)
+        return outcome
+
+    def _deliver_artifacts(self, uri: "OutputUri") -> None:
+        """This host's output.tar.gz and model.tar.gz to the output URI (after every job).
+
+        A failed delivery keeps the local archive, is logged and noted in the failure file,
+        and never changes the job's exit code."""
+        from ringleader import artifacts
+
+        report = artifacts.collect(paths.OUTPUT_DIR, artifacts.MODEL_DIR, uri, self._host)
+        for line in report.summary_lines():
+            log.log(line)
+        artifacts.append_note(paths.FAILURE_FILE, report.failure_note())
+
+    def _prepare_host(self, config: JobConfig, single: bool) -> list[str]:
+        """Write this host's environment file for its ranks; return the user's command."""
+        user_command = build_user_command(
+            config.program_path,
+            hostenv.user_args(config),
+            mpi4py_run=config.mpi4py_run and not single and mpi4py_available(),
+        )
+        sagemaker = {**hostenv.sagemaker_env_vars(config, self._files), **config.horovod_env}
+        hostenv.write_host_env(paths.HOST_ENV_FILE, hostenv.host_environment(os.environ, sagemaker))
+        return user_command
+
+    @staticmethod
+    def _printer(config: JobConfig) -> OutputPrinter:
+        recorder = None
+        if config.metric_definitions:
+            recorder = MetricRecorder(config.metric_definitions, paths.METRICS_FILE)
+        return OutputPrinter(config.log_ranks, config.metric_ranks, recorder)
+
+    def _start_launcher(self, argv: Sequence[str], env: Mapping[str, str]) -> RunningLauncher:
+        return Launcher(argv, env, self._events)
+
+    def _leader_parts(self, agent: HostAgent | None, server: ControlServer | None) -> LeaderParts:
+        return LeaderParts(
+            events=self._events,
+            clock=self._clock,
+            start_launcher=self._start_launcher,
+            check_ssh=ssh_problem,
+            log=log.log,
+            local=agent,
+            link=server,
+        )
+
+    def _lead(
+        self,
+        config: JobConfig,
+        strategy: LaunchStrategy,
+        agent: HostAgent,
+        printer: OutputPrinter,
+        server: ControlServer | None,
+    ) -> Outcome:
+        """Run the job as its leader; write the leader's files before any worker is told
+        (docker compose stops every container once the first one exits)."""
+        workers = config.topology.workers if server is not None else ()
+        leader = Leader(self._host, workers, config.timeouts, self._leader_parts(agent, server))
+        if server is not None:
+            try:
+                start_sshd(paths.SSHD_NOTIFY_SOCKET, config.timeouts.startup)
+            except JobError as error:
+                outcome = Outcome(error.exit_code, truncate(f"Host {self._host}: {error}"))
+            else:
+                outcome = leader.run(strategy)
+        else:
+            outcome = leader.run(strategy)
+        for line in printer.close() + horovod.keep_files(config.kept_files):
+            log.log(line)
+        write_job_summary(
+            paths.JOB_FILE, outcome, leader.records, config.topology.hosts, leader.world_size
+        )
+        write_result(outcome.exit_code, outcome.failure)
+        leader.tell_workers(outcome)
+        return outcome
+
+    def _run_leader(
+        self, config: JobConfig, prepared: Prepared, agent: HostAgent, printer: OutputPrinter
+    ) -> Outcome:
+        server = self._control_server(
+            config.control_port, config.timeouts, config.topology, printer.deliver
+        )
+        try:
+            strategy = MpirunStrategy(
+                config,
+                prepared.result,
+                config.processes_per_host or gpu_count() or 1,
+                log.log,
+            )
+            return self._lead(config, strategy, agent, printer, server)
+        finally:
+            server.close()
+
+    def _control_server(
+        self, port: int, timeouts: Timeouts, topology: Topology, on_output: OutputHandler
+    ) -> ControlServer:
+        return ControlServer(
+            port,
+            self._events,
+            Liveness(timeouts.pulse_interval, timeouts.leader_loss),
+            on_output,
+            topology.workers,
+            log.log,
+        )
+
+    def _run_worker(
+        self, config: JobConfig, prepared: Prepared, agent: HostAgent, relay: OutputRelay
+    ) -> Outcome:
+        topology, timeouts = config.topology, config.timeouts
+        try:
+            start_sshd(paths.SSHD_NOTIFY_SOCKET, timeouts.startup)
+            prepared.result()
+        except JobError as error:
+            return self._report_to_leader(topology, config.control_port, error)
+        deadline = time.monotonic() + timeouts.startup
+        control = connect_to_leader(topology.leader, config.control_port, deadline, self._stop)
+        pulse = connect_to_leader(topology.leader, config.control_port, deadline, self._stop)
+        if control is None or pulse is None:
+            if self._stop.is_set():
+                outcome = Outcome(
+                    exitcodes.SIGTERM_EXIT,
+                    f"Host {self._host}: stopped by SIGTERM while waiting for the leader.\n",
+                )
+            else:
+                outcome = Outcome(
+                    exitcodes.HOST_UNREACHABLE,
+                    truncate(
+                        f"Host {self._host}: the leader {topology.leader} never answered on port "
+                        f"{config.control_port} within {timeouts.startup:g} s "
+                        "(ringleader_startup_timeout)."
+                    ),
+                )
+            write_result(outcome.exit_code, outcome.failure)
+            return outcome
+        link = LeaderLink(
+            self._host,
+            control,
+            pulse,
+            Liveness(timeouts.pulse_interval, timeouts.leader_loss),
+            self._events,
+        )
+        relay.attach(link.channel)
+        parts = WorkerParts(self._events, self._clock, agent, link, log.log)
+        try:
+            return Worker(self._host, topology.leader, timeouts, parts).run(
+                on_outcome=lambda outcome: write_result(outcome.exit_code, outcome.failure)
+            )
+        finally:
+            link.close()
+
+    def _config_failure(self, topology: Topology, error: JobError) -> Outcome:
+        """A toolkit error on this host: on the leader, every worker is told; else the leader."""
+        settings = reporting_settings(self._files)
+        if not topology.is_leader:
+            return self._report_to_leader(topology, settings.control_port, error)
+        outcome = Outcome(error.exit_code, truncate(f"Host {self._host}: {error}"))
+        write_result(outcome.exit_code, outcome.failure)
+        if len(topology.hosts) > 1:
+            server = self._control_server(
+                settings.control_port, settings.timeouts, topology, _no_output
+            )
+            try:
+                leader = Leader(
+                    self._host,
+                    topology.workers,
+                    settings.timeouts,
+                    self._leader_parts(None, server),
+                )
+                leader.tell_workers(outcome)
+            finally:
+                server.close()
+        return outcome
+
+    def _report_to_leader(self, topology: Topology, port: int, error: JobError) -> Outcome:
+        outcome = Outcome(error.exit_code, truncate(f"Host {self._host}: {error}"))
+        write_result(outcome.exit_code, outcome.failure)
+        self._send_error(topology.leader, port, outcome)
+        return outcome
+
+    def _report_early_error(self, error: ConfigError) -> None:
+        """The host list or this host's name is wrong: still try to tell the leader."""
+        write_result(error.exit_code, truncate(str(error)))
+        resource_config = None
+        with contextlib.suppress(ConfigError):
+            resource_config = read_json_object(self._files.resource_config, "resourceconfig.json")
+        leader = leader_hint(os.environ, resource_config)
+        self._host = os.environ.get("SM_CURRENT_HOST") or self._host
+        if leader is not None and leader != self._host:
+            port = reporting_settings(self._files).control_port
+            self._send_error(leader, port, Outcome(error.exit_code, str(error)))
+
+    def _send_error(self, leader: str, port: int, outcome: Outcome) -> None:
+        """Report this host's error to the leader, then stay until the leader is done.
+
+        Staying matters under docker compose: the first container to exit stops the others,
+        and it must be the leader, after it has told everyone the job's result."""
+        timeouts = reporting_settings(self._files).timeouts
+        # Still try for a short while when SIGTERM already arrived: the report is the point.
+        timeout = STOPPING_REPORT_SECONDS if self._stop.is_set() else timeouts.startup
+        channel = connect_to_leader(leader, port, time.monotonic() + timeout, threading.Event())
+        if channel is None:
+            log.log(f"could not report the error to the leader {leader} within {timeout:g} s")
+            return
+        try:
+            channel.send(hello_message(self._host, (outcome.exit_code, outcome.failure or "")))
+            # Read until the leader closes the connection (it exits), bounded.
+            deadline = time.monotonic() + timeouts.finish + timeouts.leader_loss
+            while (remaining := deadline - time.monotonic()) > 0:
+                channel.receive_frame(timeout=remaining)
+        except (ChannelClosed, TimeoutError):
+            pass
+        finally:
+            channel.close()
+
+
+def _no_output(_frame: bytes) -> None:
+    """Output handler while reporting a configuration error: no rank ever started."""
+
+
+def mpi4py_available() -> bool:
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def gpu_count() -> int:
+    return len(list(Path("/proc/driver/nvidia/gpus").glob("*")))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["train"]:
+        args = args[1:]
+    entry = EntryPoint(ConfigFiles())
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, entry.on_signal)
+    if args:
+        message = f"Configuration error in command: unexpected arguments {args}; expected `train`"
+        log.log(message)
+        write_result(exitcodes.CONFIG_ERROR, message + "\n")
+        return exitcodes.CONFIG_ERROR
+    try:
+        outcome = entry.run()
+    except Exception as error:  # a bug of ours must still leave a failure file and a code
+        details = traceback.format_exc().strip().splitlines()
+        outcome = Outcome(
+            exitcodes.INTERNAL_ERROR,
+            truncate(f"ringleader internal error: {error!r}", details, "Traceback:"),
+        )
+        write_result(outcome.exit_code, outcome.failure)
+    if outcome.succeeded:
+        log.log("job succeeded: exit code 0")
+    else:
+        log.log(f"job failed: exit code {outcome.exit_code}")
+        for line in (outcome.failure or "").splitlines():
+            log.log(f"  {line}")
+    return outcome.exit_code
+
+
+def exit_now(code: int) -> None:
+    """Exit with `code` for sure: under docker compose a SIGTERM arrives while the others stop,
+    and during interpreter shutdown Python's default handler would turn the code into 143."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    exit_now(main())

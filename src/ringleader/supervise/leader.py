@@ -1,0 +1,322 @@
+"""The leader's state machine: wait for workers, launch, supervise, decide, tell workers.
+
+Every wait is a bounded read of one event source, fed by the control server (workers), the
+host agent (local ranks), the launcher and the SIGTERM handler. Its collaborators (events,
+clock, local ranks, the link to the workers, how a launcher starts, the ssh check) are
+injected, so each fault is a unit test without containers.
+"""
+
+import concurrent.futures
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ringleader.config.job import Timeouts
+from ringleader.core import exitcodes
+from ringleader.core.errors import JobError, StartupError
+from ringleader.core.outcome import HostLoss, JobFacts, Outcome, decide
+from ringleader.core.records import RankRecord
+from ringleader.launch.strategy import LaunchStrategy
+from ringleader.supervise.eventloop import Clock, EventSource, earliest
+from ringleader.wire.events import (
+    LauncherExited,
+    RankEnded,
+    RankStarted,
+    SigtermReceived,
+    WorkerBye,
+    WorkerHello,
+    WorkerLost,
+)
+from ringleader.wire.protocol import Message
+
+# After the launcher exits, how long to wait for rank records still in flight from workers.
+RECORD_SETTLE_SECONDS = 2.0
+# Extra time beyond the grace period before the launcher itself is killed after SIGTERM.
+KILL_MARGIN_SECONDS = 10.0
+# After a host is lost: beyond the abort grace, before the launcher (which may wait minutes
+# for the lost host's MPI daemon) is killed.
+LOST_HOST_KILL_MARGIN_SECONDS = 0.5
+
+Logger = Callable[[str], None]
+SshCheck = Callable[[str, float], str | None]  # (host, timeout) -> problem or None
+
+
+class LocalRanks(Protocol):
+    """This host's ranks (the host agent)."""
+
+    def terminate_all(self, grace: float) -> None: ...
+
+    def reap(self, abort_grace: float) -> None: ...
+
+
+class WorkerLink(Protocol):
+    """The workers (the control server)."""
+
+    def broadcast(self, message: Message) -> None: ...
+
+    def finish(self, exit_code: int, failure: str | None) -> None: ...
+
+
+class RunningLauncher(Protocol):
+    def kill(self) -> None: ...
+
+    def output_tail(self) -> tuple[str, ...]: ...
+
+
+StartLauncher = Callable[[Sequence[str], Mapping[str, str]], RunningLauncher]
+
+
+@dataclass(frozen=True)
+class LeaderParts:
+    """What the leader works with; tests pass fakes."""
+
+    events: EventSource
+    clock: Clock
+    start_launcher: StartLauncher
+    check_ssh: SshCheck
+    log: Logger
+    local: LocalRanks | None = None
+    link: WorkerLink | None = None
+
+
+class JobStopped(Exception):
+    """SIGTERM arrived before the job was launched."""
+
+    def __init__(self, host: str, at: float) -> None:
+        super().__init__(host)
+        self.host = host
+        self.at = at
+
+
+@dataclass
+class _Run:
+    started: dict[int, str] = field(default_factory=dict)  # rank -> host
+    records: dict[int, RankRecord] = field(default_factory=dict)
+    stopped_on: str | None = None
+    stopped_at: float = 0.0
+    lost: dict[str, WorkerLost] = field(default_factory=dict)
+    startup_error: str | None = None
+
+    def unreported(self, hosts: Sequence[str]) -> set[int]:
+        return {
+            rank
+            for rank, host in self.started.items()
+            if host in hosts and rank not in self.records
+        }
+
+
+class Leader:
+    def __init__(
+        self, host: str, workers: Sequence[str], timeouts: Timeouts, parts: LeaderParts
+    ) -> None:
+        self._host = host
+        self._workers = tuple(workers)
+        self._hosts = (host, *self._workers)
+        self._timeouts = timeouts
+        self._parts = parts
+        self._events = parts.events
+        self._clock = parts.clock
+        self._log = parts.log
+        self.records: tuple[RankRecord, ...] = ()  # every rank's record, once the job ended
+        self.world_size = 0
+        self._settled: set[str] = set()  # workers that will not need the final exit message
+
+    def run(self, strategy: LaunchStrategy) -> Outcome:
+        self.world_size = strategy.world_size
+        try:
+            self._wait_for_workers()
+            plan = strategy.prepare()
+        except JobStopped as stopped:
+            return decide(
+                JobFacts(
+                    stopped_on=stopped.host,
+                    stopped_at=stopped.at,
+                    sigterm_grace=self._timeouts.sigterm_grace,
+                )
+            )
+        except JobError as error:
+            return decide(JobFacts(error_code=error.exit_code, error_message=str(error)))
+        return self._supervise(plan.argv, plan.env)
+
+    def _wait_for_workers(self) -> None:
+        """Wait for every worker's hello, checking ssh to each as soon as it says hello."""
+        if not self._workers:
+            return
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(self._workers), 32)) as pool:
+            checks = self._collect_hellos(pool)
+            problems = [problem for check in checks for problem in [check.result()] if problem]
+        if problems:
+            raise StartupError("ssh to worker host(s) failed: " + "; ".join(problems))
+        self._log("all workers are up")
+
+    def _collect_hellos(
+        self, pool: concurrent.futures.Executor
+    ) -> list["concurrent.futures.Future[str | None]"]:
+        pending = set(self._workers)
+        timeout = self._timeouts.startup
+        self._log(f"waiting for {len(pending)} worker(s): {', '.join(sorted(pending))}")
+        deadline = self._clock.monotonic() + timeout
+        checks = []
+        while pending:
+            event = self._events.next(deadline)
+            if event is None:
+                self._settled.update(pending)  # nobody there to tell the result
+                raise StartupError(
+                    f"Host(s) {', '.join(sorted(pending))} never answered within {timeout:g} s "
+                    "(ringleader_startup_timeout)."
+                )
+            if isinstance(event, WorkerHello) and event.host in pending:
+                pending.discard(event.host)
+                if event.error_code is not None:
+                    self._settled.add(event.host)
+                    raise _HostError(event.host, event.error_code, event.error_message or "")
+                checks.append(pool.submit(self._parts.check_ssh, event.host, timeout))
+            elif isinstance(event, WorkerLost) and event.host in self._workers:
+                self._settled.add(event.host)
+                raise StartupError(
+                    f"Host {event.host} was lost before the job started: {event.reason}."
+                )
+            elif isinstance(event, SigtermReceived):
+                raise JobStopped(event.host, self._clock.time())
+        return checks
+
+    def _supervise(self, argv: Sequence[str], env: Mapping[str, str]) -> Outcome:
+        timeouts = self._timeouts
+        self._log("launching: " + shlex.join(argv))
+        if self._parts.link is not None:
+            self._parts.link.broadcast({"type": "launched"})
+        launcher = self._parts.start_launcher(argv, env)
+        run = _Run()
+        launch_deadline: float | None = self._clock.monotonic() + timeouts.startup
+        kill_deadline: float | None = None
+        while True:
+            event = self._events.next(earliest(launch_deadline, kill_deadline))
+            now = self._clock.monotonic()
+            if event is None:
+                if kill_deadline is not None and now >= kill_deadline:
+                    self._log("ranks did not end within their grace period; killing the launcher")
+                    launcher.kill()
+                    kill_deadline = None
+                elif launch_deadline is not None and now >= launch_deadline:
+                    run.startup_error = self._missing_ranks_message(run.started)
+                    self._log(run.startup_error)
+                    launcher.kill()
+                    launch_deadline = None
+                continue
+            if isinstance(event, RankStarted):
+                run.started[event.rank] = event.host
+                if len(run.started) >= self.world_size:
+                    launch_deadline = None
+            elif isinstance(event, RankEnded):
+                run.records[event.record.rank] = event.record
+            elif isinstance(event, SigtermReceived) and run.stopped_on is None:
+                self._log(f"SIGTERM received on {event.host}: stopping every rank")
+                run.stopped_on, run.stopped_at = event.host, self._clock.time()
+                self._terminate_everywhere(timeouts.sigterm_grace)
+                kill_deadline = earliest(
+                    kill_deadline, now + timeouts.sigterm_grace + KILL_MARGIN_SECONDS
+                )
+            elif isinstance(event, WorkerLost) and self._record_loss(run, event):
+                if run.stopped_on is None and len(run.lost) == 1:
+                    self._terminate_everywhere(timeouts.abort_grace)
+                launch_deadline = None
+                kill_deadline = earliest(
+                    kill_deadline, now + timeouts.abort_grace + LOST_HOST_KILL_MARGIN_SECONDS
+                )
+            elif isinstance(event, LauncherExited):
+                self._log(f"launcher exited with code {event.exit_code}")
+                return self._conclude(run, event.exit_code, launcher)
+
+    def _record_loss(self, run: _Run, event: WorkerLost) -> bool:
+        """Note a worker lost while the job runs; False when it is not news."""
+        if event.host not in self._workers or event.host in run.lost:
+            return False
+        self._log(f"lost worker {event.host}: {event.reason}")
+        run.lost[event.host] = event
+        self._settled.add(event.host)
+        return True
+
+    def _conclude(self, run: _Run, launcher_code: int, launcher: RunningLauncher) -> Outcome:
+        deadline = self._clock.monotonic() + RECORD_SETTLE_SECONDS
+        while run.unreported([host for host in self._hosts if host not in run.lost]):
+            event = self._events.next(deadline)
+            if event is None:
+                break
+            if isinstance(event, RankEnded):
+                run.records[event.record.rank] = event.record
+            elif isinstance(event, WorkerLost):
+                self._record_loss(run, event)
+        if self._parts.local is not None:
+            self._parts.local.reap(self._timeouts.abort_grace)
+        self.records = tuple(run.records[rank] for rank in sorted(run.records))
+        losses = tuple(
+            HostLoss(
+                host=loss.host,
+                reason=loss.reason,
+                last_heard=loss.last_heard,
+                ranks=tuple(sorted(run.unreported([loss.host]))),
+                protocol_error=loss.protocol_error,
+            )
+            for loss in run.lost.values()
+        )
+        facts = JobFacts(
+            records=self.records,
+            world_size=self.world_size,
+            launcher_exit_code=launcher_code,
+            launcher_output_tail=launcher.output_tail(),
+            stopped_on=run.stopped_on,
+            stopped_at=run.stopped_at,
+            sigterm_grace=self._timeouts.sigterm_grace,
+            lost_hosts=losses,
+            error_code=exitcodes.HOST_UNREACHABLE if run.startup_error else None,
+            error_message=run.startup_error,
+        )
+        return decide(facts)
+
+    def _missing_ranks_message(self, started: dict[int, str]) -> str:
+        per_host = self.world_size // len(self._hosts)
+        counts = {host: list(started.values()).count(host) for host in self._hosts}
+        missing = [host for host, count in counts.items() if count < per_host]
+        return (
+            f"Only {len(started)} of {self.world_size} ranks started within "
+            f"{self._timeouts.startup:g} s (ringleader_startup_timeout); no MPI daemon "
+            f"or rank came up on: {', '.join(missing) or 'unknown hosts'}."
+        )
+
+    def _terminate_everywhere(self, grace: float) -> None:
+        if self._parts.local is not None:
+            self._parts.local.terminate_all(grace)
+        if self._parts.link is not None:
+            self._parts.link.broadcast({"type": "terminate", "grace": grace})
+
+    def tell_workers(self, outcome: Outcome) -> None:
+        """Send the exit code to every worker and wait (bounded) until each confirmed."""
+        if self._parts.link is None:
+            return
+        self._parts.link.finish(outcome.exit_code, outcome.failure)
+        pending = set(self._workers) - self._settled
+        timeout = self._timeouts.finish
+        deadline = self._clock.monotonic() + timeout
+        while pending:
+            event = self._events.next(deadline)
+            if event is None:
+                self._log(
+                    f"no confirmation within {timeout:g} s (ringleader_finish_timeout) "
+                    f"from: {', '.join(sorted(pending))}"
+                )
+                return
+            # A plain hello is a late worker still to be told; an error hello exits alone.
+            if isinstance(event, WorkerBye | WorkerLost) or (
+                isinstance(event, WorkerHello) and event.error_code is not None
+            ):
+                pending.discard(event.host)
+        self._log("every worker has the exit code")
+
+
+class _HostError(JobError):
+    """A worker reported its own toolkit error (bad configuration, sshd failure)."""
+
+    def __init__(self, host: str, code: int, message: str) -> None:
+        super().__init__(message or f"host {host} reported an error")
+        self.exit_code = code

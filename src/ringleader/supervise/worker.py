@@ -1,0 +1,141 @@
+"""A worker's state machine: relay rank events, obey the leader, exit with the job's code.
+
+The worker keeps its sshd (and so mpirun's daemon) alive until the leader sends the job's exit
+code; it gives up when the leader goes away or silent (pulses), or never launches. Its
+collaborators (events, clock, local ranks, the link to the leader) are injected.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ringleader.config.job import Timeouts
+from ringleader.core import exitcodes
+from ringleader.core.outcome import Outcome, truncate
+from ringleader.supervise.eventloop import Clock, EventSource, earliest
+from ringleader.supervise.leader import LocalRanks, Logger
+from ringleader.wire.events import (
+    LeaderLost,
+    LeaderMessage,
+    RankEnded,
+    RankStarted,
+    SigtermReceived,
+)
+from ringleader.wire.protocol import Message
+
+
+class LeaderLink(Protocol):
+    def send(self, message: Message) -> None:
+        """Never raises: a broken link shows up as a LeaderLost event."""
+
+
+@dataclass(frozen=True)
+class WorkerParts:
+    events: EventSource
+    clock: Clock
+    local: LocalRanks
+    link: LeaderLink
+    log: Logger
+
+
+class Worker:
+    def __init__(self, host: str, leader: str, timeouts: Timeouts, parts: WorkerParts) -> None:
+        self._host = host
+        self._leader = leader
+        self._timeouts = timeouts
+        self._parts = parts
+        self._events = parts.events
+        self._clock = parts.clock
+        self._local = parts.local
+        self._told: Outcome | None = None  # the leader's verdict, once it came
+
+    def run(self, on_outcome: Callable[[Outcome], None]) -> Outcome:
+        """Follow the leader to the job's end; `on_outcome` writes the result files, before
+        the leader hears that this host is done."""
+        outcome = self._follow(on_outcome)
+        if self._told is None:
+            on_outcome(outcome)
+        return outcome
+
+    def _follow(self, on_outcome: Callable[[Outcome], None]) -> Outcome:
+        timeouts = self._timeouts
+        link = self._parts.link
+        sigterm_deadline: float | None = None
+        rank_deadline: float | None = None
+        ranks_started = False
+        while True:
+            event = self._events.next(earliest(sigterm_deadline, rank_deadline))
+            if event is None:
+                self._local.terminate_all(timeouts.abort_grace)
+                if sigterm_deadline is not None and self._clock.monotonic() >= sigterm_deadline:
+                    return self._outcome(
+                        exitcodes.SIGTERM_EXIT,
+                        "stopped by SIGTERM; the leader did not confirm the job's end in time",
+                    )
+                return self._outcome(
+                    exitcodes.HOST_UNREACHABLE,
+                    f"the MPI daemon never started a rank on {self._host} within "
+                    f"{timeouts.startup:g} s of the launch (ringleader_startup_timeout)",
+                )
+            if isinstance(event, RankStarted):
+                ranks_started = True
+                rank_deadline = None
+                link.send({"type": "rank-start", "rank": event.rank, "host": event.host})
+            elif isinstance(event, RankEnded):
+                link.send({"type": "rank-end", "record": event.record.to_json()})
+            elif isinstance(event, SigtermReceived):
+                self._parts.log("SIGTERM received: stopping local ranks and telling the leader")
+                self._local.terminate_all(timeouts.sigterm_grace)
+                link.send({"type": "sigterm", "host": self._host})
+                if sigterm_deadline is None:
+                    sigterm_deadline = (
+                        self._clock.monotonic() + timeouts.sigterm_grace + timeouts.finish
+                    )
+            elif isinstance(event, LeaderLost):
+                self._local.terminate_all(timeouts.abort_grace)
+                self._local.reap(timeouts.abort_grace)
+                if sigterm_deadline is not None:
+                    return self._outcome(
+                        exitcodes.SIGTERM_EXIT,
+                        f"stopped by SIGTERM; then lost the leader {self._leader}: {event.reason}",
+                    )
+                return Outcome(
+                    exitcodes.HOST_LOST,
+                    truncate(
+                        f"Host {self._leader} (the leader): {event.reason}; "
+                        f"noticed by {self._host}, which stopped its ranks."
+                    ),
+                )
+            elif isinstance(event, LeaderMessage):
+                outcome = self._obey(event.message)
+                if outcome is not None:
+                    on_outcome(outcome)  # files first, then bye, then let the leader go first
+                    link.send({"type": "bye", "host": self._host})
+                    self._wait_for_leader_to_leave(timeouts.finish + timeouts.leader_loss)
+                    return outcome
+                if event.message.get("type") == "launched" and not ranks_started:
+                    rank_deadline = self._clock.monotonic() + timeouts.startup
+
+    def _obey(self, message: Message) -> Outcome | None:
+        """Act on a leader's message; the verdict when it is the job's exit code."""
+        kind = message.get("type")
+        if kind == "terminate":
+            grace = message.get("grace")
+            if isinstance(grace, bool) or not isinstance(grace, int | float):
+                grace = self._timeouts.sigterm_grace
+            self._local.terminate_all(float(grace))
+        elif kind == "exit":
+            self._local.reap(self._timeouts.abort_grace)
+            self._told = Outcome(int(message["code"]), message.get("failure"))
+            return self._told
+        return None
+
+    def _wait_for_leader_to_leave(self, timeout: float) -> None:
+        """After bye: the leader closes the connection when it exits (bounded wait)."""
+        deadline = self._clock.monotonic() + timeout
+        while (event := self._events.next(deadline)) is not None:
+            if isinstance(event, LeaderLost):
+                return
+
+    def _outcome(self, code: int, problem: str) -> Outcome:
+        return Outcome(code, truncate(f"Host {self._host}: {problem}."))

@@ -1,0 +1,292 @@
+"""Runs a planned local job with the Docker SDK: network, containers, logs, results, cleanup."""
+
+import concurrent.futures
+import contextlib
+import datetime
+import json
+import queue
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import docker
+import docker.errors
+
+from ringleader.tools.local.plan import (
+    HostPlan,
+    LocalJobSpec,
+    UsageError,
+    host_names,
+    job_id,
+    plan_hosts,
+    validate,
+)
+
+STOP_TIMEOUT_MARGIN = 15  # seconds docker waits after our grace period before SIGKILL
+LOG_DRAIN_SECONDS = 120  # after the containers exit, for the rest of their logs
+
+
+@dataclass(frozen=True)
+class HostResult:
+    name: str
+    exit_code: int | None  # None: the host was never started
+    seconds: float
+    started_at: float = 0.0  # wall clock (time.time()) just before `docker start`
+    finished_at: float = 0.0  # wall clock of the container's exit, as Docker recorded it
+
+
+@dataclass(frozen=True)
+class LocalJobResult:
+    job_id: str
+    exit_code: int
+    hosts: tuple[HostResult, ...]
+    output_dir: Path
+
+
+class _Printer:
+    """Whole lines only, one writer at a time, each prefixed with its host."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+
+    def line(self, prefix: str, text: str) -> None:
+        with self._lock:
+            self._out.write(f"{prefix}{text}\n")
+            self._out.flush()
+
+    def note(self, text: str) -> None:
+        self.line("==> ", text)
+
+
+class LocalJob:
+    def __init__(self, spec: LocalJobSpec, out: TextIO, client: Any = None) -> None:
+        validate(spec)
+        self.spec = spec
+        self.job_id = job_id()
+        self._client = client or docker.from_env()
+        self._print = _Printer(out)
+        names = host_names(spec.hosts, spec.random_suffix)
+        self.hosts = plan_hosts(spec, self.job_id, names)
+        self._width = max(len(name) for name in names)
+        self._containers: dict[str, str] = {}  # host -> container id
+        self._started_at: dict[str, float] = {}
+        self._started_wall: dict[str, float] = {}
+        self._log_streams: list[threading.Thread] = []
+        self._network: Any = None
+        self._config_root = Path(tempfile.mkdtemp(prefix=f"{self.job_id}-config-"))
+        self.output_dir = spec.output_dir.resolve() / self.job_id
+
+    @property
+    def container_ids(self) -> dict[str, str]:
+        """host -> container id of every created container."""
+        return dict(self._containers)
+
+    def run(self) -> LocalJobResult:
+        # Signal handlers only exist in the main thread (tests run jobs in other threads).
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = {
+            signum: signal.signal(signum, _raise_interrupt)
+            for signum in (signal.SIGTERM, signal.SIGINT)
+            if in_main
+        }
+        try:
+            self._check_image()
+            self._create()
+            results = self._wait_all(self._start())
+            return self._finish(results)
+        except KeyboardInterrupt:
+            # A second Ctrl-C must not abandon the containers half-stopped.
+            for signum in previous:
+                signal.signal(signum, signal.SIG_IGN)
+            self._print.note("interrupted: stopping every host (they exit 143)")
+            self._stop_all()
+            results = self._wait_all(self._started_at)
+            return self._finish(results)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self._cleanup()
+
+    def _check_image(self) -> None:
+        try:
+            self._client.images.get(self.spec.image)
+        except docker.errors.ImageNotFound:
+            raise UsageError(
+                f"--image: {self.spec.image} is not built; run `make image` first"
+            ) from None
+
+    def _create(self) -> None:
+        api = self._client.api
+        network_name = f"{self.job_id}-net"
+        self._print.note(
+            f"job {self.job_id}: {len(self.hosts)} host(s) on network {network_name}, "
+            f"image {self.spec.image}, output in {self.output_dir}"
+        )
+        self._network = self._client.networks.create(network_name, driver="bridge")
+        for host in self.hosts:
+            if host.name in self.spec.absent_hosts:
+                continue
+            config_dir = self._write_config(host)
+            output = self.output_dir / host.name
+            (output / "output").mkdir(parents=True, exist_ok=True)
+            (output / "model").mkdir(parents=True, exist_ok=True)
+            binds = {
+                str(config_dir): {"bind": "/opt/ml/input/config", "mode": "ro"},
+                str(self.spec.source_dir.resolve()): {"bind": "/opt/ml/code", "mode": "ro"},
+                str(output / "output"): {"bind": "/opt/ml/output", "mode": "rw"},
+                str(output / "model"): {"bind": "/opt/ml/model", "mode": "rw"},
+            }
+            endpoint = api.create_endpoint_config(aliases=[host.name])
+            container = api.create_container(
+                self.spec.image,
+                command=list(self.spec.command),
+                entrypoint=list(self.spec.entrypoint) if self.spec.entrypoint else None,
+                name=host.container_name,
+                hostname=host.name,
+                environment=host.environment,
+                host_config=api.create_host_config(binds=binds, network_mode=network_name),
+                networking_config=api.create_networking_config({network_name: endpoint}),
+                labels={"ringleader.job": self.job_id},
+            )
+            self._containers[host.name] = container["Id"]
+
+    def _write_config(self, host: HostPlan) -> Path:
+        config_dir = self._config_root / host.name
+        config_dir.mkdir(parents=True)
+        (config_dir / "resourceconfig.json").write_text(json.dumps(host.resource_config))
+        (config_dir / "hyperparameters.json").write_text(json.dumps(host.hyperparameters))
+        (config_dir / "inputdataconfig.json").write_text("{}")
+        for file_name, text in self.spec.config_overrides.get(host.name, {}).items():
+            (config_dir / file_name).write_text(text)
+        return config_dir
+
+    def _start(self) -> dict[str, float]:
+        self._print.note(f"starting {len(self._containers)} container(s) at once")
+
+        def start(host: str) -> None:
+            self._started_wall[host] = time.time()
+            self._client.api.start(self._containers[host])
+            self._started_at[host] = time.monotonic()
+            streamer = threading.Thread(target=self._stream_logs, args=(host,), daemon=True)
+            self._log_streams.append(streamer)
+            streamer.start()
+
+        self._in_parallel(start, list(self._containers))
+        return self._started_at
+
+    def _stream_logs(self, host: str) -> None:
+        prefix = f"{host:<{self._width}} | "
+        for line in _lines(self._client.api.logs(self._containers[host], stream=True, follow=True)):
+            self._print.line(prefix, line)
+
+    def _wait_all(self, started: dict[str, float]) -> dict[str, HostResult]:
+        """Every started container's exit; Ctrl-C stays deliverable while waiting."""
+        done: queue.Queue[HostResult] = queue.Queue()
+
+        def wait(host: str) -> None:
+            status = self._client.api.wait(self._containers[host])
+            seconds = time.monotonic() - started[host]
+            state = self._client.api.inspect_container(self._containers[host])["State"]
+            done.put(
+                HostResult(
+                    host,
+                    int(status["StatusCode"]),
+                    seconds,
+                    self._started_wall[host],
+                    _docker_time(state["FinishedAt"]),
+                )
+            )
+
+        hosts = [host for host in self._containers if host in started]
+        for host in hosts:
+            threading.Thread(target=wait, args=(host,), daemon=True).start()
+        results: dict[str, HostResult] = {}
+        while len(results) < len(hosts):
+            result = done.get()
+            results[result.name] = result
+        return results
+
+    def _stop_all(self) -> None:
+        grace = float(self.spec.settings.get("sigterm_grace", 30))
+        timeout = int(grace) + STOP_TIMEOUT_MARGIN
+
+        def stop(host: str) -> None:
+            with contextlib.suppress(docker.errors.APIError):
+                self._client.api.stop(self._containers[host], timeout=timeout)
+
+        self._in_parallel(stop, list(self._containers))
+
+    def _finish(self, results: dict[str, HostResult]) -> LocalJobResult:
+        # A stopped container's log stream still holds what Docker had not handed over yet;
+        # removing the container first would cut the end of the job's output off.
+        deadline = time.monotonic() + LOG_DRAIN_SECONDS
+        for streamer in self._log_streams:
+            streamer.join(max(deadline - time.monotonic(), 0.0))
+        if any(streamer.is_alive() for streamer in self._log_streams):
+            self._print.note(f"warning: logs still streaming after {LOG_DRAIN_SECONDS} s")
+        rows = [results.get(host.name, HostResult(host.name, None, 0.0)) for host in self.hosts]
+        leader = rows[0]
+        exit_code = leader.exit_code if leader.exit_code is not None else 1
+        self._print.note("results")
+        self._print.line("", f"  {'host':<{self._width}}  exit  seconds")
+        for row in rows:
+            code = "-" if row.exit_code is None else str(row.exit_code)
+            self._print.line("", f"  {row.name:<{self._width}}  {code:>4}  {row.seconds:7.1f}")
+        codes = {row.exit_code for row in rows if row.exit_code is not None}
+        if len(codes) > 1:
+            self._print.note(f"warning: hosts disagree on the exit code: {sorted(codes)}")
+        failure = self.output_dir / self.hosts[0].name / "output" / "failure"
+        if failure.is_file():
+            self._print.note("failure file of the leader:")
+            for line in failure.read_text(errors="replace").splitlines():
+                self._print.line("  ", line)
+        self._print.note(f"job exit code {exit_code}; outputs in {self.output_dir}")
+        return LocalJobResult(self.job_id, exit_code, tuple(rows), self.output_dir)
+
+    def _cleanup(self) -> None:
+        def remove(host: str) -> None:
+            with contextlib.suppress(docker.errors.APIError):
+                self._client.api.remove_container(self._containers[host], force=True)
+
+        self._in_parallel(remove, list(self._containers))
+        if self._network is not None:
+            with contextlib.suppress(docker.errors.APIError):
+                self._network.remove()
+        shutil.rmtree(self._config_root, ignore_errors=True)
+
+    @staticmethod
+    def _in_parallel(action: Callable[[str], None], hosts: list[str]) -> None:
+        if not hosts:
+            return
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+            for future in [pool.submit(action, host) for host in hosts]:
+                future.result()
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            yield line.decode(errors="replace").rstrip("\r")
+    if buffer:
+        yield buffer.decode(errors="replace")
+
+
+def _docker_time(text: str) -> float:
+    """Docker's RFC 3339 time with nanoseconds, e.g. 2026-11-22T05:04:07.123456789Z."""
+    whole, _, fraction = text.rstrip("Z").partition(".")
+    seconds = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC).timestamp()
+    return seconds + float(f"0.{fraction or 0}")
+
+
+def _raise_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,254 @@
+"""The report's PNG charts, drawn with matplotlib's Agg renderer (no display, no pyplot state)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from ringleader.tools.report import jobinfo
+from ringleader.tools.report.autotune import AutotuneLog
+from ringleader.tools.report.metrics import Metric
+from ringleader.tools.report.model import Report
+from ringleader.tools.report.timeline import TimelineSummary
+
+DPI = 100
+WIDTH = 11.0  # inches: 1100 px, the page's content width
+MAX_METRIC_CHARTS = 24
+MAX_LEGEND_RANKS = 12
+TOP_OPS = 12
+TOP_TENSORS = 20
+
+OK, FAILED, ROOT_CAUSE, STOPPED = "#2e8b57", "#e8833a", "#c0392b", "#9aa5b1"
+BAR, ACTIVITY, ACCENT = "#3b6ea8", "#8fb3d9", "#c0392b"
+
+
+@dataclass(frozen=True)
+class Chart:
+    key: str  # what the page asks for: "ranks", "metric:<name>", "timeline-ops:<i>", ...
+    file: str  # PNG file name in the report folder
+    title: str
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60] or "metric"
+
+
+def _figure(height: float) -> Figure:
+    return Figure(figsize=(WIDTH, height), dpi=DPI, layout="constrained")
+
+
+def _save(figure: Figure, out_dir: Path, chart: Chart) -> Chart:
+    figure.savefig(out_dir / chart.file, dpi=DPI, facecolor="white")
+    return chart
+
+
+def _label_height(rows: int, per_row: float = 0.32, minimum: float = 2.4) -> float:
+    return min(24.0, max(minimum, 1.2 + per_row * rows))
+
+
+def render_all(report: Report, out_dir: Path) -> list[Chart]:
+    charts: list[Chart] = []
+    start = report.start_time
+    job = report.job
+    if job is not None and job.ranks:
+        charts.append(_ranks(report, out_dir))
+    used: set[str] = set()
+    for metric in report.metrics.metrics[:MAX_METRIC_CHARTS]:
+        slug = _slug(metric.name)
+        while slug in used:
+            slug += "-"
+        used.add(slug)
+        charts.append(_metric(metric, start, out_dir, f"metric-{slug}.png"))
+    for i, timeline in enumerate(report.timelines, 1):
+        suffix = "" if len(report.timelines) == 1 else f"-{i}"
+        charts.extend(_timeline(timeline.value, i, suffix, out_dir))
+    for i, log in enumerate(report.autotune, 1):
+        suffix = "" if len(report.autotune) == 1 else f"-{i}"
+        if log.value.samples:
+            charts.append(_autotune(log.value, i, f"autotune{suffix}.png", out_dir))
+    return charts
+
+
+def _ranks(report: Report, out_dir: Path) -> Chart:
+    assert report.job is not None
+    job = report.job
+    start = report.start_time or 0.0
+    records = list(reversed(job.ranks))  # rank 0 on top
+    figure = _figure(_label_height(len(records)))
+    axes = figure.add_subplot()
+    for row, record in enumerate(records):
+        if jobinfo.is_root_cause(record, job.root_cause):
+            color = ROOT_CAUSE
+        elif record.terminated:
+            color = STOPPED
+        elif record.failed:
+            color = FAILED
+        else:
+            color = OK
+        begin = record.started_at - start
+        axes.barh(row, jobinfo.duration(record), left=begin, color=color, height=0.6)
+        axes.text(
+            begin + jobinfo.duration(record),
+            row,
+            f"  {jobinfo.short_status(record)}",
+            va="center",
+            fontsize=9,
+        )
+    axes.set_yticks(range(len(records)), [f"rank {r.rank} ({r.host})" for r in records])
+    axes.set_xlabel("seconds since the first rank started")
+    axes.set_title("Ranks: when each ran and how it ended")
+    axes.margins(x=0.3)
+    figure.legend(
+        handles=[
+            Patch(color=OK, label="exit 0"),
+            Patch(color=FAILED, label="failed"),
+            Patch(color=STOPPED, label="told to stop"),
+            Patch(color=ROOT_CAUSE, label="root cause"),
+        ],
+        loc="outside lower center",
+        ncols=4,
+        fontsize=8,
+        frameon=False,
+    )
+    return _save(figure, out_dir, Chart("ranks", "ranks.png", "Ranks"))
+
+
+def _metric(metric: Metric, start: float | None, out_dir: Path, file: str) -> Chart:
+    zero = start if start is not None else 0.0
+    figure = _figure(3.4)
+    axes = figure.add_subplot()
+    for series in metric.series:
+        pairs = zip(series.times, series.values, strict=True)
+        points = [(t - zero, v) for t, v in pairs if math.isfinite(v)]
+        if not points:
+            continue
+        xs, ys = zip(*points, strict=True)
+        style = "o-" if len(points) <= 40 else "-"
+        label = f"rank {series.rank} ({series.host})"
+        axes.plot(xs, ys, style, markersize=3, linewidth=1.4, label=label)
+    axes.set_title(metric.name)
+    axes.set_xlabel("seconds since the first rank started" if start is not None else "seconds")
+    axes.grid(True, alpha=0.3)
+    if 1 < len(metric.series) <= MAX_LEGEND_RANKS:
+        figure.legend(loc="outside right upper", fontsize=8, frameon=False)
+    return _save(figure, out_dir, Chart(f"metric:{metric.name}", file, metric.name))
+
+
+def _barh(
+    axes: Axes, labels: Sequence[str], values: Sequence[float], colors: Sequence[str]
+) -> None:
+    rows = list(range(len(labels)))[::-1]
+    axes.barh(rows, values, color=colors, height=0.65)
+    axes.set_yticks(rows, labels)
+    axes.grid(True, axis="x", alpha=0.3)
+
+
+def _timeline(summary: TimelineSummary, index: int, suffix: str, out_dir: Path) -> list[Chart]:
+    charts = []
+    ops = summary.ops[:TOP_OPS]
+    if ops:
+        figure = _figure(_label_height(len(ops)))
+        axes = figure.add_subplot()
+        _barh(
+            axes,
+            [op.name + ("  (activity)" if op.activity else "") for op in ops],
+            [op.total_us / 1e6 for op in ops],
+            [ACTIVITY if op.activity else BAR for op in ops],
+        )
+        axes.set_xlabel("total seconds, summed over tensors")
+        axes.set_title("Horovod timeline: top operations and activities by total time")
+        charts.append(
+            _save(
+                figure,
+                out_dir,
+                Chart(f"timeline-ops:{index}", f"timeline-ops{suffix}.png", "Top operations"),
+            )
+        )
+    tensors = summary.allreduce[:TOP_TENSORS]
+    if tensors:
+        figure = _figure(_label_height(len(tensors)))
+        axes = figure.add_subplot()
+        _barh(
+            axes,
+            [_short(t.tensor) for t in tensors],
+            [t.total_us / 1e3 for t in tensors],
+            [BAR] * len(tensors),
+        )
+        axes.set_xlabel("total allreduce milliseconds")
+        axes.set_title("Allreduce time per tensor")
+        charts.append(
+            _save(
+                figure,
+                out_dir,
+                Chart(
+                    f"timeline-allreduce:{index}",
+                    f"timeline-allreduce{suffix}.png",
+                    "Allreduce time per tensor",
+                ),
+            )
+        )
+    if summary.waits:
+        waits = summary.waits
+        figure = _figure(_label_height(len(waits), minimum=2.8))
+        axes = figure.add_subplot()
+        most_last = max(w.last_count for w in waits)
+        _barh(
+            axes,
+            [f"rank {w.rank}" for w in waits],
+            [w.wait_us / 1e3 for w in waits],
+            [ACCENT if most_last and w.last_count == most_last else BAR for w in waits],
+        )
+        for row, wait in zip(range(len(waits) - 1, -1, -1), waits, strict=True):
+            axes.text(
+                wait.wait_us / 1e3,
+                row,
+                f"  last ready {wait.last_count}x",
+                va="center",
+                fontsize=8,
+            )
+        axes.margins(x=0.2)
+        axes.set_xlabel("milliseconds waited for the other ranks during negotiation")
+        axes.set_title("Negotiation wait per rank (red: most often the last rank to be ready)")
+        charts.append(
+            _save(
+                figure,
+                out_dir,
+                Chart(f"timeline-waits:{index}", f"timeline-waits{suffix}.png", "Negotiation wait"),
+            )
+        )
+    return charts
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else "..." + text[-(limit - 3) :]
+
+
+def _autotune(log: AutotuneLog, index: int, file: str, out_dir: Path) -> Chart:
+    figure = _figure(3.6)
+    axes = figure.add_subplot()
+    xs = [s.index for s in log.samples]
+    ys = [s.score for s in log.samples]
+    axes.plot(xs, ys, "o-", color=BAR, markersize=4, linewidth=1.2)
+    best = log.best
+    if best is not None:
+        axes.plot([best.index], [best.score], "*", color=ACCENT, markersize=16, label="best")
+        axes.annotate(
+            f"best {best.score:.4g}",
+            (best.index, best.score),
+            textcoords="offset points",
+            xytext=(8, -14),
+            color=ACCENT,
+            fontsize=9,
+        )
+    axes.set_xlabel("sample")
+    axes.set_ylabel("score (bytes/us)")
+    axes.set_title("Horovod autotune: score per sample")
+    axes.grid(True, alpha=0.3)
+    return _save(figure, out_dir, Chart(f"autotune:{index}", file, "Autotune score"))

@@ -1,0 +1,220 @@
+"""Everything read from a job's output, parsed into one Report, and its text summary (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from ringleader.tools.report import jobinfo
+from ringleader.tools.report.autotune import AutotuneError, AutotuneLog, parse_autotune
+from ringleader.tools.report.jobinfo import JobFileError, JobInfo, Outcome
+from ringleader.tools.report.metrics import Metrics, parse_metrics
+from ringleader.tools.report.timeline import TimelineError, TimelineSummary, summarise_text
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TextFile:
+    path: str  # relative to PATH
+    text: str
+
+
+@dataclass(frozen=True)
+class LogTail:
+    host: str
+    rank: int
+    path: str  # relative to PATH
+    lines: tuple[str, ...]
+    link: str | None = None  # relative to the report's folder, when the log stays on disk
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The job's files as read from disk; load.py makes it."""
+
+    source: str
+    jobs: tuple[TextFile, ...] = ()
+    failures: tuple[TextFile, ...] = ()
+    successes: tuple[str, ...] = ()
+    metrics: tuple[TextFile, ...] = ()
+    timelines: tuple[TextFile, ...] = ()
+    autotune: tuple[TextFile, ...] = ()
+    logs: tuple[LogTail, ...] = ()
+    problems: tuple[str, ...] = ()  # files that could not be read
+
+
+@dataclass(frozen=True)
+class Sourced(Generic[T]):
+    path: str
+    value: T
+
+
+@dataclass(frozen=True)
+class Report:
+    source: str
+    outcome: Outcome
+    job: JobInfo | None
+    metrics: Metrics
+    timelines: tuple[Sourced[TimelineSummary], ...]
+    autotune: tuple[Sourced[AutotuneLog], ...]
+    logs: tuple[LogTail, ...]
+    files: tuple[str, ...]  # every file the report read
+    warnings: tuple[str, ...]
+
+    @property
+    def start_time(self) -> float | None:
+        """The zero of every time axis: the first rank's start, else the first metric."""
+        if self.job is not None and self.job.ranks:
+            return min(record.started_at for record in self.job.ranks)
+        return self.metrics.first_timestamp
+
+
+def _parse_each(
+    files: Sequence[TextFile],
+    parse: Callable[[str], T],
+    errors: tuple[type[Exception], ...],
+    warnings: list[str],
+) -> list[Sourced[T]]:
+    parsed = []
+    for file in files:
+        try:
+            parsed.append(Sourced(file.path, parse(file.text)))
+        except errors as error:
+            warnings.append(f"{file.path}: skipped: {error}")
+    return parsed
+
+
+def build_report(inputs: Inputs) -> Report:
+    warnings = list(inputs.problems)
+    jobs = _parse_each(inputs.jobs, jobinfo.parse_job, (JobFileError,), warnings)
+    job = jobs[0].value if jobs else None
+    if len(jobs) > 1:
+        others = ", ".join(j.path for j in jobs[1:])
+        warnings.append(f"{len(jobs)} job.json files; the report uses {jobs[0].path}, not {others}")
+    if jobs:
+        warnings.extend(f"{jobs[0].path}: {problem}" for problem in jobs[0].value.problems)
+    outcome = jobinfo.decide_outcome(job, [f.text for f in inputs.failures], len(inputs.successes))
+
+    metrics = parse_metrics(line for f in inputs.metrics for line in f.text.splitlines())
+    if metrics.skipped_lines:
+        warnings.append(f"metrics.jsonl: skipped {metrics.skipped_lines} malformed line(s)")
+
+    timelines = _parse_each(inputs.timelines, summarise_text, (TimelineError,), warnings)
+    for timeline in timelines:
+        if timeline.value.truncated:
+            warnings.append(
+                f"{timeline.path}: the timeline ends early (Horovod was still writing it); "
+                "every complete event was read"
+            )
+    autotune = _parse_each(inputs.autotune, parse_autotune, (AutotuneError,), warnings)
+    for log in autotune:
+        if log.value.skipped_rows:
+            warnings.append(f"{log.path}: skipped {log.value.skipped_rows} malformed row(s)")
+
+    files = [
+        *(f.path for f in inputs.jobs),
+        *(f.path for f in inputs.failures),
+        *inputs.successes,
+        *(f.path for f in inputs.metrics),
+        *(f.path for f in inputs.timelines),
+        *(f.path for f in inputs.autotune),
+        *(log.path for log in inputs.logs),
+    ]
+    return Report(
+        source=inputs.source,
+        outcome=outcome,
+        job=job,
+        metrics=metrics,
+        timelines=tuple(timelines),
+        autotune=tuple(autotune),
+        logs=inputs.logs,
+        files=tuple(files),
+        warnings=tuple(warnings),
+    )
+
+
+# ---------------------------------------------------------------------------- text summary
+def seconds(value: float) -> str:
+    """A duration for people: 850 us, 12.3 ms, 4.56 s, 3 min 20 s."""
+    if value < 0.001:
+        return f"{value * 1e6:.0f} us"
+    if value < 1:
+        return f"{value * 1e3:.1f} ms"
+    if value < 120:
+        return f"{value:.2f} s"
+    minutes, rest = divmod(value, 60)
+    return f"{minutes:.0f} min {rest:.0f} s"
+
+
+def number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+def first_line(text: str, limit: int = 200) -> str:
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def summary_lines(report: Report) -> list[str]:
+    lines = [f"Job: {report.outcome.headline}"]
+    job = report.job
+    if job is not None:
+        lines[0] += f"; {job.world_size} rank(s) on {len(job.hosts)} host(s)"
+    if report.outcome.failure:
+        lines.append(f"Cause: {first_line(report.outcome.failure)}")
+    if job is not None and job.ranks:
+        stopped = sum(1 for r in job.ranks if r.failed and r.terminated)
+        failed = sum(1 for r in job.ranks if r.failed and not r.terminated)
+        longest = max(job.ranks, key=jobinfo.duration)
+        lines.append(
+            f"Ranks: {len(job.ranks) - failed - stopped} exited 0, {failed} failed, "
+            f"{stopped} were told to stop; longest rank {longest.rank} ({longest.host}) ran "
+            f"{seconds(jobinfo.duration(longest))}"
+        )
+    for metric in report.metrics.metrics:
+        lines.append(
+            f"Metric {metric.name}: {metric.points} point(s) from {len(metric.series)} rank(s), "
+            f"last {number(metric.last)}, min {number(metric.minimum)}, "
+            f"max {number(metric.maximum)}"
+        )
+    for timeline in report.timelines:
+        lines.append(f"Timeline {timeline.path}: {timeline_line(timeline.value)}")
+    for log in report.autotune:
+        lines.append(f"Autotune {log.path}: {autotune_line(log.value)}")
+    if report.warnings:
+        lines.append(f"Warnings: {len(report.warnings)} (see the report)")
+    return lines
+
+
+def timeline_line(summary: TimelineSummary) -> str:
+    span = seconds(summary.span_us / 1e6)
+    parts = [f"{summary.events} events, {summary.tensors} tensor(s) over {span}"]
+    top = [op for op in summary.ops if not op.activity]
+    if top:
+        parts.append(f"most time in {top[0].name} ({seconds(top[0].total_us / 1e6)})")
+    if summary.waits:
+        waiter = max(summary.waits, key=lambda w: (w.wait_us, -w.rank))
+        parts.append(
+            f"longest negotiation wait rank {waiter.rank} ({seconds(waiter.wait_us / 1e6)})"
+        )
+        straggler = max(summary.waits, key=lambda w: (w.last_count, -w.rank))
+        if straggler.last_count:
+            parts.append(
+                f"last to be ready most often rank {straggler.rank} "
+                f"({straggler.last_count} of {summary.negotiations})"
+            )
+    return "; ".join(parts)
+
+
+def autotune_line(log: AutotuneLog) -> str:
+    best = log.best
+    if best is None:
+        return "no scored samples yet (Horovod scores after a few hundred steps)"
+    params = ", ".join(f"{name}={value}" for name, value in best.params)
+    state = "finished" if log.finished else "still tuning when the log ended"
+    return (
+        f"{len(log.samples)} sample(s), {state}; best score {best.score:.6g} "
+        f"(sample {best.index}): {params}"
+    )

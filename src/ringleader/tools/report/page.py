@@ -1,0 +1,388 @@
+"""The report as one HTML page (pure): inline CSS, no script, images by relative file name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from html import escape
+
+from ringleader.tools.report import jobinfo
+from ringleader.tools.report.autotune import AutotuneLog
+from ringleader.tools.report.charts import Chart
+from ringleader.tools.report.model import Report, first_line, number, seconds, timeline_line
+from ringleader.tools.report.timeline import TimelineSummary
+
+TABLE_ROWS = 30
+
+CSS = """
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
+  color: #1d2733; background: #f4f6f8; margin: 0; }
+main { max-width: 1180px; margin: 0 auto; padding: 20px 24px 40px; }
+h1 { font-size: 24px; margin: 8px 0 4px; }
+h2 { font-size: 19px; margin: 0 0 10px; }
+h3 { font-size: 16px; margin: 18px 0 8px; }
+section { background: #fff; border: 1px solid #dde3ea; border-radius: 6px; padding: 16px 20px;
+  margin: 16px 0; }
+.source { color: #5b6b7c; font-family: ui-monospace, "DejaVu Sans Mono", monospace;
+  font-size: 13px; word-break: break-all; }
+.banner { border-radius: 6px; padding: 12px 18px; font-size: 18px; font-weight: 600;
+  margin: 14px 0; }
+.ok { background: #e3f4ea; color: #1e6b43; border: 1px solid #a9d9bd; }
+.bad { background: #fbe6e4; color: #8e2419; border: 1px solid #eeb4ad; }
+.unknown { background: #eef1f4; color: #44515f; border: 1px solid #cdd5de; }
+nav a { margin-right: 14px; color: #2f5f94; }
+table { border-collapse: collapse; width: 100%; font-size: 13.5px; margin: 6px 0 10px; }
+th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid #e6eaef;
+  vertical-align: top; }
+th { background: #f0f3f6; font-weight: 600; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.root td { background: #fdeeed; font-weight: 600; }
+pre { background: #1f2630; color: #e8edf2; padding: 10px 12px; border-radius: 5px;
+  overflow-x: auto; font-size: 12.5px; line-height: 1.4; white-space: pre-wrap;
+  word-break: break-word; }
+img { max-width: 100%; height: auto; display: block; margin: 8px 0 14px;
+  border: 1px solid #e6eaef; }
+.note { color: #5b6b7c; font-size: 13px; }
+.warn li { color: #8a5a00; }
+details { margin: 6px 0; }
+summary { cursor: pointer; font-weight: 600; }
+code { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 13px; }
+"""
+
+
+def _e(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def _utc(epoch: float) -> str:
+    moment = datetime.fromtimestamp(epoch, UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+
+
+def _table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    numeric: Iterable[int] = (),
+    row_classes: Sequence[str] | None = None,
+) -> str:
+    right = set(numeric)
+
+    def cell(tag: str, i: int, value: object) -> str:
+        css = ' class="num"' if i in right else ""
+        return f"<{tag}{css}>{value}</{tag}>"
+
+    head = "".join(cell("th", i, _e(h)) for i, h in enumerate(headers))
+    body = []
+    for n, row in enumerate(rows):
+        css = f' class="{row_classes[n]}"' if row_classes and row_classes[n] else ""
+        body.append(f"<tr{css}>" + "".join(cell("td", i, v) for i, v in enumerate(row)) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _more(total: int, shown: int, what: str) -> str:
+    if total <= shown:
+        return ""
+    return f'<p class="note">and {total - shown} more {_e(what)} not shown</p>'
+
+
+def _img(charts: Mapping[str, Chart], key: str) -> str:
+    chart = charts.get(key)
+    if chart is None:
+        return ""
+    return f'<img src="{_e(chart.file)}" alt="{_e(chart.title)}">'
+
+
+def _pre(lines: Iterable[str]) -> str:
+    return f"<pre>{_e(chr(10).join(lines))}</pre>"
+
+
+# ---------------------------------------------------------------------------- sections
+def _outcome(report: Report) -> str:
+    outcome = report.outcome
+    css = "unknown" if not outcome.known else ("ok" if outcome.succeeded else "bad")
+    text = f"Job {outcome.headline}"
+    job = report.job
+    if job is not None:
+        text += f": {job.world_size} rank(s) on {len(job.hosts)} host(s)"
+        if job.hosts:
+            text += f" ({', '.join(job.hosts)})"
+    parts = [f'<div class="banner {css}">{_e(text)}</div>']
+    if outcome.known and outcome.source:
+        parts.append(f'<p class="note">From {_e(outcome.source)}.</p>')
+    return "".join(parts)
+
+
+def _cause(report: Report) -> str:
+    failure = report.outcome.failure
+    if not failure:
+        return ""
+    parts = ['<section id="cause"><h2>Failure cause</h2>']
+    root = report.job.root_cause if report.job is not None else None
+    if root is not None and first_line(failure) != root.describe():
+        parts.append(f"<p><strong>{_e(root.describe())}</strong></p>")
+    parts.append(_pre(failure.rstrip().splitlines()))
+    if (
+        root is not None
+        and root.stderr_tail
+        and not all(line in failure for line in root.stderr_tail)
+    ):
+        parts.append(f"<h3>Last stderr lines of rank {root.rank}</h3>{_pre(root.stderr_tail)}")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _ranks(report: Report, charts: Mapping[str, Chart]) -> str:
+    job = report.job
+    if job is None or not job.ranks:
+        return ""
+    logs = {(log.host, log.rank): log for log in report.logs}
+    rows, classes = [], []
+    for record in job.ranks:
+        root = jobinfo.is_root_cause(record, job.root_cause)
+        log = logs.get((record.host, record.rank))
+        link = ""
+        if log is not None and log.link:
+            link = f'<a href="{_e(log.link)}">log</a>'
+        elif log is not None:
+            link = f'<a href="#log-{_e(record.host)}-{record.rank}">last lines</a>'
+        rows.append(
+            (
+                _e(record.rank),
+                _e(record.host),
+                _e(jobinfo.status(record)) + (" &mdash; root cause" if root else ""),
+                _e(record.exit_code),
+                _e(seconds(jobinfo.duration(record))),
+                _e(_utc(record.started_at)),
+                _e(_utc(record.ended_at)),
+                link,
+            )
+        )
+        classes.append("root" if root else "")
+    table = _table(
+        ("rank", "host", "status", "exit code", "duration", "started (UTC)", "ended (UTC)", "log"),
+        rows,
+        numeric=(0, 3, 4),
+        row_classes=classes,
+    )
+    return f'<section id="ranks"><h2>Ranks</h2>{_img(charts, "ranks")}{table}</section>'
+
+
+def _metrics(report: Report, charts: Mapping[str, Chart]) -> str:
+    metrics = report.metrics.metrics
+    if not metrics:
+        return ""
+    table = _table(
+        ("metric", "points", "ranks", "last", "min", "max"),
+        (
+            (
+                _e(m.name),
+                m.points,
+                len(m.series),
+                _e(number(m.last)),
+                _e(number(m.minimum)),
+                _e(number(m.maximum)),
+            )
+            for m in metrics
+        ),
+        numeric=(1, 2, 3, 4, 5),
+    )
+    images = "".join(_img(charts, f"metric:{m.name}") for m in metrics)
+    drawn = sum(1 for m in metrics if f"metric:{m.name}" in charts)
+    return (
+        f'<section id="metrics"><h2>Metrics</h2>{table}{images}'
+        f"{_more(len(metrics), drawn, 'metric chart(s)')}</section>"
+    )
+
+
+def _timeline(path: str, summary: TimelineSummary, index: int, charts: Mapping[str, Chart]) -> str:
+    parts = [
+        f'<section id="timeline-{index}"><h2>Horovod timeline</h2>',
+        f'<p class="source">{_e(path)}</p><p>{_e(timeline_line(summary))}.</p>',
+    ]
+    facts = []
+    if summary.start_epoch is not None:
+        facts.append(f"Horovod started at {_utc(summary.start_epoch)} UTC")
+    facts.append(f"{summary.negotiations} negotiation(s)")
+    if summary.cycles:
+        facts.append(f"{summary.cycles} cycle marker(s)")
+    if summary.unclosed:
+        facts.append(f"{summary.unclosed} operation(s) still open where the file ends")
+    if summary.truncated:
+        facts.append("the file ends early (Horovod was still writing it)")
+    parts.append(f'<p class="note">{_e("; ".join(facts))}.</p>')
+
+    parts.append("<h3>Top operations by total time</h3>")
+    parts.append(_img(charts, f"timeline-ops:{index}"))
+    top_level_total = sum(op.total_us for op in summary.ops if not op.activity) or 1.0
+    ops = summary.ops[:TABLE_ROWS]
+    parts.append(
+        _table(
+            ("operation", "kind", "count", "total", "mean", "share of top-level time"),
+            (
+                (
+                    _e(op.name),
+                    "activity" if op.activity else "operation",
+                    op.count,
+                    _e(seconds(op.total_us / 1e6)),
+                    _e(seconds(op.mean_us / 1e6)),
+                    "" if op.activity else f"{100 * op.total_us / top_level_total:.1f}%",
+                )
+                for op in ops
+            ),
+            numeric=(2, 3, 4, 5),
+        )
+    )
+    parts.append(_more(len(summary.ops), len(ops), "operation(s)"))
+
+    if summary.allreduce:
+        parts.append("<h3>Allreduce time per tensor</h3>")
+        parts.append(_img(charts, f"timeline-allreduce:{index}"))
+        tensors = summary.allreduce[:TABLE_ROWS]
+        parts.append(
+            _table(
+                ("tensor", "allreduces", "total", "mean", "negotiation total"),
+                (
+                    (
+                        f"<code>{_e(t.tensor)}</code>",
+                        t.count,
+                        _e(seconds(t.total_us / 1e6)),
+                        _e(seconds(t.total_us / t.count / 1e6)),
+                        _e(seconds(t.negotiation_us / 1e6)),
+                    )
+                    for t in tensors
+                ),
+                numeric=(1, 2, 3, 4),
+            )
+        )
+        parts.append(_more(len(summary.allreduce), len(tensors), "tensor(s)"))
+
+    if summary.waits:
+        parts.append("<h3>Negotiation wait per rank</h3>")
+        parts.append(
+            '<p class="note">Each rank reports to rank 0 when a tensor is ready; its wait is the '
+            "time from its report to the end of the negotiation, when the last rank reported. "
+            "A rank that is often last and waits little is the one the others wait for.</p>"
+        )
+        parts.append(_img(charts, f"timeline-waits:{index}"))
+        parts.append(
+            _table(
+                ("rank", "negotiations", "total wait", "mean wait", "times last ready"),
+                (
+                    (
+                        w.rank,
+                        w.negotiations,
+                        _e(seconds(w.wait_us / 1e6)),
+                        _e(seconds(w.mean_wait_us / 1e6)),
+                        w.last_count,
+                    )
+                    for w in summary.waits
+                ),
+                numeric=(0, 1, 2, 3, 4),
+            )
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _autotune(path: str, log: AutotuneLog, index: int, charts: Mapping[str, Chart]) -> str:
+    parts = [
+        f'<section id="autotune-{index}"><h2>Horovod autotune</h2>',
+        f'<p class="source">{_e(path)}</p>',
+    ]
+    best = log.best
+    if best is None:
+        parts.append(
+            "<p>No scored samples yet: Horovod writes a row only after its warm-up samples "
+            "(a few hundred steps).</p></section>"
+        )
+        return "".join(parts)
+    state = (
+        "Tuning finished; Horovod logged these as its best parameters."
+        if log.finished
+        else "Tuning had not finished when the log ended."
+    )
+    parts.append(
+        f"<p>{len(log.samples)} sample(s). {_e(state)} Best score <strong>"
+        f"{best.score:.6g}</strong> bytes/us (sample {best.index}).</p>"
+    )
+    parts.append(_table(("parameter", "best value"), ((_e(k), _e(v)) for k, v in best.params)))
+    parts.append(_img(charts, f"autotune:{index}"))
+    samples = _table(
+        ("sample", *log.parameters, "score"),
+        ((s.index, *(_e(v) for _, v in s.params), f"{s.score:.6g}") for s in log.samples[:200]),
+        numeric=(0, len(log.parameters) + 1),
+        row_classes=["root" if s is best else "" for s in log.samples[:200]],
+    )
+    parts.append(f"<details><summary>All samples</summary>{samples}</details></section>")
+    return "".join(parts)
+
+
+def _logs(report: Report) -> str:
+    if not report.logs:
+        return ""
+    parts = ['<section id="logs"><h2>Rank logs</h2>']
+    unprompted = set()  # ranks that failed by themselves: their logs open by default
+    if report.job is not None:
+        unprompted = {(r.host, r.rank) for r in report.job.ranks if r.failed and not r.terminated}
+    for log in report.logs:
+        opened = " open" if (log.host, log.rank) in unprompted else ""
+        link = f' &middot; <a href="{_e(log.link)}">whole log</a>' if log.link else ""
+        parts.append(
+            f'<details id="log-{_e(log.host)}-{log.rank}"{opened}><summary>rank {log.rank} on '
+            f"{_e(log.host)}: last {len(log.lines)} line(s)</summary>"
+            f'<p class="source">{_e(log.path)}{link}</p>{_pre(log.lines)}</details>'
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _footer(report: Report) -> str:
+    parts = []
+    if report.warnings:
+        items = "".join(f"<li>{_e(w)}</li>" for w in report.warnings)
+        parts.append(f'<section id="warnings"><h2>Warnings</h2><ul class="warn">{items}</ul>')
+        parts.append("</section>")
+    files = "".join(f"<li><code>{_e(f)}</code></li>" for f in report.files)
+    parts.append(
+        f'<section id="files"><details><summary>Files read ({len(report.files)})</summary>'
+        f"<ul>{files}</ul></details></section>"
+    )
+    return "".join(parts)
+
+
+def render_page(report: Report, charts: Sequence[Chart]) -> str:
+    by_key = {chart.key: chart for chart in charts}
+    sections = [
+        _cause(report),
+        _ranks(report, by_key),
+        _metrics(report, by_key),
+        *(_timeline(t.path, t.value, i, by_key) for i, t in enumerate(report.timelines, 1)),
+        *(_autotune(a.path, a.value, i, by_key) for i, a in enumerate(report.autotune, 1)),
+        _logs(report),
+    ]
+    nav_items = [
+        ("cause", "Failure cause", bool(report.outcome.failure)),
+        ("ranks", "Ranks", report.job is not None and bool(report.job.ranks)),
+        ("metrics", "Metrics", bool(report.metrics.metrics)),
+        ("timeline-1", "Timeline", bool(report.timelines)),
+        ("autotune-1", "Autotune", bool(report.autotune)),
+        ("logs", "Rank logs", bool(report.logs)),
+        ("warnings", "Warnings", bool(report.warnings)),
+    ]
+    nav = " ".join(f'<a href="#{key}">{_e(label)}</a>' for key, label, shown in nav_items if shown)
+    title = f"ringleader report: job {report.outcome.headline}"
+    cause = first_line(report.outcome.failure or "")
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body><main>"
+        f"<h1>ringleader job report</h1>"
+        f'<p class="source">{_e(report.source)}</p>'
+        f"{_outcome(report)}"
+        + (f"<p><strong>{_e(cause)}</strong></p>" if cause else "")
+        + f"<nav>{nav}</nav>"
+        + "".join(sections)
+        + _footer(report)
+        + "</main></body></html>\n"
+    )

@@ -1,0 +1,70 @@
+"""Events that drive the leader's and the workers' state machines through one queue each."""
+
+from dataclasses import dataclass
+
+from ringleader.core.records import RankRecord
+from ringleader.wire.protocol import Message
+
+
+@dataclass(frozen=True)
+class RankStarted:
+    rank: int
+    host: str
+
+
+@dataclass(frozen=True)
+class RankEnded:
+    record: RankRecord
+
+
+@dataclass(frozen=True)
+class SigtermReceived:
+    host: str
+
+
+@dataclass(frozen=True)
+class LauncherExited:
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class WorkerHello:
+    host: str
+    error_code: int | None = None
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerLost:
+    host: str
+    reason: str
+    last_heard: float = 0.0  # time.time() when the leader last heard from the host
+    protocol_error: bool = False  # it sent garbage rather than going silent or away
+
+
+@dataclass(frozen=True)
+class WorkerBye:
+    host: str
+
+
+@dataclass(frozen=True)
+class LeaderMessage:
+    message: Message
+
+
+@dataclass(frozen=True)
+class LeaderLost:
+    reason: str
+
+
+Event = (
+    RankStarted
+    | RankEnded
+    | SigtermReceived
+    | LauncherExited
+    | WorkerHello
+    | WorkerLost
+    | WorkerBye
+    | LeaderMessage
+    | LeaderLost
+)

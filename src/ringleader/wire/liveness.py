@@ -1,0 +1,74 @@
+"""Liveness between the leader and a worker, on a connection of its own.
+
+Each worker opens a second TCP connection to the leader's control port just for pulses. Both
+ends send a pulse every interval from a thread that does nothing else and read the other end's
+pulses on another. Nothing else travels on this connection, so a pulse never waits behind
+megabytes of rank output in a send buffer, behind the leader printing, or behind JSON work:
+a host is declared lost only when its pulses really stopped (or its connection closed).
+"""
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+
+from ringleader.wire.protocol import Channel, ChannelClosed, ProtocolError
+
+PULSE_FRAME = b'{"type":"pulse"}'
+PULSE_HELLO = "pulse-hello"  # first message on a worker's pulse connection, with "host"
+
+# Called once, with why the peer is considered gone and the wall-clock time it was last heard.
+OnLost = Callable[[str, float], None]
+
+
+class Pulse:
+    """Sends pulses to the peer and watches for the peer's; `on_lost` fires at most once."""
+
+    def __init__(
+        self, channel: Channel, interval: float, timeout: float, setting: str, on_lost: OnLost
+    ) -> None:
+        self._channel = channel
+        self._interval = interval
+        self._timeout = timeout
+        self._setting = setting  # named in the loss message: which setting bounds the wait
+        self._on_lost = on_lost
+        self._stopped = threading.Event()
+        self._reported = threading.Lock()
+        self.last_heard = time.time()
+        threading.Thread(target=self._send_loop, name="pulse-send", daemon=True).start()
+        threading.Thread(target=self._watch_loop, name="pulse-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop both threads and close the connection without reporting a loss."""
+        self._stopped.set()
+        self._channel.close()
+
+    def _send_loop(self) -> None:
+        while not self._stopped.wait(self._interval):
+            try:
+                self._channel.send_frame(PULSE_FRAME)
+            except ChannelClosed as error:
+                self._lost(f"pulse connection closed ({error})")
+                return
+
+    def _watch_loop(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self._channel.receive_frame(self._timeout)
+            except TimeoutError:
+                self._lost(f"no pulse for {self._timeout:g} s ({self._setting})")
+                return
+            except ProtocolError as error:
+                self._lost(f"protocol error on the pulse connection: {error}")
+                return
+            except ChannelClosed as error:
+                self._lost(f"pulse connection closed ({error})")
+                return
+            self.last_heard = time.time()
+
+    def _lost(self, reason: str) -> None:
+        if self._stopped.is_set() or not self._reported.acquire(blocking=False):
+            return
+        self._on_lost(reason, self.last_heard)
+        with contextlib.suppress(Exception):
+            self._channel.close()

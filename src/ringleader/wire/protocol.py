@@ -1,0 +1,143 @@
+"""Framed messages over a stream socket (TCP between hosts, Unix on a host).
+
+Every frame is one line. Its first byte says what it is, so routing never depends on how a
+message happens to be encoded: `{` starts a JSON control message (an object with a "type"
+field), `O` starts a batch of rank output lines (JSON after the byte), relayed and printed from
+its encoded form without being decoded on the way.
+"""
+
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+Message = dict[str, Any]
+OUTPUT_FRAME = b"O"  # first byte of an output frame: O{"rank", "host", "stream", "lines"}
+_CONTROL_FRAME = b"{"
+MAX_FRAME_BYTES = 4 << 20  # a frame longer than this is not ours
+_RECEIVE_BYTES = 1 << 18
+
+# Takes one output frame (with its kind byte): relayed or printed.
+OutputHandler = Callable[[bytes], None]
+
+
+class ChannelClosed(Exception):
+    """The peer closed the connection or it broke."""
+
+
+class ProtocolError(ChannelClosed):
+    """The peer sent something that is not a frame of this protocol."""
+
+
+def is_output(frame: bytes) -> bool:
+    return frame.startswith(OUTPUT_FRAME)
+
+
+def output_frame(batch: Message) -> bytes:
+    return OUTPUT_FRAME + json.dumps(batch, separators=(",", ":")).encode()
+
+
+def decode_output(frame: bytes) -> Message:
+    return _decode_object(frame[len(OUTPUT_FRAME) :])
+
+
+def decode(frame: bytes) -> Message:
+    """A control message: a JSON object with a string "type"."""
+    if not frame.startswith(_CONTROL_FRAME):
+        raise ProtocolError(f"unknown frame kind: {frame[:100]!r}")
+    message = _decode_object(frame)
+    if not isinstance(message.get("type"), str):
+        raise ProtocolError(f"message without a type: {frame[:100]!r}")
+    return message
+
+
+def _decode_object(data: bytes) -> Message:
+    try:
+        message = json.loads(data)
+    except ValueError as error:
+        raise ProtocolError(f"garbled message: {data[:100]!r}") from error
+    if not isinstance(message, dict):
+        raise ProtocolError(f"garbled message: {data[:100]!r}")
+    return message
+
+
+class Channel:
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of the buffer known to hold no newline
+        self._send_lock = threading.Lock()
+
+    @property
+    def peer_address(self) -> str | None:
+        """The peer's IP address (None on a Unix socket or once closed)."""
+        try:
+            address = self._sock.getpeername()
+        except OSError:
+            return None
+        return str(address[0]) if isinstance(address, tuple) else None
+
+    def send(self, message: Message) -> None:
+        self.send_frame(json.dumps(message, separators=(",", ":")).encode())
+
+    def send_frame(self, frame: bytes) -> None:
+        """Send one already-encoded frame (relayed as it came, without re-encoding)."""
+        with self._send_lock:
+            try:
+                self._sock.sendall(frame + b"\n")
+            except OSError as error:
+                raise ChannelClosed(str(error)) from error
+
+    def receive(self, timeout: float | None) -> Message:
+        """The next control message; TimeoutError when no frame came in `timeout` seconds."""
+        return decode(self.receive_frame(timeout))
+
+    def receive_frame(self, timeout: float | None) -> bytes:
+        """The next frame still encoded; TimeoutError when none came in `timeout` seconds."""
+        try:
+            self._sock.settimeout(timeout)
+        except OSError as error:  # closed meanwhile by another thread
+            raise ChannelClosed(str(error)) from error
+        while (end := self._buffer.find(b"\n", self._scanned)) < 0:
+            self._scanned = len(self._buffer)
+            if self._scanned > MAX_FRAME_BYTES:
+                raise ProtocolError(f"frame longer than {MAX_FRAME_BYTES} bytes")
+            try:
+                chunk = self._sock.recv(_RECEIVE_BYTES)
+            except TimeoutError:
+                raise
+            except OSError as error:
+                raise ChannelClosed(str(error)) from error
+            if not chunk:
+                raise ChannelClosed("connection closed")
+            self._buffer += chunk
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
+        self._scanned = 0
+        return line
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+
+
+def serve_connections(listener: socket.socket, serve: Callable[[Channel], None]) -> None:
+    """Accept until the listener is closed; each connection is served on its own thread."""
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return
+        if connection.family != socket.AF_UNIX:
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.Thread(target=serve, args=(Channel(connection),), daemon=True).start()
+
+
+def close_listener(listener: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        # shutdown() wakes the thread blocked in accept(); close() alone would not.
+        listener.shutdown(socket.SHUT_RDWR)
+    listener.close()
