@@ -1,0 +1,455 @@
+"""Every row of the failure table as an event sequence: the leader's and the workers' state
+machines with fake collaborators (events, clock, launcher, local ranks, links). No containers,
+no sleeps: the fake clock jumps to each scripted event or deadline."""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from ringleader.config.job import Timeouts
+from ringleader.core import exitcodes
+from ringleader.core.outcome import Outcome
+from ringleader.core.records import RankRecord
+from ringleader.launch.strategy import LaunchPlan
+from ringleader.supervise.leader import Leader, LeaderParts
+from ringleader.supervise.worker import Worker, WorkerParts
+from ringleader.wire.events import (
+    Event,
+    LauncherExited,
+    LeaderLost,
+    LeaderMessage,
+    RankEnded,
+    RankStarted,
+    SigtermReceived,
+    WorkerBye,
+    WorkerHello,
+    WorkerLost,
+)
+from ringleader.wire.protocol import Message
+
+HOSTS = ("algo-1", "algo-2", "algo-3")
+TIMEOUTS = Timeouts(startup=30, sigterm_grace=30, leader_loss=10, finish=30, abort_grace=0.5)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+
+class ScriptedEvents:
+    """Events at given clock times; waiting past a deadline moves the clock to the deadline."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+        self._script: list[tuple[float, int, Event]] = []
+        self._order = 0
+
+    def at(self, when: float, *events: Event) -> None:
+        for event in events:
+            self._order += 1
+            self._script.append((self._clock.now + when, self._order, event))
+        self._script.sort(key=lambda item: (item[0], item[1]))
+
+    def next(self, deadline: float | None) -> Event | None:
+        if not self._script or (deadline is not None and self._script[0][0] > deadline):
+            assert deadline is not None, "the state machine would wait forever"
+            self._clock.now = max(self._clock.now, deadline)
+            return None
+        when, _, event = self._script.pop(0)
+        self._clock.now = max(self._clock.now, when)
+        return event
+
+
+@dataclass
+class FakeLauncher:
+    events: ScriptedEvents
+    exit_code_when_killed: int = 137
+    killed_at: list[float] = field(default_factory=list)
+    clock: FakeClock | None = None
+
+    def kill(self) -> None:
+        assert self.clock is not None
+        self.killed_at.append(self.clock.now)
+        self.events.at(0.0, LauncherExited(self.exit_code_when_killed))
+
+    def output_tail(self) -> tuple[str, ...]:
+        return ("mpirun noticed that process rank 4 exited",)
+
+
+@dataclass
+class FakeLocal:
+    terminated: list[float] = field(default_factory=list)  # graces
+    reaped: int = 0
+
+    def terminate_all(self, grace: float) -> None:
+        self.terminated.append(grace)
+
+    def reap(self, abort_grace: float) -> None:
+        self.reaped += 1
+
+
+@dataclass
+class FakeLink:
+    sent: list[Message] = field(default_factory=list)
+    final: tuple[int, str | None] | None = None
+
+    def broadcast(self, message: Message) -> None:
+        self.sent.append(message)
+
+    def finish(self, exit_code: int, failure: str | None) -> None:
+        self.final = (exit_code, failure)
+
+    def send(self, message: Message) -> None:
+        self.sent.append(message)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    world_size: int = 6
+
+    def prepare(self) -> LaunchPlan:
+        return LaunchPlan(("mpirun", "true"), {})
+
+
+class LeaderRig:
+    def __init__(self, workers: Sequence[str] = HOSTS[1:]) -> None:
+        self.clock = FakeClock()
+        self.events = ScriptedEvents(self.clock)
+        self.launcher = FakeLauncher(self.events, clock=self.clock)
+        self.local = FakeLocal()
+        self.link = FakeLink()
+        self.logs: list[str] = []
+        self.launched_at: float | None = None
+
+        def start(argv: Sequence[str], env: Mapping[str, str]) -> FakeLauncher:
+            self.launched_at = self.clock.now
+            return self.launcher
+
+        parts = LeaderParts(
+            events=self.events,
+            clock=self.clock,
+            start_launcher=start,
+            check_ssh=lambda host, timeout: None,
+            log=self.logs.append,
+            local=self.local,
+            link=self.link,
+        )
+        self.leader = Leader(HOSTS[0], workers, TIMEOUTS, parts)
+
+    def hellos(self) -> None:
+        self.events.at(0.1, *(WorkerHello(host) for host in HOSTS[1:]))
+
+    def ranks_start(self, when: float = 1.0) -> None:
+        self.events.at(when, *(RankStarted(rank, HOSTS[rank // 2]) for rank in range(6)))
+
+    def run(self) -> Outcome:
+        outcome = self.leader.run(Strategy())
+        self.leader.tell_workers(outcome)
+        return outcome
+
+
+def record(
+    rank: int,
+    code: int,
+    *,
+    signal: int | None = None,
+    terminated: bool = False,
+    ended: float = 1005.0,
+    tail: tuple[str, ...] = (),
+) -> RankRecord:
+    return RankRecord(
+        rank=rank,
+        host=HOSTS[rank // 2],
+        exit_code=code,
+        signal=signal,
+        started_at=1001.0,
+        ended_at=ended,
+        terminated=terminated,
+        stderr_tail=tail,
+    )
+
+
+def first_line(outcome: Outcome) -> str:
+    assert outcome.failure is not None
+    return outcome.failure.splitlines()[0]
+
+
+def test_success_every_worker_told_zero() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(5.0, *(RankEnded(record(rank, 0)) for rank in range(6)), LauncherExited(0))
+    rig.events.at(5.1, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome == Outcome(0, None)
+    assert rig.link.final == (0, None)
+    assert rig.logs[-1] == "every worker has the exit code"
+
+
+def test_rank_exits_with_its_code_and_bystanders_are_not_blamed() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(
+        5.0,
+        RankEnded(record(1, 143, terminated=True, ended=1005.1)),  # killed by mpirun, earlier
+        RankEnded(record(4, 3, ended=1005.2, tail=("ValueError: bad batch",))),
+        *(RankEnded(record(r, 143, terminated=True, ended=1005.3)) for r in (0, 2, 3, 5)),
+        LauncherExited(3),
+    )
+    outcome = rig.run()
+    assert outcome.exit_code == 3
+    assert first_line(outcome).startswith("Rank 4 on host algo-3 exited with code 3.")
+    assert "ValueError: bad batch" in (outcome.failure or "")
+    assert rig.link.final is not None and rig.link.final[0] == 3
+
+
+def test_rank_killed_by_signal() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(
+        5.0,
+        RankEnded(record(2, 137, signal=9)),
+        *(RankEnded(record(r, 143, terminated=True, ended=1006.0)) for r in (0, 1, 3, 4, 5)),
+        LauncherExited(137),
+    )
+    outcome = rig.run()
+    assert outcome.exit_code == 137
+    assert first_line(outcome).startswith("Rank 2 on host algo-2 was killed by signal 9 (SIGKILL)")
+
+
+def test_sigterm_on_one_worker_stops_every_rank_with_the_full_grace() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(3.0, SigtermReceived("algo-2"))
+    rig.events.at(
+        4.0,
+        *(RankEnded(record(r, 143, terminated=True, signal=None)) for r in range(6)),
+        LauncherExited(143),
+    )
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.SIGTERM_EXIT == 143
+    assert first_line(outcome).startswith("Job stopped by SIGTERM received on host algo-2")
+    assert rig.local.terminated == [30]
+    assert {"type": "terminate", "grace": 30} in rig.link.sent
+
+
+def test_worker_killed_names_the_host_and_its_ranks_not_a_bystander() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(
+        4.0,
+        RankEnded(record(4, 0, ended=1002.0)),  # one of algo-3's ranks had already finished
+        WorkerLost("algo-3", "control connection closed (connection closed)", 1004.0),
+    )
+    # mpirun notices its daemon is gone and stops the others: they die from its SIGTERM
+    rig.events.at(
+        4.2,
+        *(RankEnded(record(r, 143, signal=15, terminated=True, ended=1004.2)) for r in range(4)),
+        LauncherExited(1),
+    )
+    rig.events.at(4.3, WorkerBye("algo-2"))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.HOST_LOST == 75
+    assert first_line(outcome).startswith("Host algo-3 (rank 5): control connection closed")
+    assert rig.local.terminated == [TIMEOUTS.abort_grace]
+    assert {"type": "terminate", "grace": TIMEOUTS.abort_grace} in rig.link.sent
+    assert rig.link.final is not None and rig.link.final[0] == 75
+
+
+def test_partitioned_worker_launcher_killed_soon_after_the_loss() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    # Pulses stopped at 1003; the loss is noticed leader_timeout later. mpirun hangs on.
+    rig.events.at(
+        13.0, WorkerLost("algo-3", "no pulse for 10 s (ringleader_leader_timeout)", 1003.0)
+    )
+    rig.events.at(13.2, *(RankEnded(record(r, 143, terminated=True)) for r in range(4)))
+    rig.events.at(13.3, WorkerBye("algo-2"))
+    noticed = rig.clock.now + 13.0
+    outcome = rig.run()
+    assert outcome.exit_code == 75
+    assert first_line(outcome) == (
+        "Host algo-3 (ranks 4, 5): no pulse for 10 s (ringleader_leader_timeout). "
+        "Every other rank was stopped."
+    )
+    assert len(rig.launcher.killed_at) == 1
+    assert rig.launcher.killed_at[0] - noticed <= TIMEOUTS.abort_grace + 1.0
+
+
+def test_leader_partitioned_loses_every_worker_with_one_code() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    reason = "no pulse for 10 s (ringleader_leader_timeout)"
+    rig.events.at(12.0, WorkerLost("algo-2", reason, 1002.5), WorkerLost("algo-3", reason, 1002.0))
+    rig.events.at(12.1, *(RankEnded(record(r, 143, terminated=True)) for r in (0, 1)))
+    outcome = rig.run()
+    assert outcome.exit_code == 75
+    assert first_line(outcome).startswith(
+        "Hosts lost: algo-3 (ranks 4, 5): no pulse for 10 s (ringleader_leader_timeout); "
+        "algo-2 (ranks 2, 3): no pulse"
+    )
+    # Nobody is left to confirm: the leader does not wait for the finish timeout.
+    assert rig.logs[-1] == "every worker has the exit code"
+
+
+def test_rank_that_failed_before_a_host_was_lost_stays_the_cause() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(4.0, RankEnded(record(1, 3, ended=1004.0)))
+    rig.events.at(4.5, WorkerLost("algo-3", "control connection closed", 1004.5))
+    rig.events.at(4.6, *(RankEnded(record(r, 143, terminated=True)) for r in (0, 2, 3)))
+    rig.events.at(4.7, LauncherExited(3), WorkerBye("algo-2"))
+    outcome = rig.run()
+    assert outcome.exit_code == 3
+    assert first_line(outcome).startswith("Rank 1 on host algo-1 exited with code 3.")
+
+
+def test_host_that_never_starts_is_named() -> None:
+    rig = LeaderRig()
+    rig.events.at(0.1, WorkerHello("algo-2"))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.HOST_UNREACHABLE == 69
+    assert first_line(outcome).startswith(
+        "Host(s) algo-3 never answered within 30 s (ringleader_startup_timeout)"
+    )
+    assert rig.launched_at is None
+
+
+def test_configuration_error_on_a_worker_ends_the_job_with_its_code() -> None:
+    rig = LeaderRig()
+    message = "Host algo-3: Configuration error in sagemaker_program: 'x.py' not found"
+    rig.events.at(0.1, WorkerHello("algo-2"), WorkerHello("algo-3", 78, message))
+    rig.events.at(0.2, WorkerBye("algo-2"))
+    outcome = rig.run()
+    assert outcome == Outcome(78, message + "\n")
+    assert rig.launched_at is None
+
+
+def test_launcher_crash_without_a_failed_rank_is_an_internal_error() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.events.at(2.0, LauncherExited(1))
+    rig.events.at(2.1, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.INTERNAL_ERROR == 70
+    assert first_line(outcome).startswith("mpirun exited with code 1 although no rank reported")
+    assert "mpirun noticed" in (outcome.failure or "")
+
+
+def test_garbled_worker_is_a_protocol_error_naming_it() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(3.0, WorkerLost("algo-2", "protocol error: garbled message: b'xx'", 1003.0, True))
+    rig.events.at(3.1, *(RankEnded(record(r, 143, terminated=True)) for r in (0, 1, 4, 5)))
+    rig.events.at(3.2, WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.PROTOCOL_ERROR == 76
+    assert first_line(outcome).startswith("Host algo-2 (ranks 2, 3): protocol error: garbled")
+
+
+def test_ranks_that_never_start_end_the_launch_with_the_startup_timeout() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.events.at(1.0, *(RankStarted(rank, HOSTS[rank // 2]) for rank in range(4)))
+    rig.events.at(40.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome.exit_code == 69
+    assert "no MPI daemon or rank came up on: algo-3" in first_line(outcome)
+    assert len(rig.launcher.killed_at) == 1
+
+
+def test_sigterm_before_launch_stops_without_launching() -> None:
+    rig = LeaderRig()
+    rig.events.at(0.1, WorkerHello("algo-2"), SigtermReceived("algo-1"))
+    outcome = rig.run()
+    assert outcome.exit_code == 143
+    assert rig.launched_at is None
+
+
+class WorkerRig:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.events = ScriptedEvents(self.clock)
+        self.local = FakeLocal()
+        self.link = FakeLink()
+        self.written: list[Outcome] = []
+        parts = WorkerParts(self.events, self.clock, self.local, self.link, lambda line: None)
+        self.worker = Worker("algo-2", "algo-1", TIMEOUTS, parts)
+
+    def run(self) -> Outcome:
+        return self.worker.run(self.written.append)
+
+
+def test_worker_follows_the_leaders_verdict_and_says_bye_after_writing_files() -> None:
+    rig = WorkerRig()
+    rig.events.at(1.0, LeaderMessage({"type": "launched"}), RankStarted(2, "algo-2"))
+    rig.events.at(2.0, RankEnded(record(2, 0)))
+    rig.events.at(3.0, LeaderMessage({"type": "exit", "code": 3, "failure": "Rank 4 ...\n"}))
+    rig.events.at(3.1, LeaderLost("control connection closed (connection closed)"))
+    outcome = rig.run()
+    assert outcome == Outcome(3, "Rank 4 ...\n")
+    assert rig.written == [outcome]
+    assert rig.link.sent[-1] == {"type": "bye", "host": "algo-2"}
+    assert {"type": "rank-start", "rank": 2, "host": "algo-2"} in rig.link.sent
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "control connection closed (connection closed)",
+        "no pulse for 10 s (ringleader_leader_timeout)",
+    ],
+)
+def test_worker_that_loses_the_leader_exits_with_the_host_lost_code(reason: str) -> None:
+    rig = WorkerRig()
+    rig.events.at(1.0, LeaderMessage({"type": "launched"}), RankStarted(2, "algo-2"))
+    rig.events.at(11.0, LeaderLost(reason))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.HOST_LOST
+    assert first_line(outcome) == (
+        f"Host algo-1 (the leader): {reason}; noticed by algo-2, which stopped its ranks."
+    )
+    assert rig.local.terminated == [TIMEOUTS.abort_grace]
+    assert rig.written == [outcome]
+
+
+def test_worker_terminate_uses_the_grace_the_leader_sent() -> None:
+    rig = WorkerRig()
+    rig.events.at(1.0, LeaderMessage({"type": "terminate", "grace": 0.5}))
+    rig.events.at(2.0, LeaderMessage({"type": "exit", "code": 75, "failure": "Host algo-3 ...\n"}))
+    outcome = rig.run()
+    assert outcome.exit_code == 75
+    assert rig.local.terminated == [0.5]
+
+
+def test_worker_sigterm_is_reported_and_the_leaders_verdict_wins() -> None:
+    rig = WorkerRig()
+    rig.events.at(1.0, LeaderMessage({"type": "launched"}), SigtermReceived("algo-2"))
+    rig.events.at(2.0, LeaderMessage({"type": "exit", "code": 143, "failure": "Job stopped\n"}))
+    outcome = rig.run()
+    assert outcome.exit_code == 143
+    assert {"type": "sigterm", "host": "algo-2"} in rig.link.sent
+    assert rig.local.terminated == [TIMEOUTS.sigterm_grace]
+
+
+def test_worker_whose_ranks_never_start_gives_up_after_the_startup_timeout() -> None:
+    rig = WorkerRig()
+    rig.events.at(1.0, LeaderMessage({"type": "launched"}))
+    outcome = rig.run()
+    assert outcome.exit_code == 69
+    assert "never started a rank on algo-2 within 30 s" in first_line(outcome)
