@@ -4,12 +4,15 @@ Options make a chosen rank fail, for trying out how failures are reported:
   --fail-rank 4 --fail-code 3      rank 4 exits with code 3 after the first round
   --fail-rank 4 --fail-signal KILL rank 4 kills itself with SIGKILL
   --sleep 60                       every rank waits 60 s per round (to try `docker stop`)
+  --leave-child 1                  every rank starts a helper in its own session that keeps
+                                   the rank's stdout open, and leaves it running at the end
 """
 
 import argparse
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -23,6 +26,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fail-rank", type=int, default=None)
     parser.add_argument("--fail-code", type=int, default=1)
     parser.add_argument("--fail-signal", default=None, help="e.g. KILL, SEGV")
+    parser.add_argument("--leave-child", type=int, default=0, help="1: leave a helper running")
     return parser.parse_args()
 
 
@@ -40,6 +44,9 @@ def main() -> None:
     host = os.environ.get("SM_CURRENT_HOST", "?")
     print(f"rank {rank}/{size} on {host} (container {socket.gethostname()}) started", flush=True)
     expected = size * (size - 1) // 2
+    if args.leave_child:
+        helper = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        print(f"rank {rank} left helper {helper.pid} running", flush=True)
     for round_number in range(1, args.rounds + 1):
         total = comm.allreduce(rank, op=MPI.SUM)
         status = "ok" if total == expected else f"WRONG, expected {expected}"
