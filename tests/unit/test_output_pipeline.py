@@ -11,7 +11,7 @@ from ringleader.core.errors import ConfigError
 from ringleader.output.lines import LineSplitter
 from ringleader.output.metrics import MetricRecorder
 from ringleader.output.printer import OutputPrinter, tag
-from ringleader.wire.protocol import OUTPUT_PREFIX
+from ringleader.wire.protocol import OUTPUT_FRAME, output_frame
 
 FIELD = "ringleader_metric_definitions"
 
@@ -122,9 +122,8 @@ def test_metric_recorder_writes_records_and_summary(tmp_path):
 
 
 def output_message(rank, lines, stream="stdout", host="algo-2"):
-    message = {"type": "output", "rank": rank, "host": host, "stream": stream, "lines": lines}
-    encoded = json.dumps(message, separators=(",", ":")).encode()
-    assert encoded.startswith(OUTPUT_PREFIX)  # how agents and the leader recognise it
+    encoded = output_frame({"rank": rank, "host": host, "stream": stream, "lines": lines})
+    assert encoded.startswith(OUTPUT_FRAME)  # how agents and the leader recognise it
     return encoded
 
 

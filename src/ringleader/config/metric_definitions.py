@@ -12,27 +12,45 @@ from ringleader.core.errors import ConfigError
 _METACHARACTERS = set(".^$*+?{}[]\\|()")
 
 
+# Flags under which a plain character in the regex still matches exactly itself. IGNORECASE
+# and VERBOSE (whitespace and # comments ignored) do not; re.LOCALE is bytes-only.
+_LITERAL_SAFE_FLAGS = re.UNICODE | re.ASCII | re.MULTILINE | re.DOTALL
+
+
 @dataclass(frozen=True)
 class MetricDefinition:
     name: str
     pattern: re.Pattern[str]
-    # Literal text every match starts with: a cheap `in` test skips most lines.
+    # Text every match contains, or "": a cheap `in` test skips most lines. Only ever what
+    # literal_prefix() proved safe; "" turns the prefilter off.
     required_text: str = ""
 
 
-def literal_prefix(regex: str) -> str:
-    """The plain characters a regex starts with ("loss=([0-9.]+)" -> "loss=")."""
+def literal_prefix(regex: str | re.Pattern[str]) -> str:
+    """Plain text every match of `regex` starts with ("loss=([0-9.]+)" -> "loss="), or "".
+
+    Conservative: "" unless provably safe. Only a leading run of plain characters counts,
+    and only when nothing can make it optional or change how it matches: no `|` anywhere
+    (even in a class or escaped), no `(?` anywhere (inline flags, lookarounds), no
+    case-insensitive or verbose flags (inline or on the compiled pattern). A quantifier
+    `*`, `?` or `{` after the run makes its last character optional, so that character is
+    dropped; `+` keeps it (at least one). A backslash escape or any other metacharacter
+    ends the run.
+    """
+    pattern = regex if isinstance(regex, re.Pattern) else re.compile(regex)
+    text = pattern.pattern
+    if not isinstance(text, str) or pattern.flags & ~_LITERAL_SAFE_FLAGS:
+        return ""
+    if "|" in text or "(?" in text:
+        return ""
     prefix: list[str] = []
-    for index, char in enumerate(regex):
+    for char in text:
         if char in _METACHARACTERS:
             if char in "*?{" and prefix:
                 prefix.pop()  # the quantifier makes the previous character optional
-            elif char == "+" and prefix:
-                pass  # at least one of the previous character: it stays required
+            # "+": at least one of the previous character, so it stays required
             break
         prefix.append(char)
-        if index == len(regex) - 1:
-            break
     return "".join(prefix)
 
 
@@ -66,7 +84,7 @@ def parse_definitions(field: str, value: Any) -> tuple[MetricDefinition, ...]:
             raise ConfigError(
                 field, f"item {index} ({name}): regex {regex!r} needs a group capturing the value"
             )
-        definitions.append(MetricDefinition(name, pattern, literal_prefix(regex)))
+        definitions.append(MetricDefinition(name, pattern, literal_prefix(pattern)))
     return tuple(definitions)
 
 

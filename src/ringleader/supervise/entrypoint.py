@@ -272,7 +272,7 @@ class EntryPoint:
                 on_outcome=lambda outcome: write_result(outcome.exit_code, outcome.failure)
             )
         finally:
-            link.close()
+            log.log(f"pulses from the leader: {link.close()}")
 
     def _config_failure(self, topology: Topology, error: JobError) -> Outcome:
         """A toolkit error on this host: on the leader, every worker is told; else the leader."""

@@ -89,7 +89,7 @@ class ControlServer:
         self._lock = threading.Lock()
         self._workers: dict[str, Channel] = {}
         self._replaced: set[int] = set()  # id() of control channels a reconnect replaced
-        self._pulses: list[Pulse] = []
+        self._pulses: dict[str, Pulse] = {}
         self._final: Message | None = None
         self._server = socket.create_server(("", port), backlog=256)
         threading.Thread(
@@ -114,9 +114,10 @@ class ControlServer:
         close_listener(self._server)
         with self._lock:
             channels = list(self._workers.values())
-            pulses = list(self._pulses)
-        for pulse in pulses:
+            pulses = dict(self._pulses)
+        for host, pulse in sorted(pulses.items()):
             pulse.stop()
+            self._log(f"pulses from {host}: {pulse.gap_summary()}")
         for channel in channels:
             channel.close()
 
@@ -128,29 +129,34 @@ class ControlServer:
             self._log(f"refused a connection from {address}: no hello ({error or 'timeout'})")
             channel.close()
             return
-        host = hello.get("host")
-        problem = self._identity_problem(hello, address)
-        if problem is not None:
+        host, problem = self._identify(hello, address)
+        if host is None:
             self._log(f"refused a connection from {address}: {problem}")
             channel.close()
             return
-        assert isinstance(host, str)
         if hello["type"] == PULSE_HELLO:
             self._watch(host, channel)
         else:
             self._serve_worker(host, hello, channel)
 
-    def _identity_problem(self, hello: Message, address: str) -> str | None:
+    def _identify(self, hello: Message, address: str) -> tuple[str | None, str]:
+        """The worker a hello comes from, or None and why it is refused."""
         kind, host = hello.get("type"), hello.get("host")
         if kind not in ("hello", PULSE_HELLO):
-            return f"expected a hello, got {str(kind)[:50]!r}"
-        if not isinstance(host, str) or host not in self._workers_allowed:
-            return f"{str(host)[:100]!r} is not one of the job's worker hosts"
-        known = self._addresses_of(host)
-        if address not in known:
+            return None, f"expected a hello, got {str(kind)[:50]!r}"
+        if isinstance(host, str) and host in self._workers_allowed:
+            known = self._addresses_of(host)
+            if address in known:
+                return host, ""
             shown = ", ".join(sorted(known)) or "nothing"
-            return f"it claims to be {host}, but {host} resolves to {shown}"
-        return None
+            return None, f"it claims to be {host}, but {host} resolves to {shown}"
+        if kind == "hello" and isinstance(hello.get("error"), dict):
+            # A worker whose own name is misconfigured still reports its error: it is known
+            # by its address.
+            for worker in sorted(self._workers_allowed):
+                if address in self._addresses_of(worker):
+                    return worker, ""
+        return None, f"{str(host)[:100]!r} is not one of the job's worker hosts"
 
     def _watch(self, host: str, channel: Channel) -> None:
         def lost(reason: str, last_heard: float) -> None:
@@ -160,7 +166,10 @@ class ControlServer:
             channel, self._liveness.interval, self._liveness.timeout, LEADER_TIMEOUT_SETTING, lost
         )
         with self._lock:
-            self._pulses.append(pulse)
+            replaced = self._pulses.get(host)
+            self._pulses[host] = pulse
+        if replaced is not None:
+            replaced.stop()
 
     def _serve_worker(self, host: str, hello: Message, channel: Channel) -> None:
         with self._lock:

@@ -44,10 +44,12 @@ class LeaderLink:
         with contextlib.suppress(ChannelClosed):
             self.channel.send(message)
 
-    def close(self) -> None:
+    def close(self) -> str:
+        """Close both connections; how regularly the leader's pulses came."""
         self._closed.set()
         self._pulse.stop()
         self.channel.close()
+        return self._pulse.gap_summary()
 
     def _read(self) -> None:
         while True:

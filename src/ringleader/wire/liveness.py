@@ -7,7 +7,9 @@ megabytes of rank output in a send buffer, behind the leader printing, or behind
 a host is declared lost only when its pulses really stopped (or its connection closed).
 """
 
+import collections
 import contextlib
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +37,7 @@ class Pulse:
         self._stopped = threading.Event()
         self._reported = threading.Lock()
         self.last_heard = time.time()
+        self._gaps: collections.deque[float] = collections.deque(maxlen=100_000)
         threading.Thread(target=self._send_loop, name="pulse-send", daemon=True).start()
         threading.Thread(target=self._watch_loop, name="pulse-watch", daemon=True).start()
 
@@ -42,6 +45,17 @@ class Pulse:
         """Stop both threads and close the connection without reporting a loss."""
         self._stopped.set()
         self._channel.close()
+
+    def gap_summary(self) -> str:
+        """How regularly the peer's pulses arrived: count, p50, p99 and largest gap."""
+        gaps = sorted(self._gaps)
+        if len(gaps) < 2:
+            return f"{len(gaps)} pulse(s)"
+        cuts = statistics.quantiles(gaps, n=100, method="inclusive")
+        return (
+            f"{len(gaps)} pulses, gap p50 {cuts[49]:.3f} s, p99 {cuts[98]:.3f} s, "
+            f"max {gaps[-1]:.3f} s"
+        )
 
     def _send_loop(self) -> None:
         while not self._stopped.wait(self._interval):
@@ -64,7 +78,9 @@ class Pulse:
             except ChannelClosed as error:
                 self._lost(f"pulse connection closed ({error})")
                 return
-            self.last_heard = time.time()
+            now = time.time()
+            self._gaps.append(now - self.last_heard)
+            self.last_heard = now
 
     def _lost(self, reason: str) -> None:
         if self._stopped.is_set() or not self._reported.acquire(blocking=False):

@@ -37,7 +37,7 @@ class Template:
 
 def default_template_path() -> Path:
     """cfn/training-vpc.yaml of the source tree this package runs from."""
-    return Path(__file__).resolve().parents[3] / "cfn" / TEMPLATE_FILE_NAME
+    return Path(__file__).resolve().parents[4] / "cfn" / TEMPLATE_FILE_NAME
 
 
 def parse_template(body: str, path: Path) -> Template:
