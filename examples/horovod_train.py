@@ -55,6 +55,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fail-rank", type=int, default=None)
     parser.add_argument("--fail-code", type=int, default=1)
     parser.add_argument("--fail-step", type=int, default=1)
+    parser.add_argument("--flood", type=int, default=0, help="extra output lines per step")
     return parser.parse_args()
 
 
@@ -125,6 +126,11 @@ def main() -> None:
                 flush=True,
             )
             sys.exit(args.fail_code)
+        if args.flood:
+            sys.stdout.write(
+                "".join(f"rank {rank} step {step} noise {i}\n" for i in range(args.flood))
+            )
+            sys.stdout.flush()
         x, y = task.batch(args.batch_size)
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)

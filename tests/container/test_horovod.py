@@ -18,6 +18,7 @@ import os
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -214,6 +215,30 @@ def test_failing_horovod_rank_is_the_root_cause(failed_job):
         failure = run.failure(each)
         assert failure.startswith(f"Rank {rank} on host {host} exited with code {code}."), failure
         assert f"failing on purpose with code {code} at step 20" in failure
+
+
+@pytest.mark.parametrize("attempt", range(1, 6))
+def test_failing_rank_under_an_output_flood_is_named_every_time(
+    attempt: int, docker_client: docker.DockerClient, horovod_image: str, tmp_path: Path
+) -> None:
+    """Busy-polling Horovod ranks on 2 cores, every rank printing 200 lines per step, rank 3
+    exits 3 at step 50: no host is ever taken for lost, and rank 3 is the cause, every time."""
+    capture = Capture()
+    spec = make_spec(
+        tmp_path,
+        image=horovod_image,
+        entry_point="horovod_train.py",
+        hyperparameters={"fail-rank": "3", "fail-code": "3", "fail-step": "50", "flood": "200"},
+        settings={"startup_timeout": "60"},
+    )
+    job = LocalJob(spec, capture, docker_client)
+    run = JobRun(job, capture, job.run())
+    print(run.output)
+    assert run.codes() == dict.fromkeys(HOSTS, 3), f"attempt {attempt}"
+    for host in HOSTS:
+        failure = run.failure(host)
+        assert failure.startswith("Rank 3 on host algo-2 exited with code 3."), failure
+    assert "lost worker" not in run.output and "(the leader): " not in run.output
 
 
 def rank_lines(output: str, text: str) -> set[int]:

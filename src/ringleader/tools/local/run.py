@@ -10,7 +10,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import docker
 import docker.errors
 
+from ringleader.output.lines import LineSplitter
 from ringleader.tools.local.plan import (
     HostPlan,
     LocalJobSpec,
@@ -30,15 +31,19 @@ from ringleader.tools.local.plan import (
 
 STOP_TIMEOUT_MARGIN = 15  # seconds docker waits after our grace period before SIGKILL
 LOG_DRAIN_SECONDS = 120  # after the containers exit, for the rest of their logs
+# The job's exit code when a host's exit could not be learned (Docker API error while waiting)
+# and the leader did not already exit with a non-zero code of its own.
+LOST_HOST_EXIT_CODE = 1
 
 
 @dataclass(frozen=True)
 class HostResult:
     name: str
-    exit_code: int | None  # None: the host was never started
+    exit_code: int | None  # None: the host was never started, or `error` says why not known
     seconds: float
     started_at: float = 0.0  # wall clock (time.time()) just before `docker start`
     finished_at: float = 0.0  # wall clock of the container's exit, as Docker recorded it
+    error: str | None = None  # waiting for the container failed (a Docker API error)
 
 
 @dataclass(frozen=True)
@@ -187,22 +192,26 @@ class LocalJob:
             self._print.line(prefix, line)
 
     def _wait_all(self, started: dict[str, float]) -> dict[str, HostResult]:
-        """Every started container's exit; Ctrl-C stays deliverable while waiting."""
+        """Every started container's exit; Ctrl-C stays deliverable while waiting.
+
+        Each waiter puts exactly one result, also when the Docker API fails (the result then
+        has no exit code and names the error), so this never waits for a result that cannot
+        come."""
         done: queue.Queue[HostResult] = queue.Queue()
 
         def wait(host: str) -> None:
-            status = self._client.api.wait(self._containers[host])
-            seconds = time.monotonic() - started[host]
-            state = self._client.api.inspect_container(self._containers[host])["State"]
-            done.put(
-                HostResult(
+            try:
+                result = self._wait_one(host, started[host])
+            except Exception as error:
+                result = HostResult(
                     host,
-                    int(status["StatusCode"]),
-                    seconds,
-                    self._started_wall[host],
-                    _docker_time(state["FinishedAt"]),
+                    None,
+                    time.monotonic() - started[host],
+                    self._started_wall.get(host, 0.0),
+                    time.time(),
+                    error=_describe(error),
                 )
-            )
+            done.put(result)
 
         hosts = [host for host in self._containers if host in started]
         for host in hosts:
@@ -212,6 +221,19 @@ class LocalJob:
             result = done.get()
             results[result.name] = result
         return results
+
+    def _wait_one(self, host: str, started: float) -> HostResult:
+        container = self._containers[host]
+        status = self._client.api.wait(container)
+        code = int(status["StatusCode"])
+        seconds = time.monotonic() - started
+        try:
+            finished = _docker_time(
+                self._client.api.inspect_container(container)["State"]["FinishedAt"]
+            )
+        except Exception:  # only for the timeline: the exit code is what matters
+            finished = time.time()
+        return HostResult(host, code, seconds, self._started_wall.get(host, 0.0), finished)
 
     def _stop_all(self) -> None:
         grace = float(self.spec.settings.get("sigterm_grace", 30))
@@ -234,11 +256,23 @@ class LocalJob:
         rows = [results.get(host.name, HostResult(host.name, None, 0.0)) for host in self.hosts]
         leader = rows[0]
         exit_code = leader.exit_code if leader.exit_code is not None else 1
+        lost = [row for row in rows if row.error is not None]
+        if lost and exit_code == 0:
+            exit_code = LOST_HOST_EXIT_CODE
         self._print.note("results")
-        self._print.line("", f"  {'host':<{self._width}}  exit  seconds")
+        self._print.line("", f"  {'host':<{self._width}}  exit  seconds  error")
         for row in rows:
             code = "-" if row.exit_code is None else str(row.exit_code)
-            self._print.line("", f"  {row.name:<{self._width}}  {code:>4}  {row.seconds:7.1f}")
+            self._print.line(
+                "",
+                f"  {row.name:<{self._width}}  {code:>4}  {row.seconds:7.1f}  "
+                f"{row.error or ''}".rstrip(),
+            )
+        for row in lost:
+            self._print.note(
+                f"error: host {row.name}: waiting for its container failed, its exit code is "
+                f"unknown: {row.error}"
+            )
         codes = {row.exit_code for row in rows if row.exit_code is not None}
         if len(codes) > 1:
             self._print.note(f"warning: hosts disagree on the exit code: {sorted(codes)}")
@@ -270,15 +304,23 @@ class LocalJob:
                 future.result()
 
 
-def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
-    buffer = b""
+def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Docker's log stream (chunks of bytes, lines ending in \\n) as text lines.
+
+    The toolkit's line splitter: a lone \\r (a progress bar's update) also ends a line, and a
+    line longer than its limit is cut into pieces.
+    """
+    splitter = LineSplitter()
     for chunk in chunks:
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        for line in complete:
-            yield line.decode(errors="replace").rstrip("\r")
-    if buffer:
-        yield buffer.decode(errors="replace")
+        for line in splitter.feed(chunk):
+            yield line.decode(errors="replace")
+    for line in splitter.flush():
+        yield line.decode(errors="replace")
+
+
+def _describe(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _docker_time(text: str) -> float:
