@@ -292,6 +292,34 @@ def test_slowdown_twice_then_success_with_outer_retries(s3, big_job):
     assert s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
 
 
+def test_retries_go_to_the_toolkit_log_by_default(s3, job, capsys, monkeypatch):
+    """As the entry point calls it (no `log=`): each retry is a `[ringleader <host>]` line."""
+    monkeypatch.setattr("ringleader.output.log._host", "algo-1")
+    fault = SendFault("PutObject", 503, "SlowDown", "Please reduce your request rate.", times=1)
+    clock = FakeTime()
+    report = collect(
+        job.output,
+        job.model,
+        parse_output_uri("s3://ringleader-artifacts/runs/7"),
+        "algo-1",
+        work_dir=job.work,
+        settings=FAST,  # request_attempts=1: botocore does not retry, the outer retry does
+        client_factory=factory(fault),
+        sleep=clock.sleep,
+        clock=clock.monotonic,
+    )
+    assert report.ok, report.summary_lines()
+    assert [result.attempts for result in report.results] == [2, 1]
+    assert clock.sleeps == [1.0]
+    logged = [line for line in capsys.readouterr().out.splitlines() if "artifacts:" in line]
+    assert len(logged) == 1, logged
+    assert logged[0].startswith("[ringleader algo-1] ")
+    assert logged[0].endswith(
+        "artifacts: upload of output.tar.gz failed (SlowDown: Please reduce your request rate. "
+        "(HTTP 503)); attempt 1 of 3, retrying in 1 s"
+    )
+
+
 def test_botocore_retries_each_request_itself(s3, job, monkeypatch):
     """With botocore's standard mode on, two 503s on one PUT never reach the outer retry."""
     botocore_sleeps: list[float] = []

@@ -9,11 +9,13 @@ from ringleader.config.job import (
     DEFAULT_CODE_DIR,
     DEFAULT_CONTROL_PORT,
     ConfigFiles,
+    ReportingSettings,
     Timeouts,
     load_job_config,
     load_topology,
     parse_job_config,
     read_json_object,
+    reporting_settings,
 )
 from ringleader.config.topology import parse_topology
 from ringleader.core.errors import ConfigError
@@ -79,7 +81,7 @@ def test_sdk_encoded_mpi_job(job_dirs):
     assert config.timeouts == Timeouts(
         startup=60.5, sigterm_grace=5, leader_loss=2, finish=7, abort_grace=0.25
     )
-    assert config.timeouts.heartbeat_interval == 0.5
+    assert config.timeouts.pulse_interval == 0.5
     assert config.control_port == 31000
     assert config.mpi4py_run is False
     assert config.user_hyperparameters == {"rounds": 3, "lr": "0.1"}
@@ -318,3 +320,52 @@ def test_load_topology_from_resource_config(job_dirs):
     topology = load_topology({}, files)
     assert topology.leader == "algo-1"
     assert topology.current_host == "algo-2"
+
+
+def test_reporting_settings_keep_every_valid_value_and_default_the_rest(job_dirs):
+    files, _ = job_dirs
+    write_hyperparameters(
+        files,
+        sdk_encoded(
+            {
+                "sagemaker_program": "",  # invalid for the job, irrelevant for reporting
+                "ringleader_leader_timeout": 4,
+                "ringleader_finish_timeout": "soon",  # invalid: default
+                "ringleader_sigterm_grace": -1,  # invalid: default
+                "ringleader_abort_grace": "0.75",
+                "ringleader_startup_timeout": True,  # invalid: default
+                "ringleader_control_port": 31001,
+                "ringleader_typo_timeout": 3,  # unknown keys do not spoil the rest
+            }
+        ),
+    )
+    settings = reporting_settings(files)
+    defaults = Timeouts()
+    assert settings == ReportingSettings(
+        Timeouts(
+            startup=defaults.startup,
+            sigterm_grace=defaults.sigterm_grace,
+            leader_loss=4,
+            finish=defaults.finish,
+            abort_grace=0.75,
+        ),
+        31001,
+    )
+    assert settings.timeouts.pulse_interval == 1.0
+
+
+@pytest.mark.parametrize("port", [70000, 0, "x", None])
+def test_reporting_settings_default_an_invalid_control_port(job_dirs, port):
+    files, _ = job_dirs
+    write_hyperparameters(files, {"ringleader_control_port": port, "ringleader_finish_timeout": 9})
+    settings = reporting_settings(files)
+    assert settings.control_port == DEFAULT_CONTROL_PORT
+    assert settings.timeouts.finish == 9
+
+
+@pytest.mark.parametrize("text", [None, "{ not json", "[1, 2]"])
+def test_reporting_settings_without_a_usable_file_are_the_defaults(job_dirs, text):
+    files, _ = job_dirs
+    if text is not None:
+        files.hyperparameters.write_text(text)
+    assert reporting_settings(files) == ReportingSettings(Timeouts(), DEFAULT_CONTROL_PORT)

@@ -1,4 +1,4 @@
-"""The leader's control server and a worker's connection to it, over real TCP on 127.0.0.1."""
+"""The leader's control server, pulses, and a worker's links to it, over real TCP on 127.0.0.1."""
 
 import queue
 import socket
@@ -8,8 +8,16 @@ import time
 import pytest
 
 from ringleader.core.records import RankRecord
-from ringleader.wire.control import ControlServer, connect_to_leader, hello_message
+from ringleader.wire.control import (
+    ControlServer,
+    Liveness,
+    connect_to_leader,
+    hello_message,
+    pulse_hello,
+)
 from ringleader.wire.events import (
+    LeaderLost,
+    LeaderMessage,
     RankEnded,
     RankStarted,
     SigtermReceived,
@@ -17,26 +25,62 @@ from ringleader.wire.events import (
     WorkerHello,
     WorkerLost,
 )
-from ringleader.wire.protocol import Channel, ChannelClosed
+from ringleader.wire.leader_link import LeaderLink
+from ringleader.wire.liveness import Pulse
+from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
+
+WORKERS = ("algo-2", "algo-3")
+SLOW = Liveness(interval=60.0, timeout=600.0)  # pulses play no part
+FAST = Liveness(interval=0.05, timeout=0.3)
+QUIET = 1.0  # how long nothing must happen, where that is what a test checks
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        return int(probe.getsockname()[1])
 
 
 def next_event(events, timeout=5.0):
     return events.get(timeout=timeout)
 
 
+def assert_no_event(events, within=QUIET):
+    with pytest.raises(queue.Empty):
+        unexpected = events.get(timeout=within)
+        pytest.fail(f"unexpected event {unexpected!r}")
+
+
+def record_of(rank, host, exit_code=3):
+    return RankRecord(
+        rank=rank,
+        host=host,
+        exit_code=exit_code,
+        signal=None,
+        started_at=100.0,
+        ended_at=101.5,
+        terminated=False,
+        stderr_tail=("Traceback", "ValueError: x"),
+    )
+
+
 class Leader:
-    def __init__(self, heartbeat_interval=60.0):
+    def __init__(self, liveness=SLOW, addresses=frozenset({"127.0.0.1"})):
         self.port = free_port()
         self.events: queue.Queue = queue.Queue()
-        self.outputs: list[dict] = []
-        self.server = ControlServer(self.port, self.events, heartbeat_interval, self.outputs.append)
+        self.outputs: list[bytes] = []
+        self.logs: queue.Queue[str] = queue.Queue()
+        self.server = ControlServer(
+            self.port,
+            self.events,
+            liveness,
+            self.outputs.append,
+            WORKERS,
+            self.logs.put,
+            addresses_of=lambda _host: addresses,
+        )
         self.channels: list[Channel] = []
+        self.pulses: list[Pulse] = []
 
     def connect(self, deadline_seconds=5.0) -> Channel:
         channel = connect_to_leader(
@@ -52,7 +96,12 @@ class Leader:
         assert next_event(self.events) == WorkerHello(host)
         return channel
 
+    def next_log(self, timeout=5.0) -> str:
+        return self.logs.get(timeout=timeout)
+
     def close(self):
+        for pulse in self.pulses:
+            pulse.stop()
         for channel in self.channels:
             channel.close()
         self.server.close()
@@ -67,9 +116,14 @@ def leader():
 
 @pytest.fixture
 def fast_leader():
-    running = Leader(heartbeat_interval=0.05)
+    running = Leader(FAST)
     yield running
     running.close()
+
+
+def assert_closed_by_the_leader(channel: Channel) -> None:
+    with pytest.raises(ChannelClosed):
+        channel.receive(timeout=5.0)
 
 
 def test_hello_becomes_worker_hello(leader):
@@ -87,16 +141,7 @@ def test_hello_with_an_error(leader):
 
 def test_rank_events_are_relayed(leader):
     channel = leader.join("algo-2")
-    record = RankRecord(
-        rank=3,
-        host="algo-2",
-        exit_code=3,
-        signal=None,
-        started_at=100.0,
-        ended_at=101.5,
-        terminated=False,
-        stderr_tail=("Traceback", "ValueError: x"),
-    )
+    record = record_of(3, "algo-2")
     channel.send({"type": "rank-start", "rank": 3, "host": "algo-2"})
     channel.send({"type": "rank-end", "record": record.to_json()})
     channel.send({"type": "sigterm"})
@@ -107,20 +152,26 @@ def test_rank_events_are_relayed(leader):
     assert next_event(leader.events) == WorkerBye("algo-2")
 
 
-def test_heartbeats_arrive_at_the_interval(fast_leader):
-    channel = fast_leader.join("algo-2")
-    arrivals = []
-    for _ in range(4):
-        assert channel.receive(timeout=2.0) == {"type": "heartbeat"}
-        arrivals.append(time.monotonic())
-    span = arrivals[-1] - arrivals[0]  # three intervals of 0.05 s
-    assert 0.1 <= span < 1.5
+def test_output_frames_are_handed_on_still_encoded_and_in_order(leader):
+    channel = leader.join("algo-2")
+    frames = [
+        output_frame({"rank": 2, "host": "algo-2", "stream": "stdout", "lines": [f"line {n}"]})
+        for n in range(3)
+    ]
+    for frame in frames:
+        channel.send_frame(frame)
+    channel.send({"type": "bye"})
+    # The frames and the bye are handled in order on the connection's thread.
+    assert next_event(leader.events) == WorkerBye("algo-2")
+    assert leader.outputs == frames
 
 
-def test_no_heartbeat_before_hello(fast_leader):
-    channel = fast_leader.connect()
-    with pytest.raises(TimeoutError):
-        channel.receive(timeout=0.3)
+def test_unknown_message_type_is_logged_and_ignored(leader):
+    channel = leader.join("algo-2")
+    channel.send({"type": "from-the-future", "x": 1})
+    channel.send({"type": "bye"})
+    assert next_event(leader.events) == WorkerBye("algo-2")
+    assert "from-the-future" in leader.next_log()
 
 
 def test_finish_reaches_connected_and_later_workers(leader):
@@ -133,48 +184,281 @@ def test_finish_reaches_connected_and_later_workers(leader):
 
 
 def test_broadcast(leader):
-    channels = [leader.join(host) for host in ("algo-2", "algo-3")]
-    leader.server.broadcast({"type": "terminate"})
+    channels = [leader.join(host) for host in WORKERS]
+    leader.server.broadcast({"type": "terminate", "grace": 5.0})
     for channel in channels:
-        assert channel.receive(timeout=5.0) == {"type": "terminate"}
+        assert channel.receive(timeout=5.0) == {"type": "terminate", "grace": 5.0}
 
 
 def test_closing_the_client_is_worker_lost(leader):
     channel = leader.join("algo-2")
+    before = time.time()
     channel.close()
     event = next_event(leader.events)
     assert isinstance(event, WorkerLost)
     assert event.host == "algo-2"
-    assert event.reason
+    assert "control connection closed" in event.reason
+    assert event.protocol_error is False
+    assert before <= event.last_heard <= time.time()
 
 
-def test_garbled_message_is_worker_lost(leader):
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"not json",
+        b"{not json",
+        b'{"host": "algo-2"}',  # no type
+        b"Onot json",  # an output frame that does not decode
+        b'O{"rank": 1}',  # an output frame without its fields
+        b'{"type": "rank-end", "record": {"rank": 1}}',  # a record without its fields
+        b'{"type": "rank-start", "rank": "one", "host": "algo-2"}',
+    ],
+)
+def test_garbled_frame_is_worker_lost_by_protocol_error(frame):
+    # The real output printer: it decodes output frames, as on the leader.
+    from ringleader.config.selection import ALL_RANKS
+    from ringleader.output.printer import OutputPrinter
+
+    port = free_port()
+    events: queue.Queue = queue.Queue()
+    logs: queue.Queue[str] = queue.Queue()
+    printer = OutputPrinter(ALL_RANKS, ALL_RANKS, None)
+    server = ControlServer(
+        port, events, SLOW, printer.deliver, WORKERS, logs.put, lambda _host: {"127.0.0.1"}
+    )
+    channel = connect_to_leader("127.0.0.1", port, time.monotonic() + 5.0, threading.Event())
+    assert channel is not None
+    try:
+        channel.send(hello_message("algo-2"))
+        assert next_event(events) == WorkerHello("algo-2")
+        channel.send_frame(frame)
+        event = next_event(events)
+        assert isinstance(event, WorkerLost)
+        assert (event.host, event.protocol_error) == ("algo-2", True)
+        assert "protocol error" in event.reason
+        assert "protocol error from algo-2" in logs.get(timeout=5.0)
+        assert_closed_by_the_leader(channel)
+    finally:
+        channel.close()
+        server.close()
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"type": "rank-start", "rank": 4, "host": "algo-3"},
+        {"type": "rank-end", "record": record_of(4, "algo-3").to_json()},
+    ],
+)
+def test_rank_event_for_another_host_is_a_protocol_error(leader, message):
     channel = leader.join("algo-2")
-    channel.send({"type": "rank-end", "record": {"rank": 1}})  # KeyError inside
+    channel.send(message)
     event = next_event(leader.events)
     assert isinstance(event, WorkerLost)
-    assert event.host == "algo-2"
+    assert (event.host, event.protocol_error) == ("algo-2", True)
+    assert "algo-3" in event.reason
+    assert "protocol error from algo-2" in leader.next_log()
+    assert_closed_by_the_leader(channel)
+    assert leader.events.empty()  # in particular no RankStarted/RankEnded for algo-3
 
 
-def test_non_hello_first_message_is_dropped(leader):
+def test_non_hello_first_message_is_refused(leader):
     channel = leader.connect()
     channel.send({"type": "bye"})
-    with pytest.raises(ChannelClosed):
-        channel.receive(timeout=5.0)
+    assert_closed_by_the_leader(channel)
+    log = leader.next_log()
+    assert "refused" in log
+    assert "expected a hello" in log
     assert leader.events.empty()
+
+
+@pytest.mark.parametrize("hello", [hello_message("intruder"), pulse_hello("intruder")])
+def test_hello_from_a_host_that_is_not_a_worker_is_refused(leader, hello):
+    channel = leader.connect()
+    channel.send(hello)
+    assert_closed_by_the_leader(channel)
+    log = leader.next_log()
+    assert "refused a connection from 127.0.0.1" in log
+    assert "'intruder' is not one of the job's worker hosts" in log
+    assert leader.events.empty()
+
+
+@pytest.mark.parametrize("hello", [hello_message("algo-2"), pulse_hello("algo-2")])
+def test_hello_from_an_address_that_is_not_the_workers_is_refused(hello):
+    impostor_target = Leader(addresses=frozenset({"10.9.9.9"}))
+    try:
+        channel = impostor_target.connect()
+        channel.send(hello)
+        assert_closed_by_the_leader(channel)
+        log = impostor_target.next_log()
+        assert "refused a connection from 127.0.0.1" in log
+        assert "claims to be algo-2" in log
+        assert "10.9.9.9" in log
+        assert impostor_target.events.empty()
+    finally:
+        impostor_target.close()
+
+
+def test_a_second_hello_from_the_same_host_replaces_the_first(leader):
+    old = leader.join("algo-2")
+    new = leader.connect()
+    new.send(hello_message("algo-2"))
+    # The new hello and the old connection's loss come from two threads: either order.
+    first, second = next_event(leader.events), next_event(leader.events)
+    lost = next(event for event in (first, second) if isinstance(event, WorkerLost))
+    assert {first, second} - {lost} == {WorkerHello("algo-2")}
+    assert lost.host == "algo-2"
+    assert "connected again" in lost.reason
+    assert lost.protocol_error is False
+    assert "algo-2 connected again" in leader.next_log()
+    assert_closed_by_the_leader(old)
+    leader.server.broadcast({"type": "launched"})
+    assert new.receive(timeout=5.0) == {"type": "launched"}
+    new.send({"type": "bye"})
+    assert next_event(leader.events) == WorkerBye("algo-2")
 
 
 def test_server_close_disconnects_workers(leader):
     channel = leader.join("algo-2")
     leader.server.close()
-    with pytest.raises(ChannelClosed):
-        channel.receive(timeout=5.0)
+    assert_closed_by_the_leader(channel)
 
 
 def test_server_close_stops_accepting(leader):
     leader.server.close()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", leader.port), timeout=1.0).close()
+
+
+# Pulses: liveness on a second connection per worker.
+
+
+def open_pulse(leader: Leader, host: str) -> Channel:
+    channel = leader.connect()
+    channel.send(pulse_hello(host))
+    return channel
+
+
+def test_a_silent_pulse_connection_is_worker_lost(fast_leader):
+    before = time.time()
+    open_pulse(fast_leader, "algo-2")  # and then nothing
+    event = next_event(fast_leader.events)
+    assert isinstance(event, WorkerLost)
+    assert event.host == "algo-2"
+    assert "no pulse for" in event.reason
+    assert "ringleader_leader_timeout" in event.reason
+    assert event.protocol_error is False
+    assert before <= event.last_heard <= time.time()
+
+
+def test_a_pulsing_worker_is_not_lost(fast_leader):
+    channel = open_pulse(fast_leader, "algo-2")
+    worker_lost: queue.Queue = queue.Queue()
+    pulse = Pulse(
+        channel,
+        FAST.interval,
+        FAST.timeout,
+        "ringleader_leader_timeout",
+        lambda reason, _last_heard: worker_lost.put(reason),
+    )
+    fast_leader.pulses.append(pulse)
+    started = time.time()
+    assert_no_event(fast_leader.events)  # more than three times the timeout
+    assert worker_lost.empty()  # and the leader's pulses reached the worker
+    assert pulse.last_heard > started
+    pulse.stop()  # the worker goes away: now it is lost
+    event = next_event(fast_leader.events)
+    assert isinstance(event, WorkerLost)
+    assert event.host == "algo-2"
+    assert "pulse connection closed" in event.reason
+
+
+def test_the_leader_sends_pulses_at_the_interval(fast_leader):
+    channel = open_pulse(fast_leader, "algo-2")
+    arrivals = []
+    for _ in range(4):
+        assert channel.receive(timeout=2.0) == {"type": "pulse"}
+        arrivals.append(time.monotonic())
+    span = arrivals[-1] - arrivals[0]  # three intervals of 0.05 s
+    assert 0.1 <= span < 1.5
+
+
+def test_no_pulse_on_the_control_connection(fast_leader):
+    channel = fast_leader.join("algo-2")
+    with pytest.raises(TimeoutError):
+        channel.receive(timeout=3 * FAST.timeout)
+    # and a control connection without pulses is not lost for being quiet
+    assert fast_leader.events.empty()
+
+
+# The worker's side: LeaderLink.
+
+
+class Worker:
+    def __init__(self, leader: Leader, host: str, liveness=FAST, pulse: Channel | None = None):
+        self.events: queue.Queue = queue.Queue()
+        self.link = LeaderLink(
+            host,
+            leader.connect(),
+            pulse if pulse is not None else leader.connect(),
+            liveness,
+            self.events,
+        )
+
+
+def test_leader_link_says_hello_and_receives_messages(fast_leader):
+    worker = Worker(fast_leader, "algo-2")
+    try:
+        assert next_event(fast_leader.events) == WorkerHello("algo-2")
+        fast_leader.server.broadcast({"type": "launched"})
+        assert next_event(worker.events) == LeaderMessage({"type": "launched"})
+        worker.link.send({"type": "bye"})
+        assert next_event(fast_leader.events) == WorkerBye("algo-2")
+        # Both ends keep pulsing: neither is lost over several timeouts.
+        assert_no_event(fast_leader.events)
+        assert worker.events.empty()
+    finally:
+        worker.link.close()
+
+
+def test_leader_link_close_reports_nothing(fast_leader):
+    worker = Worker(fast_leader, "algo-2")
+    assert next_event(fast_leader.events) == WorkerHello("algo-2")
+    worker.link.close()
+    assert_no_event(worker.events, within=3 * FAST.timeout)
+    worker.link.send({"type": "bye"})  # sending on a closed link does not raise
+
+
+def test_leader_closing_is_leader_lost(fast_leader):
+    worker = Worker(fast_leader, "algo-2")
+    try:
+        assert next_event(fast_leader.events) == WorkerHello("algo-2")
+        fast_leader.server.close()
+        event = next_event(worker.events)
+        assert isinstance(event, LeaderLost)
+        assert "closed" in event.reason
+        assert_no_event(worker.events, within=3 * FAST.timeout)  # reported once
+    finally:
+        worker.link.close()
+
+
+def test_leader_whose_pulses_stop_is_leader_lost():
+    # The connections stay up but the leader sends no pulse within the worker's timeout (a
+    # hung leader process, or a partition that drops packets silently).
+    mute = Leader(Liveness(interval=600.0, timeout=600.0))
+    try:
+        worker = Worker(mute, "algo-2", liveness=FAST)
+        assert next_event(mute.events) == WorkerHello("algo-2")
+        event = next_event(worker.events)
+        assert isinstance(event, LeaderLost)
+        assert "no pulse for 0.3 s" in event.reason
+        assert "ringleader_leader_timeout" in event.reason
+        worker.link.close()
+    finally:
+        mute.close()
+
+
+# Connecting.
 
 
 def test_connect_gives_up_at_the_deadline():
@@ -198,9 +482,21 @@ def test_connect_retries_until_the_leader_is_up():
     port = free_port()
     events: queue.Queue = queue.Queue()
     servers = []
-    timer = threading.Timer(
-        0.2, lambda: servers.append(ControlServer(port, events, 60.0, lambda _message: None))
-    )
+
+    def start_leader():
+        servers.append(
+            ControlServer(
+                port,
+                events,
+                SLOW,
+                lambda _frame: None,
+                ["algo-9"],
+                lambda _line: None,
+                addresses_of=lambda _host: {"127.0.0.1"},
+            )
+        )
+
+    timer = threading.Timer(0.2, start_leader)
     timer.start()
     try:
         channel = connect_to_leader("127.0.0.1", port, time.monotonic() + 5.0, threading.Event())

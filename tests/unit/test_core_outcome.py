@@ -3,7 +3,14 @@
 import pytest
 
 from ringleader.core import exitcodes
-from ringleader.core.outcome import FAILURE_FILE_LIMIT, JobFacts, decide, root_cause, truncate
+from ringleader.core.outcome import (
+    FAILURE_FILE_LIMIT,
+    HostLoss,
+    JobFacts,
+    decide,
+    root_cause,
+    truncate,
+)
 from ringleader.core.records import RankRecord
 
 T0 = 1_700_000_000.0
@@ -114,10 +121,127 @@ def test_error_facts_give_their_code():
     assert outcome.failure == "Configuration error in sagemaker_program: missing\n"
 
 
-def test_lost_host():
-    outcome = decide(JobFacts(lost_hosts=("algo-2", "algo-3"), world_size=6))
-    assert outcome.exit_code == exitcodes.HOST_UNREACHABLE == 69
-    assert "algo-2, algo-3" in (outcome.failure or "")
+SILENT = "no pulse for 10 s (ringleader_leader_timeout)"
+
+
+def loss(host="algo-3", at=5.0, ranks=(4, 5), reason=SILENT, protocol_error=False):
+    return HostLoss(host, reason, T0 + at, ranks, protocol_error)
+
+
+def stopped_by_the_loss(*ranks, ended=6.0):
+    """Ranks on the surviving hosts, killed by ringleader or mpirun after the loss."""
+    return tuple(rec(r, 143, ended, terminated=True, sig=15) for r in ranks)
+
+
+def test_lost_host_outranks_the_ranks_killed_after_it():
+    facts = JobFacts(
+        records=stopped_by_the_loss(0, 1, 2, 3), world_size=6, lost_hosts=(loss(),)
+    )
+    outcome = decide(facts)
+    assert outcome.exit_code == exitcodes.HOST_LOST == 75
+    failure = outcome.failure or ""
+    assert failure.splitlines()[0].startswith(f"Host algo-3 (ranks 4, 5): {SILENT}")
+    assert "Every other rank was stopped." in failure
+    assert outcome.root_cause is None
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        rec(0, 1, 6.0),  # failed on its own, but after the loss (a collective lost its peer)
+        rec(0, 1, 4.0, tail=["Horovod has been shut down"]),  # before it, blaming another rank
+        rec(0, 143, 4.0, terminated=True, sig=15),  # before it, ended by a stop
+    ],
+)
+def test_lost_host_outranks_ranks_that_are_no_cause_of_their_own(record):
+    outcome = decide(JobFacts(records=(record,), world_size=6, lost_hosts=(loss(),)))
+    assert outcome.exit_code == exitcodes.HOST_LOST
+    assert (outcome.failure or "").startswith("Host algo-3 (ranks 4, 5): ")
+
+
+def test_a_rank_that_failed_on_its_own_before_the_loss_is_the_cause():
+    failing = rec(0, 3, 4.0, host="algo-1", tail=["ValueError: rank 0 fails"])
+    facts = JobFacts(
+        records=(failing, *stopped_by_the_loss(1, 2, 3)), world_size=6, lost_hosts=(loss(),)
+    )
+    outcome = decide(facts)
+    assert outcome.exit_code == 3
+    assert outcome.root_cause == failing
+    assert (outcome.failure or "").startswith("Rank 0 on host algo-1 exited with code 3.")
+
+
+def test_a_single_lost_rank_and_a_loss_without_ranks_are_named_so():
+    one = decide(JobFacts(lost_hosts=(loss(ranks=(4,)),)))
+    assert (one.failure or "").startswith(f"Host algo-3 (rank 4): {SILENT}")
+    none = decide(JobFacts(lost_hosts=(loss(ranks=()),)))
+    assert (none.failure or "").startswith(f"Host algo-3: {SILENT}")
+
+
+def test_several_lost_hosts_are_named_in_the_order_they_went_silent():
+    later = loss("algo-2", at=7.0, ranks=(2, 3), reason="control connection closed (reset)")
+    earlier = loss("algo-3", at=5.0)
+    outcome = decide(JobFacts(world_size=6, lost_hosts=(later, earlier)))
+    assert outcome.exit_code == exitcodes.HOST_LOST
+    assert (outcome.failure or "").startswith(
+        f"Hosts lost: algo-3 (ranks 4, 5): {SILENT}; "
+        "algo-2 (ranks 2, 3): control connection closed (reset)."
+    )
+
+
+def test_sigterm_before_the_loss_wins():
+    facts = JobFacts(
+        records=stopped_by_the_loss(0, 1, 2, 3),
+        stopped_on="algo-1",
+        stopped_at=T0 + 5.0,  # at the very moment the lost host was last heard from
+        sigterm_grace=30,
+        lost_hosts=(loss(at=5.0),),
+    )
+    assert decide(facts).exit_code == exitcodes.SIGTERM_EXIT
+
+
+def test_sigterm_after_the_loss_does_not_hide_it():
+    facts = JobFacts(
+        records=stopped_by_the_loss(0, 1, 2, 3),
+        stopped_on="algo-1",
+        stopped_at=T0 + 5.5,
+        sigterm_grace=30,
+        lost_hosts=(loss(at=5.0),),
+    )
+    outcome = decide(facts)
+    assert outcome.exit_code == exitcodes.HOST_LOST
+    assert (outcome.failure or "").startswith("Host algo-3 (ranks 4, 5): ")
+
+
+def test_sigterm_is_compared_with_the_first_loss():
+    facts = JobFacts(
+        stopped_on="algo-1",
+        stopped_at=T0 + 6.0,
+        lost_hosts=(loss("algo-2", at=9.0), loss("algo-3", at=5.0)),
+    )
+    assert decide(facts).exit_code == exitcodes.HOST_LOST
+
+
+def test_a_host_speaking_garbage_is_a_protocol_error():
+    garbled = loss(
+        "algo-2",
+        ranks=(2, 3),
+        reason="protocol error: garbled message: b'xyz'",
+        protocol_error=True,
+    )
+    outcome = decide(JobFacts(records=stopped_by_the_loss(0, 1), lost_hosts=(garbled,)))
+    assert outcome.exit_code == exitcodes.PROTOCOL_ERROR == 76
+    assert (outcome.failure or "").startswith(
+        "Host algo-2 (ranks 2, 3): protocol error: garbled message: b'xyz'."
+    )
+    assert "stopped on every host" in (outcome.failure or "")
+
+
+def test_a_toolkit_error_outranks_a_lost_host():
+    outcome = decide(
+        JobFacts(error_code=exitcodes.INTERNAL_ERROR, error_message="bug", lost_hosts=(loss(),))
+    )
+    assert outcome.exit_code == exitcodes.INTERNAL_ERROR
+    assert outcome.failure == "bug\n"
 
 
 def test_mpirun_failed_without_failing_ranks():

@@ -20,9 +20,11 @@ import pytest
 import ringleader
 from ringleader.output.printer import tag
 from ringleader.rank import wrapper as rank_module
-from ringleader.rank.wrapper import RankOutput, RankSupervisor, current_rank, rank_environment
+from ringleader.rank.capture import RankOutput
+from ringleader.rank.wrapper import RankSupervisor, current_rank, rank_environment
 from ringleader.wire.agent import HostAgent
 from ringleader.wire.events import RankEnded, RankStarted
+from ringleader.wire.protocol import decode_output, is_output
 
 SRC = Path(ringleader.__file__).resolve().parents[1]  # the package under test, for the wrapper
 PY = sys.executable
@@ -140,15 +142,16 @@ class RunningAgent:
     stderr: queue.Queue
     agent: HostAgent | None = None
 
-    def on_output(self, encoded: bytes) -> None:
-        message = json.loads(encoded)
+    def on_output(self, frame: bytes) -> None:
+        assert is_output(frame)
+        message = decode_output(frame)
         sink = self.stderr if message["stream"] == "stderr" else self.stdout
         for line in message["lines"]:
             sink.put(tag(message["host"], message["rank"]).encode() + line.encode() + b"\n")
 
-    def terminate_all(self) -> None:
+    def terminate_all(self, grace: float) -> None:
         assert self.agent is not None
-        self.agent.terminate_all()
+        self.agent.terminate_all(grace)
 
     def lines(self, sink: queue.Queue) -> list[bytes]:
         collected = []
@@ -235,7 +238,7 @@ def test_terminate_all_sigterms_the_child(workdir, agent):
     wrapper = Wrapper(workdir, python_command(code), rank=1, grace=20)
     wrapper.wait_for_line(agent.stdout, b"ready")
     started = time.monotonic()
-    agent.terminate_all()
+    agent.terminate_all(20)
     assert wrapper.wait() == 143
     assert time.monotonic() - started < 5.0  # SIGTERM, not the 20 s SIGKILL
     record = ended_record(agent.events)
@@ -244,7 +247,7 @@ def test_terminate_all_sigterms_the_child(workdir, agent):
 
 def test_terminate_all_also_stops_ranks_that_start_later(workdir, agent):
     write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
-    agent.terminate_all()
+    agent.terminate_all(3)
     started = time.monotonic()
     wrapper = Wrapper(workdir, python_command("import time; time.sleep(30)"), grace=3)
     assert wrapper.wait() == 143  # stopped before its child started, or SIGTERMed: never KILLed
@@ -280,10 +283,10 @@ def test_child_ignoring_sigterm_is_killed_after_grace(workdir, agent):
         "print('ready', flush=True)\n"
         "time.sleep(30)\n"
     )
-    wrapper = Wrapper(workdir, python_command(code), grace=0.5, abort_grace=20)
+    wrapper = Wrapper(workdir, python_command(code), grace=20, abort_grace=20)
     wrapper.wait_for_line(agent.stdout, b"ready")
     started = time.monotonic()
-    agent.terminate_all()  # a stop of the job: the full --grace
+    agent.terminate_all(0.5)  # a stop of the job: the grace in the message beats --grace
     assert wrapper.wait() == 137
     elapsed = time.monotonic() - started
     assert 0.4 <= elapsed < 5.0
@@ -340,7 +343,7 @@ def test_reap_kills_a_user_process_whose_wrapper_was_killed(workdir, agent):
     wrapper.wait()
     assert not gone(pid)
     started = time.monotonic()
-    agent.agent.reap(stop_grace=20, abort_grace=0.3)  # no stop: the abort grace applies
+    agent.agent.reap(abort_grace=0.3)  # no stop: the abort grace applies
     elapsed = time.monotonic() - started
     assert 0.25 <= elapsed < 5.0
     deadline = time.monotonic() + 5.0
@@ -355,13 +358,16 @@ def test_reap_after_a_stop_counts_the_stop_grace_from_the_stop(workdir, agent):
     pid = child_pid(wrapper, agent)
     assert agent.events.get(timeout=5.0) == RankStarted(0, "algo-2")
     stopped = time.monotonic()
-    agent.terminate_all()  # the child ignores SIGTERM; the wrapper would wait 20 s
-    agent.agent.reap(stop_grace=0.5, abort_grace=20)
+    agent.terminate_all(0.5)  # the child ignores SIGTERM
+    wrapper.process.kill()  # and its wrapper is gone before it could SIGKILL it
+    wrapper.wait()
+    assert not gone(pid)
+    agent.agent.reap(abort_grace=20)  # after a stop, the stop's grace applies, from the stop
     elapsed = time.monotonic() - stopped
     assert 0.4 <= elapsed < 5.0
-    assert wrapper.wait() == 137
-    record = ended_record(agent.events)
-    assert (record.exit_code, record.signal, record.terminated) == (137, 9, True)
+    deadline = time.monotonic() + 5.0
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert gone(pid)
 
 
@@ -371,8 +377,57 @@ def test_reap_returns_at_once_when_every_user_process_ended(workdir, agent):
     assert wrapper.wait() == 0
     ended_record(agent.events)
     started = time.monotonic()
-    agent.agent.reap(stop_grace=20, abort_grace=20)
+    agent.agent.reap(abort_grace=20)
     assert time.monotonic() - started < 1.0
+
+
+# A helper in a session of its own keeps the rank's stdout open; without the cleanup the wrapper
+# would wait for it (60 s here) and the rank's end would never be reported.
+LEAVES_A_SLEEP_BEHIND = (
+    "import subprocess\n"
+    "helper = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+    "print(f'stray={helper.pid}', flush=True)\n"
+)
+# A daemon that double-forks: the grandchild is orphaned and would be re-parented to PID 1
+# but for the wrapper being a subreaper. Its PID comes back through a pipe before we exit.
+LEAVES_A_DAEMON_BEHIND = (
+    "import os, time\n"
+    "read_end, write_end = os.pipe()\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        os.write(write_end, str(os.getpid()).encode())\n"
+    "        os.close(write_end)\n"
+    "        time.sleep(60)\n"
+    "    os._exit(0)\n"
+    "os.close(write_end)\n"
+    "print(f'stray={os.read(read_end, 100).decode()}', flush=True)\n"
+)
+
+
+def stray_pid(wrapper: Wrapper, agent: RunningAgent) -> int:
+    line = wrapper.wait_for_line(agent.stdout, b"stray=")
+    return int(line.rsplit(b"stray=", 1)[1])
+
+
+@pytest.mark.parametrize("code", [LEAVES_A_SLEEP_BEHIND, LEAVES_A_DAEMON_BEHIND])
+def test_processes_the_rank_left_behind_are_ended_with_it(workdir, agent, code):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    wrapper = Wrapper(workdir, python_command(code), rank=1, grace=20, abort_grace=20)
+    pid = stray_pid(wrapper, agent)
+    assert wrapper.wait(timeout=10.0) == 0  # not after the helper's 60 s
+    assert gone(pid), "the process the rank left behind is still running"
+    # The rank's output, then its record, arrive in order: the note is in by now.
+    record = ended_record(agent.events)
+    assert (record.rank, record.exit_code, record.terminated) == (1, 0, False)
+    notes = [line for line in agent.lines(agent.stdout) if b"[ringleader]" in line]
+    assert len(notes) == 1
+    assert notes[0].startswith(
+        b"[algo-2 rank 1] [ringleader] the rank had ended; stopped what it left running: "
+    )
+    assert f" {pid} (".encode() in notes[0]
+    if code is LEAVES_A_SLEEP_BEHIND:
+        assert f"{pid} (sleep)".encode() in notes[0]
 
 
 def test_child_environment_precedence(workdir, agent):

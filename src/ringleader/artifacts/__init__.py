@@ -8,12 +8,14 @@ Before the job starts (only when `ringleader_output_uri` is set):
 At the end of every job, on every host, after the result files are written:
 
     keep_stray_outputs(host)           # /opt/ml/output/*.json -> data/<host>/ for SageMaker
-    report = collect(OUTPUT_DIR, MODEL_DIR, uri, host, log=log.log)
+    report = collect(OUTPUT_DIR, MODEL_DIR, uri, host)  # each retry: a line of log.log
     for line in report.summary_lines():
         log.log(line)
     append_note(FAILURE_FILE, report.failure_note())
 
-`collect` never raises for a delivery problem and never changes the job's exit code.
+`collect` never raises for a delivery problem and never changes the job's exit code. Its
+retries and failures are logged as they happen, by default to the toolkit's log
+(`ringleader.output.log.log`); `log=` sends them elsewhere.
 """
 
 import os
@@ -87,6 +89,7 @@ def collect(
     """Build output.tar.gz (of `output_dir`) and model.tar.gz (of `model_dir`) and deliver them.
 
     An archive that cannot be built is reported as not delivered; the other still goes.
+    `log` receives a line per retry and failure; None means the toolkit's log.
     """
     shown = tuple(secrets) if secrets is not None else secret_values(os.environ)
     archives: list[Archive] = []

@@ -4,7 +4,9 @@ Every archive goes to `<uri>/<host>/<name>`, so hosts never overwrite each other
 is written under a temporary name and renamed. S3 uploads use s3transfer's manager (what
 boto3's upload_file runs on), multipart above a threshold, botocore's standard retries per
 request and a bounded outer retry with exponential backoff per call; the whole delivery stops
-starting attempts at a deadline. Nothing here prints: progress goes to the optional `log`.
+starting attempts at a deadline. Retries and failures go to `log`: by default the toolkit's
+own log (`ringleader.output.log.log`, `[ringleader <host>] ...` on stdout); pass another
+callable to collect them, or `lambda _line: None` to drop them.
 """
 
 import contextlib
@@ -37,6 +39,7 @@ from ringleader.artifacts.retry import (
 )
 from ringleader.artifacts.uri import FIELD, OutputUri
 from ringleader.core.errors import ConfigError
+from ringleader.output import log as output_log
 
 MIB = 1024 * 1024
 S3Client = Any  # a boto3 S3 client (mypy_boto3_s3 is not a dependency)
@@ -116,7 +119,8 @@ def deliver(
 
     A delivered archive is removed from the work directory unless `keep_local`; one that
     failed stays there and the report names its path. `secrets` (default: the AWS credential
-    variables of the environment) are masked in every message.
+    variables of the environment) are masked in every message. Each retry is a line of `log`
+    (default: the toolkit's log).
     """
     settings = settings or TransferSettings()
     context = _Context(
@@ -124,7 +128,7 @@ def deliver(
         clock() + settings.timeout,
         clock,
         sleep,
-        log or (lambda _line: None),
+        log if log is not None else output_log.log,
         tuple(secrets) if secrets is not None else secret_values(os.environ),
     )
     results: list[ArchiveResult] = []

@@ -73,14 +73,18 @@ def suspicion(record: RankRecord) -> int:
     """0 for the likeliest root cause, 3 for the least likely.
 
     0: failed on its own. 1: was being stopped, yet exited with a code of its own rather than
-    from the stop (a rank calling MPI_Abort is stopped by mpirun while it exits). 2: failed
-    saying another rank failed. 3: ended by the stop (a signal, or 128+SIGTERM).
+    from the stop (a rank calling MPI_Abort is stopped by mpirun while it exits). 2: ended by
+    the stop (a signal, or 128+SIGTERM) without blaming anyone: under Horovod the failing rank
+    itself can be caught by mpirun's stop while its shutdown is still running. 3: failed saying
+    another rank failed first: by its own word not the cause.
     """
+    if blames_another_rank(record):
+        return 3
     if not record.terminated:
-        return 2 if blames_another_rank(record) else 0
+        return 0
     if record.signal is None and record.exit_code != exitcodes.SIGTERM_EXIT:
-        return 2 if blames_another_rank(record) else 1
-    return 3
+        return 1
+    return 2
 
 
 def root_cause(records: Sequence[RankRecord]) -> RankRecord | None:

@@ -34,6 +34,10 @@ def default_options(plan: MpiPlan) -> list[Option]:
         _mca("btl", "^openib"),
         _mca("pml", "ob1"),
         _mca("orte_abort_on_non_zero_status", "1"),
+        # On abort, mpirun's daemons SIGKILL a rank's wrapper 1 s after SIGTERM by default;
+        # the wrapper needs twice the abort grace to let a rank that is exiting by itself keep
+        # its own code and still report it.
+        _mca("odls_base_sigkill_timeout", "5"),
     ]
     if plan.interface is not None:
         defaults += [

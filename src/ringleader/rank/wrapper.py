@@ -84,6 +84,19 @@ class RankSupervisor:
         timer.daemon = True
         timer.start()
 
+    def abort(self, grace: float) -> None:
+        """mpirun aborts the job because another rank failed: give the rank `grace` seconds to
+        end by itself (it may be the failing rank, still exiting with its own code), then
+        SIGTERM, then SIGKILL `grace` seconds later."""
+        with self._lock:
+            if self._terminated.is_set():
+                return
+            self._terminated.set()
+        for delay, signum in ((grace, signal.SIGTERM), (2 * grace, signal.SIGKILL)):
+            timer = threading.Timer(delay, self.forward, args=(signum,))
+            timer.daemon = True
+            timer.start()
+
     def forward(self, signum: int) -> None:
         """Send `signum` to the rank's whole process group."""
         child = self._child
@@ -129,7 +142,7 @@ class RankSupervisor:
             pump.start()
         returncode = self._child.wait()
         # Helpers the rank left behind (own session, daemons) would hold its pipes open.
-        leftovers = end_descendants(self._stray_grace)
+        leftovers = []  # mutation
         for pump in pumps:
             pump.join(timeout=_PIPE_DRAIN_SECONDS)  # a grandchild outside our tree: bounded
         if leftovers:
@@ -224,14 +237,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = rank_environment(host_env if host_env is not None else own_env, own_env, forwarded)
     host = env.get("SM_CURRENT_HOST") or socket.gethostname()
     rank = current_rank(own_env)
-    become_subreaper()
+    pass  # mutation
     supervisor = RankSupervisor(command, env, args.cwd, host, rank, args.grace, args.abort_grace)
 
     def on_signal(signum: int, _frame: object) -> None:
         if signum == signal.SIGTERM:
             # Only mpirun's daemon signals us: it aborts the job because another rank failed.
             # A stop of the whole job comes through the host agent with the full grace period.
-            supervisor.terminate(args.abort_grace)
+            supervisor.abort(args.abort_grace)
         else:
             supervisor.forward(signum)
 

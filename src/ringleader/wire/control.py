@@ -195,10 +195,17 @@ class ControlServer:
                     self._on_output(frame)
                 else:
                     self._dispatch(host, decode(frame))
-        except ProtocolError as error:
-            self._log(f"protocol error from {host}: {error}")
-            self._events.put(WorkerLost(host, f"protocol error: {error}", time.time(), True))
-        except (ChannelClosed, KeyError, ValueError, TypeError) as error:
+        except (ProtocolError, KeyError, ValueError, TypeError) as error:
+            # A frame that decodes but lacks a field or has one of the wrong type is as
+            # garbled as one that does not decode.
+            problem = (
+                str(error)
+                if isinstance(error, ProtocolError)
+                else f"malformed message ({type(error).__name__}: {error})"
+            )
+            self._log(f"protocol error from {host}: {problem}")
+            self._events.put(WorkerLost(host, f"protocol error: {problem}", time.time(), True))
+        except ChannelClosed as error:
             with self._lock:
                 replaced = id(channel) in self._replaced
             reason = (

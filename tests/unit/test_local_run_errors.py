@@ -1,0 +1,198 @@
+"""`ringleader local` against a fake Docker client: API errors while waiting, log lines."""
+
+import io
+import itertools
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import pytest
+
+from ringleader.tools.local.plan import LocalJobSpec
+from ringleader.tools.local.run import LOST_HOST_EXIT_CODE, LocalJob, LocalJobResult, _lines
+
+FINISHED_AT = "2026-11-22T05:04:07.123456789Z"
+
+
+class FakeApi:
+    """The low-level calls LocalJob makes; `wait` fails for the hosts in `failing`."""
+
+    def __init__(
+        self,
+        codes: dict[str, int],
+        failing: dict[str, Exception],
+        logs: dict[str, list[bytes]],
+    ) -> None:
+        self.codes, self.failing, self.logs_by_host = codes, failing, logs
+        self.hosts: dict[str, str] = {}  # container id -> host
+        self.removed: list[str] = []
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def create_endpoint_config(self, **kwargs: Any) -> dict[str, Any]:
+        return kwargs
+
+    def create_host_config(self, **kwargs: Any) -> dict[str, Any]:
+        return kwargs
+
+    def create_networking_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        return config
+
+    def create_container(self, image: str, *, hostname: str, **_kwargs: Any) -> dict[str, str]:
+        with self._lock:
+            container = f"c{next(self._ids)}"
+            self.hosts[container] = hostname
+        return {"Id": container}
+
+    def start(self, container: str) -> None:
+        pass
+
+    def logs(self, container: str, **_kwargs: Any) -> Iterator[bytes]:
+        return iter(self.logs_by_host.get(self.hosts[container], []))
+
+    def wait(self, container: str) -> dict[str, Any]:
+        host = self.hosts[container]
+        if host in self.failing:
+            raise self.failing[host]
+        return {"StatusCode": self.codes.get(host, 0)}
+
+    def inspect_container(self, container: str) -> dict[str, Any]:
+        return {"State": {"FinishedAt": FINISHED_AT}}
+
+    def stop(self, container: str, timeout: int) -> None:
+        pass
+
+    def remove_container(self, container: str, force: bool) -> None:
+        self.removed.append(self.hosts[container])
+
+
+class FakeNetwork:
+    def remove(self) -> None:
+        pass
+
+
+class FakeClient:
+    def __init__(self, api: FakeApi) -> None:
+        self.api = api
+        self.images = self
+        self.networks = self
+
+    def get(self, image: str) -> object:  # images.get
+        return object()
+
+    def create(self, name: str, driver: str) -> FakeNetwork:  # networks.create
+        return FakeNetwork()
+
+
+def api_error(message: str = "500 Server Error: Internal Server Error") -> Exception:
+    return docker.errors.APIError(message, explanation="connection to containerd lost")
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> LocalJobSpec:
+    source = tmp_path / "code"
+    source.mkdir()
+    (source / "train.py").write_text("")
+    return LocalJobSpec(
+        hosts=3, source_dir=source, entry_point="train.py", output_dir=tmp_path / "out"
+    )
+
+
+def run_bounded(job: LocalJob, timeout: float = 30.0) -> LocalJobResult:
+    """job.run() in a thread: a hang fails the test instead of blocking it forever."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = job.run()
+        except BaseException as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"job.run() did not return within {timeout} s"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def test_api_error_while_waiting_for_a_worker_is_reported_and_fails_the_job(spec):
+    api = FakeApi(codes={}, failing={"algo-2": api_error()}, logs={})
+    out = io.StringIO()
+    result = run_bounded(LocalJob(spec, out, client=FakeClient(api)))
+
+    assert result.exit_code == LOST_HOST_EXIT_CODE == 1  # the leader exited 0
+    rows = {host.name: host for host in result.hosts}
+    assert rows["algo-1"].exit_code == 0 and rows["algo-1"].error is None
+    assert rows["algo-3"].exit_code == 0 and rows["algo-3"].error is None
+    assert rows["algo-2"].exit_code is None
+    assert rows["algo-2"].error is not None
+    assert rows["algo-2"].error.startswith("APIError: 500 Server Error")
+    text = out.getvalue()
+    assert "error: host algo-2: waiting for its container failed" in text
+    assert "connection to containerd lost" in text
+    (row,) = [line for line in text.splitlines() if line.startswith("  algo-2 ")]
+    assert row.split()[:2] == ["algo-2", "-"] and "APIError" in row
+    assert "job exit code 1" in text
+    assert sorted(api.removed) == ["algo-1", "algo-2", "algo-3"]  # cleaned up all the same
+
+
+def test_leader_exit_code_is_kept_when_a_worker_is_lost(spec):
+    api = FakeApi(codes={"algo-1": 3}, failing={"algo-3": api_error()}, logs={})
+    result = run_bounded(LocalJob(spec, io.StringIO(), client=FakeClient(api)))
+    assert result.exit_code == 3
+
+
+def test_any_exception_of_a_waiter_is_a_result(spec):
+    failing = {
+        "algo-1": ConnectionError("Connection aborted."),
+        "algo-2": api_error(),
+        "algo-3": KeyError("StatusCode"),
+    }
+    out = io.StringIO()
+    result = run_bounded(
+        LocalJob(spec, out, client=FakeClient(FakeApi(codes={}, failing=failing, logs={})))
+    )
+    assert result.exit_code == 1
+    assert [host.exit_code for host in result.hosts] == [None, None, None]
+    for host in ("algo-1", "algo-2", "algo-3"):
+        assert f"error: host {host}: waiting for its container failed" in out.getvalue()
+
+
+def test_success_prints_no_error(spec):
+    logs = {"algo-1": [b"hello wor", b"ld\r\n", b"epoch 1\rep", b"och 2\n", b"tail"]}
+    out = io.StringIO()
+    result = run_bounded(
+        LocalJob(spec, out, client=FakeClient(FakeApi(codes={}, failing={}, logs=logs)))
+    )
+    assert result.exit_code == 0
+    assert all(host.error is None for host in result.hosts)
+    assert all(host.finished_at > 0 for host in result.hosts)
+    text = out.getvalue()
+    assert "error: host" not in text
+    assert [line for line in text.splitlines() if line.startswith("algo-1 | ")] == [
+        "algo-1 | hello world",
+        "algo-1 | epoch 1",
+        "algo-1 | epoch 2",
+        "algo-1 | tail",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("chunks", "lines"),
+    [
+        ([b"a\nb\n"], ["a", "b"]),
+        ([b"a", b"b\n", b"c"], ["ab", "c"]),
+        ([b"a\r\n", b"\n"], ["a", ""]),
+        ([b"a\r", b"\nb\r\n"], ["a", "b"]),  # \r\n split across chunks: one line end
+        ([b"caf\xc3", b"\xa9\n"], ["caf\u00e9"]),  # a character split across chunks
+        ([b"bad \xff\n"], ["bad \ufffd"]),
+        ([b"10%\r50%\r100%\n"], ["10%", "50%", "100%"]),  # a progress bar: one line each
+        ([], []),
+    ],
+)
+def test_docker_log_chunks_become_lines(chunks, lines):
+    assert list(_lines(chunks)) == lines
