@@ -19,7 +19,10 @@ is reported as hung with the codes of the hosts that had exited by then ("?" = s
 and its containers are killed and removed. "-" is a host that was never started.
 
 Usage: .venv/bin/python bench/faults.py [--rows 1 3] [--runners ringleader toolkit]
-                                         [--toolkit-rows 1 2 3 4 5 6 7] [--toolkit-timeout 240]
+                                         [--toolkit-rows 1 3 4 5] [--toolkit-timeout 240]
+                                         [--ringleader-timeout 120] [--log-dir DIR]
+Every row runs for both runners unless --toolkit-rows narrows the toolkit's (its failure runs
+take 2.5-4 minutes each, so all rows take about 40 minutes).
 """
 
 import argparse
@@ -27,6 +30,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -238,9 +242,13 @@ def first_failure_line(job: LocalJob) -> str:
     for host in HOSTS:
         path = job.output_dir / host / "output" / "failure"
         with contextlib.suppress(OSError):
-            lines = path.read_text(errors="replace").strip().splitlines()
+            lines = [line.strip() for line in path.read_text(errors="replace").splitlines()]
+            lines = [line for line in lines if line]
             if lines:
-                text = f"{host}: {lines[0].strip()}"
+                # A first line that only announces what follows ("ExecuteUserScriptError:")
+                # gets the next line after " | ".
+                first = lines[0] if not lines[0].endswith(":") else " | ".join(lines[:2])
+                text = f"{host}: {first}"
                 return text if len(text) <= FAILURE_WIDTH else text[: FAILURE_WIDTH - 3] + "..."
     return "(no failure file)"
 
@@ -259,6 +267,8 @@ def run_row(
         except Exception as error:  # reported in the table, the benchmark goes on
             box["error"] = error
 
+    load = os.getloadavg()[0]
+    progress(f"{runner} row {row.number}: job {job.job_id}, load average {load:.1f}")
     launched = time.time()
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
@@ -382,7 +392,7 @@ def main() -> int:
         "--toolkit-rows",
         type=int,
         nargs="+",
-        default=[1, 2, 3, 4, 5, 6, 7],
+        default=list(ROWS),
         choices=list(ROWS),
         help="rows run for the toolkit too (each can take up to --toolkit-timeout)",
     )

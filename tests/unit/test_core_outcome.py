@@ -134,9 +134,7 @@ def stopped_by_the_loss(*ranks, ended=6.0):
 
 
 def test_lost_host_outranks_the_ranks_killed_after_it():
-    facts = JobFacts(
-        records=stopped_by_the_loss(0, 1, 2, 3), world_size=6, lost_hosts=(loss(),)
-    )
+    facts = JobFacts(records=stopped_by_the_loss(0, 1, 2, 3), world_size=6, lost_hosts=(loss(),))
     outcome = decide(facts)
     assert outcome.exit_code == exitcodes.HOST_LOST == 75
     failure = outcome.failure or ""

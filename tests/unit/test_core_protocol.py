@@ -192,4 +192,3 @@ def test_a_frame_longer_than_the_limit_is_protocol_error(pair, monkeypatch):
     left.sendall(b'{"type": "x", "pad": "' + b"y" * 5000)  # no newline in sight
     with pytest.raises(ProtocolError, match="longer than"):
         b.receive_frame(timeout=1.0)
-

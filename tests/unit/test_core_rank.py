@@ -266,7 +266,8 @@ def test_sigterm_to_the_wrapper_is_forwarded(workdir, agent):
         "print('ready', flush=True)\n"
         "time.sleep(30)\n"
     )
-    wrapper = Wrapper(workdir, python_command(code), grace=20, abort_grace=20)
+    # mpirun's abort: the rank gets the abort grace to end by itself, then SIGTERM.
+    wrapper = Wrapper(workdir, python_command(code), grace=20, abort_grace=0.3)
     wrapper.wait_for_line(agent.stdout, b"ready")
     wrapper.process.send_signal(signal.SIGTERM)
     assert wrapper.wait() == 7
@@ -308,9 +309,29 @@ def test_sigterm_from_mpirun_uses_the_abort_grace(workdir, agent):
     wrapper.process.send_signal(signal.SIGTERM)  # what orted does when another rank failed
     assert wrapper.wait() == 137
     elapsed = time.monotonic() - started
-    assert 0.25 <= elapsed < 5.0
+    assert 0.55 <= elapsed < 5.0  # the grace to end by itself, then the grace after SIGTERM
     record = ended_record(agent.events)
     assert (record.exit_code, record.signal, record.terminated) == (137, 9, True)
+
+
+def test_a_rank_ending_by_itself_within_the_abort_grace_keeps_its_own_code(workdir, agent):
+    # A rank calling MPI_Abort is still exiting when mpirun's stop reaches its wrapper: it must
+    # not be SIGTERMed into 143 in the meantime, or the root cause would lose its exit code.
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    code = (
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (os.write(1, b'got TERM\\n'), sys.exit(9)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(0.3)\n"
+        "sys.exit(5)\n"
+    )
+    wrapper = Wrapper(workdir, python_command(code), grace=20, abort_grace=10)
+    wrapper.wait_for_line(agent.stdout, b"ready")
+    wrapper.process.send_signal(signal.SIGTERM)
+    assert wrapper.wait() == 5
+    record = ended_record(agent.events)
+    assert (record.exit_code, record.signal, record.terminated) == (5, None, True)
+    assert not any(b"got TERM" in line for line in agent.lines(agent.stdout))
 
 
 def child_pid(wrapper: Wrapper, agent: RunningAgent) -> int:

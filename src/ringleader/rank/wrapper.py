@@ -142,7 +142,7 @@ class RankSupervisor:
             pump.start()
         returncode = self._child.wait()
         # Helpers the rank left behind (own session, daemons) would hold its pipes open.
-        leftovers = []  # mutation
+        leftovers = end_descendants(self._stray_grace)
         for pump in pumps:
             pump.join(timeout=_PIPE_DRAIN_SECONDS)  # a grandchild outside our tree: bounded
         if leftovers:
@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = rank_environment(host_env if host_env is not None else own_env, own_env, forwarded)
     host = env.get("SM_CURRENT_HOST") or socket.gethostname()
     rank = current_rank(own_env)
-    pass  # mutation
+    become_subreaper()
     supervisor = RankSupervisor(command, env, args.cwd, host, rank, args.grace, args.abort_grace)
 
     def on_signal(signum: int, _frame: object) -> None:
