@@ -406,19 +406,24 @@ class Worker:
         )
 
 
-def test_leader_link_says_hello_and_receives_messages(fast_leader):
-    worker = Worker(fast_leader, "algo-2")
+def test_leader_link_says_hello_and_receives_messages():
+    # Pulses must flow both ways for the whole quiet time, which is longer than the timeout;
+    # the timeout leaves room for a loaded test machine.
+    roomy = Liveness(interval=0.05, timeout=1.0)
+    leader = Leader(roomy)
+    worker = Worker(leader, "algo-2", liveness=roomy)
     try:
-        assert next_event(fast_leader.events) == WorkerHello("algo-2")
-        fast_leader.server.broadcast({"type": "launched"})
+        assert next_event(leader.events) == WorkerHello("algo-2")
+        leader.server.broadcast({"type": "launched"})
         assert next_event(worker.events) == LeaderMessage({"type": "launched"})
         worker.link.send({"type": "bye"})
-        assert next_event(fast_leader.events) == WorkerBye("algo-2")
-        # Both ends keep pulsing: neither is lost over several timeouts.
-        assert_no_event(fast_leader.events)
+        assert next_event(leader.events) == WorkerBye("algo-2")
+        # Both ends keep pulsing: neither is lost.
+        assert_no_event(leader.events, within=1.5 * roomy.timeout)
         assert worker.events.empty()
     finally:
         worker.link.close()
+        leader.close()
 
 
 def test_leader_link_close_reports_nothing(fast_leader):
