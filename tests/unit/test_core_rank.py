@@ -559,3 +559,42 @@ def test_terminate_while_the_child_is_being_started(monkeypatch):
     assert record.terminated is True
     assert (record.exit_code, record.signal) == (143, 15)
     assert elapsed < 1.5
+
+
+def test_a_rank_that_closes_its_stdout_early_still_reports_its_end(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2", "PATH": "/usr/bin:/bin"})
+    code = (
+        "import os, sys, time\n"
+        "print('before close', flush=True)\n"
+        "os.close(1)\n"
+        "print('still working', file=sys.stderr, flush=True)\n"
+        "time.sleep(0.2)\n"
+        "sys.exit(4)\n"
+    )
+    wrapper = Wrapper(workdir, python_command(code), rank=2)
+    assert wrapper.wait() == 4
+    record = ended_record(agent.events)
+    assert (record.exit_code, record.signal, record.stderr_tail) == (4, None, ("still working",))
+    assert agent.lines(agent.stdout) == [b"[algo-2 rank 2] before close\n"]
+
+
+def test_50_mb_without_a_newline_arrives_whole_in_bounded_pieces(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2", "PATH": "/usr/bin:/bin"})
+    size = 50 * 1024 * 1024
+    code = (
+        "import sys\n"
+        f"block = b'\\x01x' * ({size} // 2 // 64)\n"  # control bytes: JSON escapes grow them
+        "for _ in range(64): sys.stdout.buffer.write(block)\n"
+        "sys.stdout.buffer.flush()\n"
+    )
+    wrapper = Wrapper(workdir, python_command(code), rank=1)
+    assert wrapper.wait(timeout=120) == 0
+    record = ended_record(agent.events)
+    assert record.exit_code == 0
+    pieces = agent.lines(agent.stdout)
+    prefix = b"[algo-2 rank 1] "
+    assert all(piece.startswith(prefix) and piece.endswith(b"\n") for piece in pieces)
+    payload = b"".join(piece[len(prefix) : -1] for piece in pieces)
+    assert len(payload) == size
+    assert payload == b"\x01x" * (size // 2)
+    assert max(len(piece) for piece in pieces) <= 256 * 1024 + len(prefix) + 1
