@@ -1,4 +1,4 @@
-"""Archives on disk, per-host data files and delivery to a local directory (no S3)."""
+"""Archives on disk and delivery to a local directory (no S3)."""
 
 import errno
 import gzip
@@ -19,8 +19,6 @@ from ringleader.artifacts import (
     check_output_uri,
     collect,
     delivery,
-    host_data_dir,
-    keep_stray_outputs,
     parse_output_uri,
     verify_archive,
 )
@@ -358,38 +356,6 @@ def test_check_output_directory(tmp_path):
     with pytest.raises(ConfigError, match="is not a directory") as caught:
         check_output_uri(parse_output_uri(str(blocker / "sub")))
     assert caught.value.field == "ringleader_output_uri"
-
-
-def test_per_host_data_directory():
-    assert host_data_dir("algo-1-x7k2p") == Path("/opt/ml/output/data/algo-1-x7k2p")
-    assert host_data_dir("algo-2", Path("/tmp/d")) == Path("/tmp/d/algo-2")
-
-
-def test_stray_outputs_are_linked_into_the_hosts_data_directory(tmp_path):
-    output = tmp_path / "output"
-    write(output / "timeline.json", "[timeline]")
-    write(output / "failure", "failure text")
-    write(output / "success", "")
-    write(output / "data" / "user.csv", "user file")
-    write(output / "tensors" / "debugger.bin", "owned by SageMaker Debugger")
-    (output / "link.json").symlink_to(output / "timeline.json")
-    added = keep_stray_outputs("algo-3", output)
-    target = output / "data" / "algo-3" / "timeline.json"
-    assert added == [target]
-    assert target.read_text() == "[timeline]"
-    assert (output / "timeline.json").exists()  # the original stays where the user put it
-    assert sorted(p.name for p in (output / "data" / "algo-3").iterdir()) == ["timeline.json"]
-    assert keep_stray_outputs("algo-3", output) == []  # again: nothing new
-
-
-def test_stray_output_does_not_overwrite_a_different_file(tmp_path):
-    output = tmp_path / "output"
-    write(output / "timeline.json", "new")
-    write(output / "data" / "algo-1" / "timeline.json", "already there")
-    added = keep_stray_outputs("algo-1", output)
-    assert added == [output / "data" / "algo-1" / "timeline.1.json"]
-    assert (output / "data" / "algo-1" / "timeline.json").read_text() == "already there"
-    assert added[0].read_text() == "new"
 
 
 def test_build_is_repeatable_after_an_earlier_kept_archive(tmp_path):

@@ -1,24 +1,12 @@
-"""The pure parts of ringleader.artifacts: output URI, manifest, retry rules, report text."""
+"""The pure parts of ringleader.artifacts: output URI, manifest, report text.
+
+Retry rules, error text and redaction are ringleader.aws's: see test_aws.py."""
 
 import pytest
-from botocore.exceptions import (
-    ClientError,
-    ConnectTimeoutError,
-    EndpointConnectionError,
-    NoCredentialsError,
-    ParamValidationError,
-)
 
 from ringleader.artifacts.archive import Skipped
 from ringleader.artifacts.manifest import manifest_line, manifest_text, parse_manifest
 from ringleader.artifacts.report import ArchiveResult, DeliveryReport, append_note
-from ringleader.artifacts.retry import (
-    backoff_delay,
-    error_text,
-    is_retryable,
-    redact,
-    secret_values,
-)
 from ringleader.artifacts.uri import OutputUri, parse_output_uri, path_component
 from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
@@ -131,69 +119,6 @@ def test_manifest_parses_back():
     assert parse_manifest(manifest_text(entries.items())) == entries
     with pytest.raises(ValueError, match="line 1"):
         parse_manifest("not a manifest line\n")
-
-
-def client_error(code, status, message="msg"):
-    return ClientError(
-        {
-            "Error": {"Code": code, "Message": message},
-            "ResponseMetadata": {"HTTPStatusCode": status},
-        },
-        "PutObject",
-    )
-
-
-@pytest.mark.parametrize(
-    ("error", "retry"),
-    [
-        (client_error("SlowDown", 503), True),
-        (client_error("Throttling", 400), True),
-        (client_error("InternalError", 500), True),
-        (client_error("ServiceUnavailable", 503), True),
-        (client_error("BadGateway", 502), True),
-        (client_error("RequestTimeout", 400), True),
-        (client_error("BadDigest", 400), True),
-        (client_error("TooManyRequests", 429), True),
-        (client_error("AccessDenied", 403), False),
-        (client_error("NoSuchBucket", 404), False),
-        (client_error("InvalidAccessKeyId", 403), False),
-        (EndpointConnectionError(endpoint_url="https://s3.amazonaws.com"), True),
-        (ConnectTimeoutError(endpoint_url="https://s3.amazonaws.com"), True),
-        (NoCredentialsError(), False),
-        (ParamValidationError(report="bad"), False),
-        (FileNotFoundError(2, "No such file or directory"), False),
-    ],
-)
-def test_which_errors_are_retried(error, retry):
-    assert is_retryable(error) is retry
-
-
-def test_backoff_doubles_up_to_the_cap():
-    assert [backoff_delay(n, 1.0, 10.0) for n in range(1, 7)] == [1, 2, 4, 8, 10, 10]
-    assert backoff_delay(1, 0.25, 30.0) == 0.25
-
-
-def test_error_text_is_short_and_names_the_code():
-    assert error_text(client_error("SlowDown", 503, "Please reduce your request rate.")) == (
-        "SlowDown: Please reduce your request rate. (HTTP 503)"
-    )
-    assert error_text(client_error("404", 404, "Not Found")) == "HTTP 404 Not Found"
-    assert "no usable AWS credentials" in error_text(NoCredentialsError())
-    assert error_text(PermissionError(13, "Permission denied", "/x")) == "Permission denied (/x)"
-
-
-def test_redaction_masks_every_credential_variable():
-    environ = {
-        "AWS_ACCESS_KEY_ID": "AKIAFAKE",
-        "AWS_SECRET_ACCESS_KEY": "s3cr3t/value",
-        "AWS_SESSION_TOKEN": "tok",  # too short to redact without damaging ordinary text
-        "HOME": "/root",
-    }
-    secrets = secret_values(environ)
-    assert set(secrets) == {"AKIAFAKE", "s3cr3t/value"}
-    assert redact("key AKIAFAKE secret s3cr3t/value home /root", secrets) == (
-        "key *** secret *** home /root"
-    )
 
 
 def result(name, error=None, **fields):

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
+from ringleader.core.jobfile import JobFileError, read_job_file
+from ringleader.core.jobfile import parse_job_file as parse_job
 from ringleader.core.outcome import Outcome
 from ringleader.core.records import RankRecord
 from ringleader.core.results import write_job_summary
 from ringleader.tools.report.jobinfo import (
-    JobFileError,
     decide_outcome,
     duration,
     is_root_cause,
-    parse_job,
     short_status,
     status,
 )
@@ -112,7 +112,7 @@ def test_status_wording() -> None:
 
 
 def test_what_the_leader_writes_is_what_the_report_reads(tmp_path: Path) -> None:
-    """The contract with ringleader.core.results.write_job_summary, through a real file."""
+    """The contract of ringleader.core.jobfile's writer and reader, through a real file."""
     records = [
         RankRecord(0, "algo-1", 143, 15, 10.0, 20.5, True, ("Horovod has been shut down.",)),
         RankRecord(1, "algo-2", 3, None, 10.1, 19.0, False, ("ValueError: nan",)),
@@ -120,7 +120,7 @@ def test_what_the_leader_writes_is_what_the_report_reads(tmp_path: Path) -> None
     outcome = Outcome(3, "Rank 1 on host algo-2 exited with code 3\n", records[1])
     path = tmp_path / "data" / "job.json"
     write_job_summary(path, outcome, records, ["algo-1", "algo-2"], 2)
-    info = parse_job(path.read_text())
+    info = read_job_file(path)
     assert info.ranks == tuple(records) and info.root_cause == records[1]
     assert (info.exit_code, info.failure, info.world_size) == (3, outcome.failure, 2)
     assert info.hosts == ("algo-1", "algo-2") and info.problems == ()

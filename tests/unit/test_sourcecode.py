@@ -160,25 +160,17 @@ def test_pip_command_lines():
 # ------------------------------------------------------------------------------- S3 URIs
 
 
-def test_parse_s3_uri():
-    assert sourcecode.parse_s3_uri("s3://b/p/sourcedir.tar.gz") == ("b", "p/sourcedir.tar.gz")
+def test_a_uri_that_names_no_object_is_a_config_error(tmp_path):
+    """Found before any client is made (ringleader.aws.uri has the rules: test_aws.py)."""
     for bad, text in [
         ("s3:///key", "has no bucket name"),
         ("s3://bucket", "must name a sourcedir tarball object"),
         ("s3://bucket/prefix/", "must name a sourcedir tarball object"),
     ]:
         with pytest.raises(ConfigError) as caught:
-            sourcecode.parse_s3_uri(bad)
+            sourcecode.download_s3(bad, tmp_path / "a", 60, sourcecode.Stop())
         assert caught.value.field == "sagemaker_submit_directory"
         assert text in caught.value.problem
-
-
-def test_s3_endpoint_prefers_boto3s_own_variables():
-    assert sourcecode.s3_endpoint({}) is None
-    assert sourcecode.s3_endpoint({"S3_ENDPOINT_URL": "http://a"}) == "http://a"
-    both = {"S3_ENDPOINT_URL": "http://a", "AWS_ENDPOINT_URL_S3": "http://b"}
-    assert sourcecode.s3_endpoint(both) is None  # boto3 reads AWS_ENDPOINT_URL_S3 itself
-    assert sourcecode.s3_endpoint({"S3_ENDPOINT_URL": "http://a", "AWS_ENDPOINT_URL": "x"}) is None
 
 
 # ------------------------------------------------------------------------------ archives

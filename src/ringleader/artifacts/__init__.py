@@ -1,13 +1,13 @@
-"""Artifacts at the end of every job: per-host files, archives, and delivery to an output URI.
+"""Artifacts at the end of every job: each host's output and model, archived and delivered.
 
 Before the job starts (only when `ringleader_output_uri` is set):
 
     uri = parse_output_uri(value)      # ConfigError naming ringleader_output_uri
     check_output_uri(uri)              # the bucket exists / the directory can be made
 
-At the end of every job, on every host, after the result files are written:
+At the end of every job, on every host, after the result files are written (only when
+`ringleader_output_uri` is set):
 
-    keep_stray_outputs(host)           # /opt/ml/output/*.json -> data/<host>/ for SageMaker
     report = collect(OUTPUT_DIR, MODEL_DIR, uri, host)  # each retry: a line of log.log
     for line in report.summary_lines():
         log.log(line)
@@ -39,11 +39,10 @@ from ringleader.artifacts.delivery import (
     deliver,
     make_s3_client,
 )
-from ringleader.artifacts.hostdata import host_data_dir, keep_stray_outputs
 from ringleader.artifacts.manifest import MANIFEST_NAME
 from ringleader.artifacts.report import ArchiveResult, DeliveryReport, append_note
-from ringleader.artifacts.retry import redact, secret_values
 from ringleader.artifacts.uri import OutputUri, parse_output_uri
+from ringleader.aws.redact import redact, secret_values
 
 MODEL_DIR = Path("/opt/ml/model")
 WORK_DIR = Path("/opt/ml/artifacts")  # archives are built here; failed ones stay here
@@ -65,8 +64,6 @@ __all__ = [
     "check_output_uri",
     "collect",
     "deliver",
-    "host_data_dir",
-    "keep_stray_outputs",
     "parse_output_uri",
     "verify_archive",
 ]

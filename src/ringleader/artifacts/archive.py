@@ -6,13 +6,11 @@ complete, so its final name never holds a partial archive. Members come in a fix
 FIFOs and devices are left out and listed as skipped. Owners are stored as root (0/0, no names).
 """
 
-import contextlib
 import gzip
 import hashlib
 import os
 import stat
 import tarfile
-import tempfile
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from ringleader.artifacts.manifest import (
     sha256_of_file,
     sha256_of_stream,
 )
+from ringleader.core.files import atomic_output
 
 OUTPUT_ARCHIVE = "output.tar.gz"
 MODEL_ARCHIVE = "model.tar.gz"
@@ -144,23 +143,10 @@ def build_archive(
     manifest = encode_manifest(manifest_text((path, d) for path, (d, _) in digests.items()))
     final = work_dir / name
     try:
-        descriptor, temporary = tempfile.mkstemp(
-            prefix=f".{name}.", suffix=PARTIAL_SUFFIX, dir=work_dir
-        )
-    except OSError as error:
-        raise ArchiveError(f"cannot write in {work_dir}: {_os_error(error)}") from error
-    try:
-        with os.fdopen(descriptor, "wb") as raw:
+        with atomic_output(final, suffix=PARTIAL_SUFFIX, mode=0o600) as raw:
             _write_tar(raw, source, kept, digests, manifest, compresslevel)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(temporary, final)
-    except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if isinstance(error, OSError):
-            raise ArchiveError(f"cannot write {final}: {_os_error(error)}") from error
-        raise
+    except OSError as error:
+        raise ArchiveError(f"cannot write {final}: {_os_error(error)}") from error
     digest, size = sha256_of_file(final)
     return Archive(name, final, size, digest, len(digests), tuple(skipped))
 

@@ -12,7 +12,6 @@ callable to collect them, or `lambda _line: None` to drop them.
 import contextlib
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -20,7 +19,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import boto3
 import botocore.config
 from boto3.s3.transfer import TransferConfig, create_transfer_manager
 from botocore.exceptions import ClientError
@@ -28,22 +26,16 @@ from s3transfer.subscribers import BaseSubscriber
 
 from ringleader.artifacts.archive import PARTIAL_SUFFIX, Archive
 from ringleader.artifacts.report import ArchiveResult, DeliveryReport
-from ringleader.artifacts.retry import (
-    backoff_delay,
-    error_code,
-    error_text,
-    http_status,
-    is_retryable,
-    redact,
-    secret_values,
-)
 from ringleader.artifacts.uri import FIELD, OutputUri
+from ringleader.aws.client import Client, client_config, make_client, s3_endpoint
+from ringleader.aws.errors import backoff_delay, error_code, error_text, http_status, is_retryable
+from ringleader.aws.redact import redact, secret_values
 from ringleader.core.errors import ConfigError
+from ringleader.core.files import atomic_output
 from ringleader.output import log as output_log
 
 MIB = 1024 * 1024
-S3Client = Any  # a boto3 S3 client (mypy_boto3_s3 is not a dependency)
-ClientFactory = Callable[[botocore.config.Config], S3Client]
+ClientFactory = Callable[[botocore.config.Config], Client]
 Log = Callable[[str], None]
 
 
@@ -61,8 +53,8 @@ class TransferSettings:
     timeout: float = 600.0  # no attempt or wait starts later than this after delivery began
 
     def botocore_config(self) -> botocore.config.Config:
-        return botocore.config.Config(
-            retries={"mode": "standard", "total_max_attempts": self.request_attempts},
+        return client_config(
+            total_attempts=self.request_attempts,
             connect_timeout=self.connect_timeout,
             read_timeout=self.read_timeout,
             max_pool_connections=max(10, self.max_concurrency),
@@ -78,9 +70,10 @@ class TransferSettings:
         )
 
 
-def make_s3_client(config: botocore.config.Config) -> S3Client:
-    """An S3 client from the default credential chain; AWS_ENDPOINT_URL_S3 and AWS_REGION apply."""
-    return boto3.session.Session().client("s3", config=config)
+def make_s3_client(config: botocore.config.Config) -> Client:
+    """An S3 client in a session of its own (see ringleader.aws.client.make_client), at the
+    same endpoint the sourcedir download uses."""
+    return make_client("s3", config, new_session=True, endpoint_url=s3_endpoint())
 
 
 @dataclass(frozen=True)
@@ -173,20 +166,11 @@ def _deliver_local(
 def copy_atomically(source: Path, destination: Path) -> None:
     """Copy to a temporary name next to `destination`, then rename: no partial final file."""
     destination.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(
-        prefix=f".{destination.name}.", suffix=PARTIAL_SUFFIX, dir=destination.parent
-    )
-    try:
-        with os.fdopen(descriptor, "wb") as target, source.open("rb") as stream:
-            shutil.copyfileobj(stream, target, 4 * MIB)
-            target.flush()
-            os.fsync(target.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, destination)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    with (
+        source.open("rb") as stream,
+        atomic_output(destination, suffix=PARTIAL_SUFFIX, mode=0o644) as target,
+    ):
+        shutil.copyfileobj(stream, target, 4 * MIB)
 
 
 def _deliver_s3(
@@ -308,13 +292,13 @@ class _Done(BaseSubscriber):
 
 
 def _uploader(
-    client: S3Client, archive: Archive, bucket: str, key: str, context: _Context
+    client: Client, archive: Archive, bucket: str, key: str, context: _Context
 ) -> Callable[[float], None]:
     return lambda remaining: _upload(client, archive, bucket, key, context, remaining)
 
 
 def _upload(
-    client: S3Client,
+    client: Client,
     archive: Archive,
     bucket: str,
     key: str,

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringleader.artifacts.archive import Skipped
+from ringleader.core.files import write_atomically
 
 MAX_SKIPPED_SHOWN = 5
 
@@ -93,9 +94,7 @@ def append_note(failure_file: Path, note: str) -> None:
         before = failure_file.read_text(errors="replace")
     separator = "\n" if before and not before.endswith("\n") else ""
     failure_file.parent.mkdir(parents=True, exist_ok=True)
-    temporary = failure_file.with_name(failure_file.name + ".artifacts.tmp")
-    temporary.write_text(before + separator + note)
-    temporary.replace(failure_file)
+    write_atomically(failure_file, before + separator + note)
 
 
 def _size(size: int | None) -> str:

@@ -3,21 +3,18 @@
 Pure: parsing and the destination of one host's archive. Checked before the job starts.
 """
 
-import ipaddress
 import posixpath
 import re
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote
 
+from ringleader.aws.uri import bucket_name_problem, split_s3_uri
 from ringleader.core.errors import ConfigError
 
 FIELD = "ringleader_output_uri"
 EXPECTED = "s3://bucket[/prefix], file:///absolute/path or an absolute path"
 
-# Bucket names as S3 accepts them since 2018: 3-63 characters, lower-case letters, digits,
-# dots and hyphens, a letter or digit at each end, no "..", not an IPv4 address.
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _UNSAFE_COMPONENT = re.compile(r"[^A-Za-z0-9._-]")
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
@@ -67,14 +64,14 @@ def parse_output_uri(text: str) -> OutputUri:
     if shown != stripped:  # user:password@ before the host
         raise _error(f"{shown!r}: credentials do not belong in the URI; expected {EXPECTED}")
     if scheme == "s3":
-        return _parse_s3(rest)
+        return _parse_s3(stripped, rest)
     if scheme == "file":
         return _parse_file(stripped, rest)
     raise _error(f"unknown scheme {scheme!r} in {shown!r}; expected {EXPECTED}")
 
 
-def _parse_s3(rest: str) -> OutputUri:
-    bucket, _, prefix = rest.partition("/")
+def _parse_s3(text: str, rest: str) -> OutputUri:
+    bucket, prefix = split_s3_uri(text)
     if not bucket:
         raise _error(f"no bucket name in s3://{rest}; expected s3://bucket[/prefix]")
     problem = bucket_name_problem(bucket)
@@ -105,24 +102,6 @@ def shown_uri(text: str) -> str:
 
 def _error(problem: str) -> ConfigError:
     return ConfigError(FIELD, problem)
-
-
-def bucket_name_problem(name: str) -> str | None:
-    """Why `name` is not a valid S3 bucket name, or None when it is."""
-    if not 3 <= len(name) <= 63:
-        return f"must be 3 to 63 characters long, not {len(name)}"
-    if not _BUCKET.fullmatch(name):
-        return (
-            "only lower-case letters, digits, dots and hyphens, "
-            "starting and ending with a letter or digit"
-        )
-    if ".." in name:
-        return "two dots in a row"
-    try:
-        ipaddress.IPv4Address(name)
-    except ValueError:
-        return None
-    return "looks like an IP address"
 
 
 def path_component(name: str) -> str:

@@ -1,11 +1,12 @@
-"""The job's result files: /opt/ml/output/failure or /opt/ml/output/success."""
+"""The job's result files: /opt/ml/output/failure or /opt/ml/output/success, and job.json."""
 
 import contextlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from ringleader.core import paths
+from ringleader.core.files import write_atomically
+from ringleader.core.jobfile import JobSummary, write_job_file
 from ringleader.core.outcome import Outcome
 from ringleader.core.records import RankRecord
 
@@ -21,7 +22,7 @@ def write_result(exit_code: int, failure: str | None, output_dir: Path = paths.O
         return
     with contextlib.suppress(FileNotFoundError):
         success_file.unlink()
-    _write_atomically(failure_file, failure or f"The job failed with exit code {exit_code}.\n")
+    write_atomically(failure_file, failure or f"The job failed with exit code {exit_code}.\n")
 
 
 def write_job_summary(
@@ -32,19 +33,12 @@ def write_job_summary(
     world_size: int,
 ) -> None:
     """job.json on the leader: the outcome and every rank's record, for reports and tools."""
-    summary = {
-        "exit_code": outcome.exit_code,
-        "failure": outcome.failure,
-        "hosts": list(hosts),
-        "world_size": world_size,
-        "root_cause": outcome.root_cause.to_json() if outcome.root_cause else None,
-        "ranks": [record.to_json() for record in records],
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(path, json.dumps(summary, indent=2) + "\n")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
+    summary = JobSummary(
+        exit_code=outcome.exit_code,
+        failure=outcome.failure,
+        hosts=tuple(hosts),
+        world_size=world_size,
+        root_cause=outcome.root_cause,
+        ranks=tuple(records),
+    )
+    write_job_file(path, summary)

@@ -7,12 +7,12 @@ SM_CURRENT_HOST and no variable is copied into /etc/environment.
 """
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ringleader.config.job import RINGLEADER_PREFIX, ConfigFiles, JobConfig, read_json_object
+from ringleader.core.files import write_atomically
 
 
 class _Given(dict[str, Any]):
@@ -64,9 +64,6 @@ def user_args(config: JobConfig) -> list[str]:
 
 
 def write_host_env(path: Path, env: Mapping[str, str]) -> None:
+    """The ranks' environment, readable by root only (it may hold secrets)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump({"env": dict(env)}, handle)
-    temporary.replace(path)
+    write_atomically(path, json.dumps({"env": dict(env)}), mode=0o600)

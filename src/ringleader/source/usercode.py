@@ -26,11 +26,12 @@ import threading
 import time
 import tomllib
 import zlib
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from ringleader.aws.uri import S3UriError, parse_s3_object_uri
 from ringleader.config.job import JobConfig
 from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
@@ -42,8 +43,10 @@ REQUIREMENTS = "requirements.txt"
 
 DOWNLOAD_TIMEOUT = 600.0  # seconds for the whole sourcedir download
 INSTALL_TIMEOUT = 1200.0  # seconds for pip
+S3_ATTEMPTS = 4  # tries of each request (botocore's standard retry mode)
 S3_CONNECT_TIMEOUT = 10.0
 S3_READ_TIMEOUT = 60.0  # one read of the object's body
+SOURCEDIR_OBJECT = "a sourcedir tarball object (s3://bucket/prefix/sourcedir.tar.gz)"
 OUTPUT_TAIL_LINES = 8  # of pip's output, in the failure file
 # After SIGTERM, a download or pip run may go on this long before it is abandoned (exit 143).
 # Under docker compose (the SDK's local mode) SIGTERM usually means that another host already
@@ -224,30 +227,6 @@ def pip_install_argv(python: str, requirements: bool, package_dir: str | None) -
     return argv
 
 
-def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """(bucket, key) of an s3://bucket/key URI naming one object."""
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
-    if not bucket:
-        raise ConfigError(SUBMIT_DIRECTORY, f"{uri!r} has no bucket name")
-    if not key or key.endswith("/"):
-        raise ConfigError(
-            SUBMIT_DIRECTORY,
-            f"{uri!r} must name a sourcedir tarball object (s3://bucket/prefix/sourcedir.tar.gz)",
-        )
-    return bucket, key
-
-
-def s3_endpoint(environ: Mapping[str, str]) -> str | None:
-    """An endpoint to pass to boto3 explicitly, or None to let boto3 choose.
-
-    boto3 itself honours AWS_ENDPOINT_URL_S3 and AWS_ENDPOINT_URL (the SDK's v2 local mode sets
-    the former); S3_ENDPOINT_URL is what sagemaker-training reads, used only when neither is set.
-    """
-    if environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL"):
-        return None
-    return environ.get("S3_ENDPOINT_URL") or None
-
-
 def output_tail(text: str, lines: int = OUTPUT_TAIL_LINES) -> str:
     kept = [line.rstrip() for line in text.splitlines() if line.strip()]
     return "\n".join(f"  {line[:200]}" for line in kept[-lines:])
@@ -333,21 +312,24 @@ def fetch_and_extract(source: str, code_dir: Path, timeout: float, stop: Stop) -
 def download_s3(uri: str, destination: Path, timeout: float, stop: Stop) -> int:
     """Stream one S3 object into `destination`; returns its size. Bounded by `timeout` overall
     and by connect/read timeouts per request, so a stalled transfer cannot hang the host."""
-    import boto3  # slow import: only when the code comes from S3
-    import botocore.config
     import botocore.exceptions
 
-    bucket, key = parse_s3_uri(uri)
-    endpoint = s3_endpoint(os.environ)
+    from ringleader.aws import client as aws  # boto3: a slow import, only when code is in S3
+    from ringleader.aws.errors import error_code, http_status
+
+    try:
+        bucket, key = parse_s3_object_uri(uri, SOURCEDIR_OBJECT)
+    except S3UriError as error:
+        raise ConfigError(SUBMIT_DIRECTORY, str(error)) from None
     deadline = time.monotonic() + timeout
-    client: Any = boto3.client(
+    client = aws.make_client(
         "s3",
-        endpoint_url=endpoint,
-        config=botocore.config.Config(
+        aws.client_config(
+            total_attempts=S3_ATTEMPTS,
             connect_timeout=S3_CONNECT_TIMEOUT,
             read_timeout=S3_READ_TIMEOUT,
-            retries={"max_attempts": 3, "mode": "standard"},
         ),
+        endpoint_url=aws.s3_endpoint(os.environ),
     )
     where = f" (S3 endpoint {client.meta.endpoint_url})"
     size = 0
@@ -366,7 +348,9 @@ def download_s3(uri: str, destination: Path, timeout: float, stop: Stop) -> int:
                         f"(download timeout); {size} bytes arrived{where}",
                     )
     except botocore.exceptions.ClientError as error:
-        raise ConfigError(SUBMIT_DIRECTORY, _s3_error(uri, bucket, key, error) + where) from None
+        message = str(error.response.get("Error", {}).get("Message", ""))
+        problem = _s3_error(uri, bucket, key, error_code(error), http_status(error), message)
+        raise ConfigError(SUBMIT_DIRECTORY, problem + where) from None
     except botocore.exceptions.NoCredentialsError:
         raise ConfigError(
             SUBMIT_DIRECTORY, f"no AWS credentials to download {uri}{where}"
@@ -376,17 +360,15 @@ def download_s3(uri: str, destination: Path, timeout: float, stop: Stop) -> int:
     return size
 
 
-def _s3_error(uri: str, bucket: str, key: str, error: Any) -> str:
-    details = error.response.get("Error", {})
-    code = str(details.get("Code", ""))
-    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+def _s3_error(uri: str, bucket: str, key: str, code: str, status: int, message: str) -> str:
+    """What GetObject's failure means, naming the bucket or key."""
     if code == "NoSuchBucket":
         return f"{uri}: the bucket {bucket!r} does not exist"
     if code in ("NoSuchKey", "404") or status == 404:
         return f"{uri}: no object {key!r} in the bucket {bucket!r}"
     if code in ("AccessDenied", "403") or status == 403:
         return f"{uri}: access denied"
-    return f"cannot download {uri}: {code or status} {details.get('Message', '')}".rstrip()
+    return f"cannot download {uri}: {code or status or None} {message}".rstrip()
 
 
 def extract(archive: Path, source: str, code_dir: Path) -> None:

@@ -6,9 +6,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from ringleader.core.jobfile import JobFileError, JobSummary, parse_job_file
 from ringleader.tools.report import jobinfo
 from ringleader.tools.report.autotune import AutotuneError, AutotuneLog, parse_autotune
-from ringleader.tools.report.jobinfo import JobFileError, JobInfo, Outcome
+from ringleader.tools.report.jobinfo import Outcome
 from ringleader.tools.report.metrics import Metrics, parse_metrics
 from ringleader.tools.report.timeline import TimelineError, TimelineSummary, summarise_text
 
@@ -55,7 +56,7 @@ class Sourced(Generic[T]):
 class Report:
     source: str
     outcome: Outcome
-    job: JobInfo | None
+    job: JobSummary | None
     metrics: Metrics
     timelines: tuple[Sourced[TimelineSummary], ...]
     autotune: tuple[Sourced[AutotuneLog], ...]
@@ -88,7 +89,7 @@ def _parse_each(
 
 def build_report(inputs: Inputs) -> Report:
     warnings = list(inputs.problems)
-    jobs = _parse_each(inputs.jobs, jobinfo.parse_job, (JobFileError,), warnings)
+    jobs = _parse_each(inputs.jobs, parse_job_file, (JobFileError,), warnings)
     job = jobs[0].value if jobs else None
     if len(jobs) > 1:
         others = ", ".join(j.path for j in jobs[1:])

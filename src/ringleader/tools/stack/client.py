@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-import boto3
 from botocore.exceptions import ClientError, WaiterError
 
+from ringleader.aws import client as aws
 from ringleader.tools.stack.events import (
     FAILED_STACK_STATUSES,
     FailureReport,
@@ -61,7 +61,8 @@ class Result:
 
 
 def make_client(region: str) -> CloudFormationClient:
-    return boto3.client("cloudformation", region_name=region)
+    """A CloudFormation client of boto3's default session (see ringleader.aws.client)."""
+    return cast("CloudFormationClient", aws.make_client("cloudformation", region=region))
 
 
 def error_text(error: ClientError) -> str:

@@ -1,12 +1,12 @@
-"""Which S3 errors are worth another attempt, how long to wait, and how errors read.
+"""What an AWS error means: worth another attempt or not, how long to wait, how it reads.
 
-botocore's "standard" retry mode already retries each request a few times (throttling, 5xx,
-connection errors). This is the outer layer: it retries a whole call (HeadBucket, one
-archive's upload) when botocore gave up on a transient error, or on errors botocore does not
-retry (a checksum mismatch on the way, an incomplete read).
+botocore's "standard" retry mode (see `client.client_config`) already retries each request a
+few times (throttling, 5xx, connection errors). `is_retryable` and `backoff_delay` are for an
+outer layer that retries a whole call (a HeadBucket, one file's upload) when botocore gave up
+on a transient error, or on errors botocore does not retry (a checksum mismatch on the way, an
+incomplete read). `error_text` describes an error from its code, message and HTTP status,
+never from the request, so no credential or signature can leak into it.
 """
-
-from collections.abc import Iterable, Mapping
 
 from botocore.exceptions import (
     BotoCoreError,
@@ -42,15 +42,6 @@ TRANSIENT_CODES = frozenset(
         "XAmzContentSHA256Mismatch",
     }
 )
-# Environment variables whose values must never appear in a message or a log line.
-CREDENTIAL_VARIABLES = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_SECURITY_TOKEN",
-    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
-)
-REDACTED = "***"
 
 
 def error_code(error: ClientError) -> str:
@@ -58,6 +49,7 @@ def error_code(error: ClientError) -> str:
 
 
 def http_status(error: ClientError) -> int:
+    """The response's HTTP status, or 0 when there is none."""
     status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
     return status if isinstance(status, int) else 0
 
@@ -76,7 +68,7 @@ def backoff_delay(failures: int, base: float, cap: float) -> float:
 
 
 def error_text(error: BaseException) -> str:
-    """A short description of an S3 or file error, without request details."""
+    """A short description of an AWS or file error, without request details."""
     if isinstance(error, ClientError):
         info = error.response.get("Error", {})
         code = error_code(error) or "Error"
@@ -101,15 +93,3 @@ def error_text(error: BaseException) -> str:
         where = f" ({error.filename})" if error.filename else ""
         return f"{error.strerror}{where}"
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-
-
-def secret_values(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The credential values present in `environ`, to be redacted from any text shown."""
-    return tuple(value for name in CREDENTIAL_VARIABLES if len(value := environ.get(name, "")) >= 4)
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    for secret in sorted(secrets, key=len, reverse=True):
-        if secret:
-            text = text.replace(secret, REDACTED)
-    return text

@@ -1,0 +1,111 @@
+"""job.json: the leader's summary of the job (one writer, one reader).
+
+    {"exit_code": int, "failure": str|null, "hosts": [str], "world_size": int,
+     "root_cause": rank record|null, "ranks": [rank record]}
+
+A rank record is what ringleader.core.records.RankRecord writes (times in epoch seconds).
+The leader writes the file once, at the end of the job (`write_job_file`, called by
+ringleader.core.results.write_job_summary); `ringleader report` reads it (`parse_job_file`).
+The reader is strict about what the report cannot do without (a JSON object, a whole-number
+exit_code, ranks as a list) and lenient about the rest: a rank record that cannot be read
+becomes a problem in `JobSummary.problems`, and missing hosts or world_size get a value from
+what is there.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ringleader.core.files import write_atomically
+from ringleader.core.records import RankRecord
+
+
+class JobFileError(ValueError):
+    """job.json is not a JSON object of the expected shape; the message names the field."""
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    exit_code: int
+    failure: str | None
+    hosts: tuple[str, ...]
+    world_size: int
+    root_cause: RankRecord | None
+    ranks: tuple[RankRecord, ...]  # as written; read back sorted by (rank, host)
+    problems: tuple[str, ...] = ()  # when read: the rank records that could not be read
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "exit_code": self.exit_code,
+            "failure": self.failure,
+            "hosts": list(self.hosts),
+            "world_size": self.world_size,
+            "root_cause": self.root_cause.to_json() if self.root_cause else None,
+            "ranks": [record.to_json() for record in self.ranks],
+        }
+
+
+def job_file_text(summary: JobSummary) -> str:
+    return json.dumps(summary.to_json(), indent=2) + "\n"
+
+
+def write_job_file(path: Path, summary: JobSummary) -> None:
+    """Write job.json atomically, creating its directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, job_file_text(summary))
+
+
+def read_job_file(path: Path) -> JobSummary:
+    """parse_job_file of the file's text; OSError when it cannot be read."""
+    return parse_job_file(path.read_text(encoding="utf-8", errors="replace"))
+
+
+def parse_job_file(text: str) -> JobSummary:
+    """The summary in job.json's text; JobFileError naming the field when it cannot be read."""
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise JobFileError(f"not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise JobFileError("not a JSON object")
+    exit_code = data.get("exit_code")
+    if not isinstance(exit_code, int) or isinstance(exit_code, bool):
+        raise JobFileError(f"exit_code is not a whole number: {exit_code!r}")
+    failure = data.get("failure")
+    ranks: list[RankRecord] = []
+    problems: list[str] = []
+    raw_ranks = data.get("ranks") or []
+    if not isinstance(raw_ranks, list):
+        raise JobFileError("ranks is not a list")
+    for item in raw_ranks:
+        try:
+            ranks.append(_rank_record(item))
+        except JobFileError as error:
+            problems.append(str(error))
+    root_cause: RankRecord | None = None
+    if data.get("root_cause") is not None:
+        try:
+            root_cause = _rank_record(data["root_cause"])
+        except JobFileError as error:
+            problems.append(f"root_cause: {error}")
+    hosts = data.get("hosts") or []
+    world_size = data.get("world_size")
+    return JobSummary(
+        exit_code=exit_code,
+        failure=failure if isinstance(failure, str) and failure else None,
+        hosts=tuple(str(h) for h in hosts) if isinstance(hosts, list) else (),
+        world_size=world_size if isinstance(world_size, int) else len(ranks),
+        root_cause=root_cause,
+        ranks=tuple(sorted(ranks, key=lambda r: (r.rank, r.host))),
+        problems=tuple(problems),
+    )
+
+
+def _rank_record(data: Any) -> RankRecord:
+    if not isinstance(data, dict):
+        raise JobFileError(f"a rank record is not an object: {data!r:.80}")
+    try:
+        return RankRecord.from_json(data)
+    except (KeyError, TypeError, ValueError) as error:
+        raise JobFileError(f"a rank record lacks or mistypes {error}: {data!r:.120}") from None
