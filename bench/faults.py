@@ -22,7 +22,7 @@ Usage: .venv/bin/python bench/faults.py [--rows 1 3] [--runners ringleader toolk
                                          [--toolkit-rows 1 3 4 5] [--toolkit-timeout 240]
                                          [--ringleader-timeout 120] [--log-dir DIR]
 Every row runs for both runners unless --toolkit-rows narrows the toolkit's (its failure runs
-take 2.5-4 minutes each, so all rows take about 40 minutes).
+take 2.5-4.5 minutes each, so all rows take about 35 minutes).
 """
 
 import argparse
@@ -135,12 +135,21 @@ class Capture(io.TextIOBase):
         with self._lock:
             return "".join(text for _, text in self._lines)
 
+    def timed_text(self) -> str:
+        """Every line prefixed with the UTC time it arrived here (HH:MM:SS.mmm)."""
+        with self._lock:
+            return "".join(f"{_clock(at)} {text}" for at, text in self._lines)
+
     def count(self, needle: str) -> int:
         return self.text().count(needle)
 
     def first(self, needle: str) -> float | None:
         with self._lock:
             return next((at for at, text in self._lines if needle in text), None)
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}"
 
 
 @dataclass
@@ -153,6 +162,7 @@ class Outcome:
     codes: tuple[str, ...] = ("?", "?", "?")
     failure: str = ""
     note: str = ""
+    image: str = ""  # short id of the image the job ran (it may be rebuilt between runs)
 
     def seconds_text(self) -> str:
         if self.hung_after is not None:
@@ -267,8 +277,12 @@ def run_row(
         except Exception as error:  # reported in the table, the benchmark goes on
             box["error"] = error
 
+    outcome.image = client.images.get(job.spec.image).short_id.removeprefix("sha256:")
     load = os.getloadavg()[0]
-    progress(f"{runner} row {row.number}: job {job.job_id}, load average {load:.1f}")
+    progress(
+        f"{runner} row {row.number}: job {job.job_id}, image {outcome.image}, "
+        f"load average {load:.1f}"
+    )
     launched = time.time()
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
@@ -326,7 +340,7 @@ def finish(
     outcome.failure = first_failure_line(job)
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
-        (log_dir / f"row{row.number}-{runner}.log").write_text(capture.text())
+        (log_dir / f"row{row.number}-{runner}.log").write_text(capture.timed_text())
     if "error" in box:
         outcome.note = f"job error: {box['error']!r}"
     result: LocalJobResult | None = box.get("result")
@@ -381,6 +395,16 @@ def print_table(outcomes: list[Outcome], total: float) -> None:
         "first docker start. Exit times: Docker's FinishedAt. '?' = still running at the bound, "
         "'-' = never started."
     )
+    images = sorted({o.image for o in outcomes})
+    if len(images) > 1:
+        rows = {
+            image: [f"{o.row.number}/{o.runner}" for o in outcomes if o.image == image]
+            for image in images
+        }
+        print(
+            "The image changed during the benchmark: "
+            + "; ".join(f"{image}: {' '.join(runs)}" for image, runs in rows.items())
+        )
     print(f"Total benchmark time: {total:.0f} s")
 
 
@@ -398,7 +422,9 @@ def main() -> int:
     )
     parser.add_argument("--toolkit-timeout", type=float, default=240.0)
     parser.add_argument("--ringleader-timeout", type=float, default=120.0)
-    parser.add_argument("--log-dir", type=Path, help="keep each run's job output here")
+    parser.add_argument(
+        "--log-dir", type=Path, help="keep each run's job output here, lines timed on arrival"
+    )
     args = parser.parse_args()
     client = docker.from_env()
     began = time.monotonic()
