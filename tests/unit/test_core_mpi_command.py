@@ -4,7 +4,7 @@ import pytest
 
 from ringleader.config.mpi_options import forwarded_variables
 from ringleader.core.errors import ConfigError
-from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv
+from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv, is_abort_line, parse_mpi_aborts
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 RANK_COMMAND = ("/usr/bin/python3", "-m", "ringleader.rank", "--", "python3", "train.py")
@@ -140,3 +140,19 @@ def test_forwarded_variables_reports_missing_values_too():
     with pytest.raises(ConfigError) as caught:
         forwarded_variables(["-x"])
     assert caught.value.field == "sagemaker_mpi_custom_mpi_options"
+
+
+def test_mpi_aborts_parsed_from_mpirun_messages():
+    lines = [
+        "--------------------------------------------------------------------------",
+        "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD",
+        "with errorcode 3.",
+        "",
+        "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.",
+        "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD",
+        "with errorcode 143.",
+        "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD",
+        "with errorcode 9.",  # a later report of the same rank does not replace the first
+    ]
+    assert parse_mpi_aborts(lines) == {3: 3, 1: 143}
+    assert [line for line in lines if is_abort_line(line)] == [lines[1], lines[2], *lines[5:]]

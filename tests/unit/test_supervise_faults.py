@@ -79,8 +79,13 @@ class FakeLauncher:
         self.killed_at.append(self.clock.now)
         self.events.at(0.0, LauncherExited(self.exit_code_when_killed))
 
+    aborts: dict[int, int] = field(default_factory=dict)
+
     def output_tail(self) -> tuple[str, ...]:
         return ("mpirun noticed that process rank 4 exited",)
+
+    def mpi_aborts(self) -> dict[int, int]:
+        return self.aborts
 
 
 @dataclass
@@ -453,3 +458,24 @@ def test_worker_whose_ranks_never_start_gives_up_after_the_startup_timeout() -> 
     outcome = rig.run()
     assert outcome.exit_code == 69
     assert "never started a rank on algo-2 within 30 s" in first_line(outcome)
+
+
+def test_failing_rank_killed_while_aborting_keeps_the_code_it_aborted_with() -> None:
+    """Horovod: rank 3 exits 3, its peers fail saying Horovod has been shut down, and mpirun's
+    stop kills rank 3 while its own exit is still running: mpirun saw it abort with 3."""
+    rig = LeaderRig()
+    rig.launcher.aborts = {3: 3, 0: 143}
+    rig.hellos()
+    rig.ranks_start()
+    shut_down = ("HorovodInternalError: Horovod has been shut down.",)
+    rig.events.at(
+        5.0,
+        *(RankEnded(record(r, 1, ended=1005.0, tail=shut_down)) for r in (0, 1, 2, 4, 5)),
+        RankEnded(record(3, 143, signal=15, terminated=True, ended=1005.3, tail=("failing",))),
+        LauncherExited(3),
+        WorkerBye("algo-2"),
+        WorkerBye("algo-3"),
+    )
+    outcome = rig.run()
+    assert outcome.exit_code == 3
+    assert first_line(outcome).startswith("Rank 3 on host algo-2 exited with code 3.")

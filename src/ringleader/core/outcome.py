@@ -6,6 +6,7 @@ finished exiting. The root cause is therefore the rank that failed first without
 told to stop and without such a message; the others are only a fallback.
 """
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ class JobFacts:
     world_size: int = 0
     launcher_exit_code: int | None = None
     launcher_output_tail: tuple[str, ...] = ()
+    mpi_aborts: tuple[tuple[int, int], ...] = ()  # (rank, error code) that mpirun reported
     stopped_on: str | None = None  # host where SIGTERM arrived
     stopped_at: float = 0.0  # time.time() when it arrived
     sigterm_grace: float = 0.0
@@ -108,7 +110,7 @@ def decide(facts: JobFacts) -> Outcome:
             f"SIGTERM and given {facts.sigterm_grace:g} s before SIGKILL."
         )
         return Outcome(exitcodes.SIGTERM_EXIT, truncate(headline))
-    cause = root_cause(facts.records)
+    cause = root_cause(with_abort_codes(facts.records, dict(facts.mpi_aborts)))
     if first_loss is not None and not (
         cause is not None and suspicion(cause) <= 1 and cause.ended_at < first_loss
     ):
@@ -133,6 +135,25 @@ def decide(facts: JobFacts) -> Outcome:
             truncate(headline, facts.launcher_output_tail, "Last lines from mpirun:"),
         )
     return Outcome(exitcodes.SUCCESS, None)
+
+
+def with_abort_codes(
+    records: Sequence[RankRecord], aborts: dict[int, int]
+) -> tuple[RankRecord, ...]:
+    """A rank that called MPI_Abort with its own code and was then killed by mpirun's stop
+    while it exited ended with that code, not with the stop's signal."""
+    adjusted = []
+    for record in records:
+        code = aborts.get(record.rank)
+        if (
+            code is not None
+            and record.signal is not None
+            and code not in (0, exitcodes.SIGTERM_EXIT)
+            and 0 < code < 256
+        ):
+            record = dataclasses.replace(record, exit_code=code, signal=None)
+        adjusted.append(record)
+    return tuple(adjusted)
 
 
 def lost_hosts_outcome(losses: Sequence[HostLoss]) -> Outcome:

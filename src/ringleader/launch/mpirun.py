@@ -5,6 +5,8 @@ replaces our default for it instead of being appended after it (mpirun would oth
 and either reject them or take whichever it parses last).
 """
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ringleader.config.mpi_options import Option, parse_options
@@ -34,10 +36,6 @@ def default_options(plan: MpiPlan) -> list[Option]:
         _mca("btl", "^openib"),
         _mca("pml", "ob1"),
         _mca("orte_abort_on_non_zero_status", "1"),
-        # On abort, mpirun's daemons SIGKILL a rank's wrapper 1 s after SIGTERM by default;
-        # the wrapper needs twice the abort grace to let a rank that is exiting by itself keep
-        # its own code and still report it.
-        _mca("odls_base_sigkill_timeout", "5"),
     ]
     if plan.interface is not None:
         defaults += [
@@ -61,3 +59,26 @@ def build_mpirun_argv(plan: MpiPlan) -> list[str]:
 
 def _mca(name: str, value: str) -> Option:
     return Option(("mca", name), ("--mca", name, value))
+
+
+_ABORT_RANK = re.compile(r"MPI_ABORT was invoked on rank (\d+)")
+_ABORT_CODE = re.compile(r"with errorcode (-?\d+)")
+
+
+def parse_mpi_aborts(lines: Iterable[str]) -> dict[int, int]:
+    """rank -> error code, from mpirun's "MPI_ABORT was invoked on rank N ... with errorcode
+    C." messages (the code is on the line after the rank)."""
+    aborts: dict[int, int] = {}
+    rank: int | None = None
+    for line in lines:
+        if (found := _ABORT_RANK.search(line)) is not None:
+            rank = int(found.group(1))
+        elif rank is not None and (code := _ABORT_CODE.search(line)) is not None:
+            aborts.setdefault(rank, int(code.group(1)))
+            rank = None
+    return aborts
+
+
+def is_abort_line(line: str) -> bool:
+    """A line parse_mpi_aborts needs."""
+    return "MPI_ABORT was invoked" in line or "with errorcode" in line

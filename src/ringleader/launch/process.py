@@ -8,13 +8,17 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import IO
 
+from ringleader.launch.mpirun import is_abort_line, parse_mpi_aborts
 from ringleader.output import console
 from ringleader.wire.events import Event, LauncherExited
 
 OUTPUT_TAIL_LINES = 30
+OUTPUT_DRAIN_SECONDS = 1.0  # after the launcher exits, for the rest of its output
+_ABORT_LINES = 1000  # MPI_ABORT messages kept, at most
 
 
 class Launcher:
@@ -25,6 +29,7 @@ class Launcher:
     ) -> None:
         self.tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
         self._tail_lock = threading.Lock()
+        self._abort_lines: collections.deque[str] = collections.deque(maxlen=_ABORT_LINES)
         self._process = subprocess.Popen(
             list(argv),
             env=dict(env),
@@ -44,8 +49,10 @@ class Launcher:
 
         def wait() -> None:
             code = self._process.wait()
+            # Its output is already in the pipes; a process it left may hold them open.
+            drained_by = time.monotonic() + OUTPUT_DRAIN_SECONDS
             for pump in pumps:
-                pump.join(timeout=5.0)
+                pump.join(timeout=max(drained_by - time.monotonic(), 0.0))
             events.put(LauncherExited(code))
 
         threading.Thread(target=wait, name="launcher-wait", daemon=True).start()
@@ -58,8 +65,16 @@ class Launcher:
     def _pump(self, source: IO[bytes], sink: IO[bytes]) -> None:
         for line in iter(source.readline, b""):
             console.write(line if line.endswith(b"\n") else line + b"\n", sink)
+            text = line.decode(errors="replace").rstrip()[:300]
             with self._tail_lock:
-                self.tail.append(line.decode(errors="replace").rstrip()[:300])
+                self.tail.append(text)
+                if is_abort_line(text):
+                    self._abort_lines.append(text)
+
+    def mpi_aborts(self) -> dict[int, int]:
+        """rank -> error code of each rank mpirun reported calling MPI_Abort."""
+        with self._tail_lock:
+            return parse_mpi_aborts(self._abort_lines)
 
     def output_tail(self) -> tuple[str, ...]:
         with self._tail_lock:

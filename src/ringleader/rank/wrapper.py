@@ -85,14 +85,15 @@ class RankSupervisor:
         timer.start()
 
     def abort(self, grace: float) -> None:
-        """mpirun aborts the job because another rank failed: give the rank `grace` seconds to
+        """mpirun aborts the job because another rank failed: give the rank half of `grace` to
         end by itself (it may be the failing rank, still exiting with its own code), then
-        SIGTERM, then SIGKILL `grace` seconds later."""
+        SIGTERM, then SIGKILL at `grace` (within the 1 s after which mpirun's daemon kills
+        this wrapper)."""
         with self._lock:
             if self._terminated.is_set():
                 return
             self._terminated.set()
-        for delay, signum in ((grace, signal.SIGTERM), (2 * grace, signal.SIGKILL)):
+        for delay, signum in ((grace / 2, signal.SIGTERM), (grace, signal.SIGKILL)):
             timer = threading.Timer(delay, self.forward, args=(signum,))
             timer.daemon = True
             timer.start()

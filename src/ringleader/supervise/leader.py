@@ -63,6 +63,8 @@ class RunningLauncher(Protocol):
 
     def output_tail(self) -> tuple[str, ...]: ...
 
+    def mpi_aborts(self) -> Mapping[int, int]: ...
+
 
 StartLauncher = Callable[[Sequence[str], Mapping[str, str]], RunningLauncher]
 
@@ -265,6 +267,7 @@ class Leader:
             world_size=self.world_size,
             launcher_exit_code=launcher_code,
             launcher_output_tail=launcher.output_tail(),
+            mpi_aborts=tuple(sorted(launcher.mpi_aborts().items())),
             stopped_on=run.stopped_on,
             stopped_at=run.stopped_at,
             sigterm_grace=self._timeouts.sigterm_grace,
