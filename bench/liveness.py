@@ -65,10 +65,10 @@ def main() -> int:
                 maxima.append(float(largest))
             wrote = sum(int(n) for n in re.findall(r"rank \d+ wrote (\d+) lines", text))
             lines_seen.append(wrote)
+            largest = ", ".join(f"{link} {gap}" for link, _, _, _, gap in summaries)
             print(
                 f"run {index}/{args.runs}: {time.monotonic() - started:5.1f} s, exit codes "
-                f"{codes}, {len(summaries)} pulse summaries, largest gap "
-                f"{max((float(s[4]) for s in summaries), default=float('nan')):.3f} s, "
+                f"{codes}, largest gap per link (s): {largest}; "
                 f"{wrote} lines written by ranks shown"
                 + (f", LOSS: {losses[:3]}" if failed else ""),
                 file=sys.stderr,

@@ -30,7 +30,7 @@ from ringleader.wire.events import (
     WorkerHello,
     WorkerLost,
 )
-from ringleader.wire.liveness import PULSE_HELLO, Pulse
+from ringleader.wire.liveness import PULSE_HELLO
 from ringleader.wire.protocol import (
     Channel,
     ChannelClosed,
@@ -42,6 +42,7 @@ from ringleader.wire.protocol import (
     is_output,
     serve_connections,
 )
+from ringleader.wire.pulse_process import PulseProcess
 
 HELLO_TIMEOUT = 30.0  # a connection that says nothing for this long is dropped
 LEADER_TIMEOUT_SETTING = "ringleader_leader_timeout"
@@ -89,7 +90,7 @@ class ControlServer:
         self._lock = threading.Lock()
         self._workers: dict[str, Channel] = {}
         self._replaced: set[int] = set()  # id() of control channels a reconnect replaced
-        self._pulses: dict[str, Pulse] = {}
+        self._pulses: dict[str, PulseProcess] = {}
         self._final: Message | None = None
         self._server = socket.create_server(("", port), backlog=256)
         threading.Thread(
@@ -115,6 +116,8 @@ class ControlServer:
         with self._lock:
             channels = list(self._workers.values())
             pulses = dict(self._pulses)
+        for pulse in pulses.values():
+            pulse.request_stop()  # all at once: each then ends in parallel
         for host, pulse in sorted(pulses.items()):
             pulse.stop()
             self._log(f"pulses from {host}: {pulse.gap_summary()}")
@@ -162,7 +165,7 @@ class ControlServer:
         def lost(reason: str, last_heard: float) -> None:
             self._events.put(WorkerLost(host, reason, last_heard))
 
-        pulse = Pulse(
+        pulse = PulseProcess(
             channel, self._liveness.interval, self._liveness.timeout, LEADER_TIMEOUT_SETTING, lost
         )
         with self._lock:

@@ -10,8 +10,8 @@ import threading
 
 from ringleader.wire.control import LEADER_TIMEOUT_SETTING, Liveness, hello_message, pulse_hello
 from ringleader.wire.events import Event, LeaderLost, LeaderMessage
-from ringleader.wire.liveness import Pulse
 from ringleader.wire.protocol import Channel, ChannelClosed, Message, ProtocolError
+from ringleader.wire.pulse_process import PulseProcess
 
 
 class LeaderLink:
@@ -31,7 +31,7 @@ class LeaderLink:
         self.send(hello_message(host))
         with contextlib.suppress(ChannelClosed):
             pulse.send(pulse_hello(host))
-        self._pulse = Pulse(
+        self._pulse = PulseProcess(
             pulse,
             liveness.interval,
             liveness.timeout,

@@ -118,6 +118,14 @@ class Channel:
         self._scanned = 0
         return line
 
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def release(self) -> None:
+        """Close this process's handle without shutting the connection down (another process
+        holds it now)."""
+        self._sock.close()
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
