@@ -2,9 +2,10 @@
 
 Each worker opens a second TCP connection to the leader's control port just for pulses. Both
 ends send a pulse every interval from a thread that does nothing else and read the other end's
-pulses on another. Nothing else travels on this connection, so a pulse never waits behind
-megabytes of rank output in a send buffer, behind the leader printing, or behind JSON work:
-a host is declared lost only when its pulses really stopped (or its connection closed).
+pulses on another, in a process of their own (ringleader.wire.pulse_process). Nothing else
+travels on this connection, so a pulse never waits behind megabytes of rank output in a send
+buffer, behind the leader printing, or behind JSON work and the GIL: a host is declared lost
+only when its pulses really stopped (or its connection closed).
 """
 
 import collections
