@@ -448,15 +448,15 @@ def test_leader_closing_is_leader_lost(fast_leader):
 
 
 def test_leader_whose_pulses_stop_is_leader_lost():
-    # The connections stay up but the leader sends no pulse within the worker's timeout (a
-    # hung leader process, or a partition that drops packets silently).
+    # The connections stay up but the leader sends no pulse (a hung leader process whose
+    # kernel still acknowledges): lost after FROZEN_FACTOR timeouts.
     mute = Leader(Liveness(interval=600.0, timeout=600.0))
     try:
         worker = Worker(mute, "algo-2", liveness=FAST)
         assert next_event(mute.events) == WorkerHello("algo-2")
         event = next_event(worker.events)
         assert isinstance(event, LeaderLost)
-        assert "no pulse for 0.3 s" in event.reason
+        assert "although its network stack answers" in event.reason
         assert "ringleader_leader_timeout" in event.reason
         worker.link.close()
     finally:
@@ -513,3 +513,26 @@ def test_connect_retries_until_the_leader_is_up():
         timer.join()
         for server in servers:
             server.close()
+
+
+def test_a_silent_peer_whose_kernel_still_answers_gets_more_time_then_is_lost():
+    """Starved, not partitioned: its TCP stack acknowledges our pulses, so it is lost only after
+    FROZEN_FACTOR timeouts of silence, with a message saying so."""
+    from ringleader.wire.liveness import FROZEN_FACTOR, Pulse
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()  # never reads or writes: only its kernel answers
+    lost: queue.Queue = queue.Queue()
+    started = time.monotonic()
+    pulse = Pulse(Channel(client), 0.05, 0.3, "ringleader_leader_timeout", lambda r, t: lost.put(r))
+    try:
+        reason = lost.get(timeout=10.0)
+        waited = time.monotonic() - started
+    finally:
+        pulse.stop()
+        peer.close()
+        server.close()
+    assert "although its network stack answers" in reason
+    assert f"{FROZEN_FACTOR:g} x ringleader_leader_timeout" in reason
+    assert waited >= FROZEN_FACTOR * 0.3 - 0.05

@@ -19,6 +19,9 @@ from ringleader.wire.protocol import Channel, ChannelClosed, ProtocolError
 
 PULSE_FRAME = b'{"type":"pulse"}'
 PULSE_HELLO = "pulse-hello"  # first message on a worker's pulse connection, with "host"
+# A peer whose kernel still acknowledges our pulses is starved, not gone: it gets this many
+# timeouts of silence before it counts as lost.
+FROZEN_FACTOR = 3.0
 
 # Called once, with why the peer is considered gone and the wall-clock time it was last heard.
 OnLost = Callable[[str, float], None]
@@ -71,7 +74,10 @@ class Pulse:
             try:
                 self._channel.receive_frame(self._timeout)
             except TimeoutError:
-                self._lost(f"no pulse for {self._timeout:g} s ({self._setting})")
+                silent = time.time() - self.last_heard
+                if silent < FROZEN_FACTOR * self._timeout and self._peer_kernel_answers():
+                    continue  # not partitioned: its processes are only starved for CPU
+                self._lost(self._silence_reason(silent))
                 return
             except ProtocolError as error:
                 self._lost(f"protocol error on the pulse connection: {error}")
@@ -82,6 +88,20 @@ class Pulse:
             now = time.time()
             self._gaps.append(now - self.last_heard)
             self.last_heard = now
+
+    def _peer_kernel_answers(self) -> bool:
+        """The peer's TCP stack acknowledged our pulses within the timeout: the host is up and
+        reachable, even if its processes cannot run (a partition or a dead host sends no ACK)."""
+        age = self._channel.last_ack_age()
+        return age is not None and age < self._timeout
+
+    def _silence_reason(self, silent: float) -> str:
+        if silent >= FROZEN_FACTOR * self._timeout:
+            return (
+                f"no pulse for {silent:.0f} s although its network stack answers "
+                f"({FROZEN_FACTOR:g} x {self._setting})"
+            )
+        return f"no pulse for {self._timeout:g} s ({self._setting})"
 
     def _lost(self, reason: str) -> None:
         if self._stopped.is_set() or not self._reported.acquire(blocking=False):

@@ -9,6 +9,7 @@ its encoded form without being decoded on the way.
 import contextlib
 import json
 import socket
+import struct
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,11 @@ OUTPUT_FRAME = b"O"  # first byte of an output frame: O{"rank", "host", "stream"
 _CONTROL_FRAME = b"{"
 MAX_FRAME_BYTES = 4 << 20  # a frame longer than this is not ours
 _RECEIVE_BYTES = 1 << 18
+# struct tcp_info (linux/tcp.h): 8 bytes of u8 fields, then u32 rto, ato, snd_mss, rcv_mss,
+# unacked, sacked, lost, retrans, fackets, last_data_sent, last_ack_sent, last_data_recv,
+# last_ack_recv.
+_LAST_ACK_RECV_OFFSET = 8 + 12 * 4
+_TCP_INFO_BYTES = 104
 
 # Takes one output frame (with its kind byte): relayed or printed.
 OutputHandler = Callable[[bytes], None]
@@ -117,6 +123,18 @@ class Channel:
         del self._buffer[: end + 1]
         self._scanned = 0
         return line
+
+    def last_ack_age(self) -> float | None:
+        """Seconds since the peer's TCP stack last acknowledged anything we sent (Linux
+        TCP_INFO's tcpi_last_ack_recv), or None where that is not known."""
+        try:
+            info = self._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
+        except (OSError, AttributeError):
+            return None
+        if len(info) < _LAST_ACK_RECV_OFFSET + 4:
+            return None
+        (milliseconds,) = struct.unpack_from("I", info, _LAST_ACK_RECV_OFFSET)
+        return float(milliseconds) / 1000.0
 
     def fileno(self) -> int:
         return self._sock.fileno()
