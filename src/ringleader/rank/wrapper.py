@@ -74,26 +74,28 @@ class RankSupervisor:
 
     def terminate(self, grace: float | None = None) -> None:
         """SIGTERM the rank now and SIGKILL it `grace` seconds later (the first call wins)."""
-        with self._lock:
-            if self._terminated.is_set():
-                return
-            self._terminated.set()
-            self.forward(signal.SIGTERM)
-        delay = self._grace if grace is None else grace
-        timer = threading.Timer(delay, self.forward, args=(signal.SIGKILL,))
-        timer.daemon = True
-        timer.start()
+        self._stop(0.0, self._grace if grace is None else grace)
 
     def abort(self, grace: float) -> None:
         """mpirun aborts the job because another rank failed: give the rank half of `grace` to
         end by itself (it may be the failing rank, still exiting with its own code), then
         SIGTERM, then SIGKILL at `grace` (within the 1 s after which mpirun's daemon kills
         this wrapper)."""
+        self._stop(grace / 2, grace)
+
+    def _stop(self, term_after: float, kill_after: float) -> None:
+        """SIGTERM after `term_after` s (at once when 0), SIGKILL after `kill_after` s; only
+        the first stop of a rank counts."""
         with self._lock:
             if self._terminated.is_set():
                 return
             self._terminated.set()
-        for delay, signum in ((grace / 2, signal.SIGTERM), (grace, signal.SIGKILL)):
+            if term_after <= 0:
+                self.forward(signal.SIGTERM)
+        later = [(kill_after, signal.SIGKILL)]
+        if term_after > 0:
+            later.insert(0, (term_after, signal.SIGTERM))
+        for delay, signum in later:
             timer = threading.Timer(delay, self.forward, args=(signum,))
             timer.daemon = True
             timer.start()

@@ -23,6 +23,7 @@ from ringleader.config import horovod
 from ringleader.config.job import (
     ConfigFiles,
     JobConfig,
+    ReportingSettings,
     Timeouts,
     load_job_config,
     load_topology,
@@ -237,7 +238,8 @@ class EntryPoint:
             start_sshd(paths.SSHD_NOTIFY_SOCKET, timeouts.startup)
             prepared.result()
         except JobError as error:
-            return self._report_to_leader(topology, config.control_port, error)
+            settings = ReportingSettings(timeouts, config.control_port)
+            return self._report_to_leader(topology, settings, error)
         deadline = time.monotonic() + timeouts.startup
         control = connect_to_leader(topology.leader, config.control_port, deadline, self._stop)
         pulse = connect_to_leader(topology.leader, config.control_port, deadline, self._stop)
@@ -278,7 +280,7 @@ class EntryPoint:
         """A toolkit error on this host: on the leader, every worker is told; else the leader."""
         settings = reporting_settings(self._files)
         if not topology.is_leader:
-            return self._report_to_leader(topology, settings.control_port, error)
+            return self._report_to_leader(topology, settings, error)
         outcome = Outcome(error.exit_code, truncate(f"Host {self._host}: {error}"))
         write_result(outcome.exit_code, outcome.failure)
         if len(topology.hosts) > 1:
@@ -297,10 +299,12 @@ class EntryPoint:
                 server.close()
         return outcome
 
-    def _report_to_leader(self, topology: Topology, port: int, error: JobError) -> Outcome:
+    def _report_to_leader(
+        self, topology: Topology, settings: ReportingSettings, error: JobError
+    ) -> Outcome:
         outcome = Outcome(error.exit_code, truncate(f"Host {self._host}: {error}"))
         write_result(outcome.exit_code, outcome.failure)
-        self._send_error(topology.leader, port, outcome)
+        self._send_error(topology.leader, settings, outcome)
         return outcome
 
     def _report_early_error(self, error: ConfigError) -> None:
@@ -312,15 +316,15 @@ class EntryPoint:
         leader = leader_hint(os.environ, resource_config)
         self._host = os.environ.get("SM_CURRENT_HOST") or self._host
         if leader is not None and leader != self._host:
-            port = reporting_settings(self._files).control_port
-            self._send_error(leader, port, Outcome(error.exit_code, str(error)))
+            settings = reporting_settings(self._files)
+            self._send_error(leader, settings, Outcome(error.exit_code, str(error)))
 
-    def _send_error(self, leader: str, port: int, outcome: Outcome) -> None:
+    def _send_error(self, leader: str, settings: ReportingSettings, outcome: Outcome) -> None:
         """Report this host's error to the leader, then stay until the leader is done.
 
         Staying matters under docker compose: the first container to exit stops the others,
         and it must be the leader, after it has told everyone the job's result."""
-        timeouts = reporting_settings(self._files).timeouts
+        timeouts, port = settings.timeouts, settings.control_port
         # Still try for a short while when SIGTERM already arrived: the report is the point.
         timeout = STOPPING_REPORT_SECONDS if self._stop.is_set() else timeouts.startup
         channel = connect_to_leader(leader, port, time.monotonic() + timeout, threading.Event())
