@@ -196,7 +196,10 @@ def build_spec(row: Row, runner: str, output_dir: Path) -> LocalJobSpec:
         absent_hosts=row.absent_hosts,
     )
     if row.bad_program:
-        values = {**sagemaker_hyperparameters(spec), "sagemaker_program": json.dumps("nope.py")}
+        values = {
+            **sagemaker_hyperparameters(spec, os.cpu_count() or 1),
+            "sagemaker_program": json.dumps("nope.py"),
+        }
         text = json.dumps(values)
         overrides = {host: {"hyperparameters.json": text} for host in HOSTS}
         spec = dataclasses.replace(spec, config_overrides=overrides)

@@ -49,7 +49,7 @@ def test_sagemaker_hyperparameters_json_encode_every_value(source):
         hyperparameters={"rounds": "3", "lr": "0.1"},
         settings={"sigterm_grace": 5},
     )
-    values = sagemaker_hyperparameters(spec)
+    values = sagemaker_hyperparameters(spec, cpus=64)
     assert values == {
         "sagemaker_program": '"train.py"',
         "sagemaker_submit_directory": '"/opt/ml/code"',
@@ -72,7 +72,8 @@ def test_sagemaker_hyperparameters_json_encode_every_value(source):
 
 def test_optional_hyperparameters_are_left_out(source):
     values = sagemaker_hyperparameters(
-        LocalJobSpec(hosts=1, source_dir=source, entry_point="train.py", mpi_enabled=False)
+        LocalJobSpec(hosts=1, source_dir=source, entry_point="train.py", mpi_enabled=False),
+        cpus=64,
     )
     assert set(values) == {
         "sagemaker_program",
@@ -90,7 +91,7 @@ def test_plan_hosts(source):
         env_overrides={"algo-2": {"X": "1"}},
     )
     names = ["algo-1", "algo-2", "algo-3"]
-    plans = plan_hosts(spec, "rl-abc123", names)
+    plans = plan_hosts(spec, "rl-abc123", names, cpus=64)
     assert [plan.name for plan in plans] == names
     assert [plan.container_name for plan in plans] == [f"rl-abc123-{n}" for n in names]
     for plan in plans:
@@ -101,7 +102,7 @@ def test_plan_hosts(source):
             "current_instance_type": "local",
         }
         json.dumps(plan.resource_config)
-        assert plan.hyperparameters == sagemaker_hyperparameters(spec)
+        assert plan.hyperparameters == sagemaker_hyperparameters(spec, cpus=64)
         # Each host's resource config is a valid topology with itself as current host.
         assert parse_topology({}, plan.resource_config).current_host == plan.name
     assert plans[1].environment == {"X": "1"}
@@ -169,3 +170,28 @@ def test_job_id():
     first, second = job_id(), job_id()
     assert re.fullmatch(r"rl-[0-9a-f]{6}", first)
     assert first != second
+
+
+def test_oversubscribed_fake_hosts_make_ranks_yield(source):
+    spec = LocalJobSpec(hosts=3, source_dir=source, entry_point="train.py", processes_per_host=2)
+    options = sagemaker_hyperparameters(spec, cpus=2)["sagemaker_mpi_custom_mpi_options"]
+    assert json.loads(options) == "--mca mpi_yield_when_idle 1"
+    # enough cores: the ranks poll as Open MPI decides
+    assert "sagemaker_mpi_custom_mpi_options" not in sagemaker_hyperparameters(spec, cpus=6)
+
+
+def test_the_users_yield_setting_wins(source):
+    spec = LocalJobSpec(
+        hosts=3,
+        source_dir=source,
+        entry_point="train.py",
+        processes_per_host=2,
+        mpi_options="-x A=1 --mca mpi_yield_when_idle 0",
+    )
+    options = sagemaker_hyperparameters(spec, cpus=2)["sagemaker_mpi_custom_mpi_options"]
+    assert json.loads(options) == "-x A=1 --mca mpi_yield_when_idle 0"
+    appended = sagemaker_hyperparameters(
+        LocalJobSpec(hosts=4, source_dir=source, entry_point="train.py", mpi_options="-x A=1"),
+        cpus=2,
+    )["sagemaker_mpi_custom_mpi_options"]
+    assert json.loads(appended) == "-x A=1 --mca mpi_yield_when_idle 1"

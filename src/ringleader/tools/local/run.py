@@ -4,6 +4,7 @@ import concurrent.futures
 import contextlib
 import datetime
 import json
+import os
 import queue
 import shutil
 import signal
@@ -20,11 +21,13 @@ import docker.errors
 
 from ringleader.output.lines import LineSplitter
 from ringleader.tools.local.plan import (
+    YIELD_OPTION,
     HostPlan,
     LocalJobSpec,
     UsageError,
     host_names,
     job_id,
+    oversubscribed,
     plan_hosts,
     validate,
 )
@@ -78,7 +81,13 @@ class LocalJob:
         self._client = client or docker.from_env()
         self._print = _Printer(out)
         names = host_names(spec.hosts, spec.random_suffix)
-        self.hosts = plan_hosts(spec, self.job_id, names)
+        cpus = os.cpu_count() or 1
+        if oversubscribed(spec, cpus) and "mpi_yield_when_idle" not in spec.mpi_options:
+            self._print.note(
+                f"{spec.hosts} host(s) x {spec.processes_per_host or 1} rank(s) on {cpus} core(s): "
+                f"ranks yield while they wait ({YIELD_OPTION})"
+            )
+        self.hosts = plan_hosts(spec, self.job_id, names, cpus)
         self._width = max(len(name) for name in names)
         self._containers: dict[str, str] = {}  # host -> container id
         self._started_at: dict[str, float] = {}
