@@ -72,7 +72,7 @@ def test_sagemaker_hyperparameters_json_encode_every_value(source):
 
 def test_optional_hyperparameters_are_left_out(source):
     values = sagemaker_hyperparameters(
-        LocalJobSpec(hosts=1, source_dir=source, entry_point="train.py", mpi_enabled=False),
+        LocalJobSpec(hosts=1, source_dir=source, entry_point="train.py", distribution="none"),
         cpus=64,
     )
     assert set(values) == {

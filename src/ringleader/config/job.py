@@ -69,9 +69,16 @@ _SETTING_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "ringleader_metric_ranks": ("metric_ranks", RankSelection.parse),
     "ringleader_metric_definitions": ("metric_definitions", parse_definitions),
     "ringleader_output_uri": ("output_uri", _output_uri),
+    "ringleader_processes_per_host": ("own_processes_per_host", hp.as_positive_int),
+    "ringleader_master_port": ("master_port", hp.as_port),
 }
 METRIC_DEFINITIONS_ENV = "RINGLEADER_METRIC_DEFINITIONS"
 DEFAULT_CONTROL_PORT = 29100
+DEFAULT_MASTER_PORT = 7777  # SageMaker's PyTorch container uses it for torch_distributed
+
+MPI = "mpi"
+TORCH_DISTRIBUTED = "torch_distributed"
+NO_DISTRIBUTION = "none"  # every host runs the program once, on its own
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,7 @@ class JobConfig:
     program: str
     code_dir: str
     mpi_enabled: bool
-    processes_per_host: int | None  # None: one per GPU found, else 1
+    processes_per_host: int | None  # sagemaker_mpi_num_of_processes_per_host (mpi only)
     custom_mpi_options: tuple[str, ...]
     hyperparameters: Mapping[str, Any]  # all of them, decoded: sagemaker-training wants them
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -98,6 +105,16 @@ class JobConfig:
     # sagemaker_submit_directory when it is a sourcedir tarball (s3:// or a local file): it is
     # fetched and extracted into code_dir before the job starts (ringleader.source.usercode).
     code_archive: str | None = None
+    distribution: str = NO_DISTRIBUTION  # MPI, TORCH_DISTRIBUTED or NO_DISTRIBUTION
+    own_processes_per_host: int | None = None  # ringleader_processes_per_host
+    master_port: int = DEFAULT_MASTER_PORT  # torch_distributed's MASTER_PORT
+
+    def ranks_per_host(self, gpus: int) -> int:
+        """For mpi, sagemaker_mpi_num_of_processes_per_host wins; then the ringleader setting
+        (the SDK sends no such field for torch_distributed), the GPUs found, else 1."""
+        if self.distribution == MPI and self.processes_per_host is not None:
+            return self.processes_per_host
+        return self.own_processes_per_host or gpus or 1
 
     @property
     def user_hyperparameters(self) -> dict[str, Any]:
@@ -128,6 +145,7 @@ def parse_job_config(
     if not isinstance(program, str):
         raise ConfigError("sagemaker_program", f"expected a file name, got {program!r}")
     mpi_enabled = hp.as_bool("sagemaker_mpi_enabled", values.get("sagemaker_mpi_enabled", False))
+    distribution = _distribution(mpi_enabled, values)
     per_host_value = values.get("sagemaker_mpi_num_of_processes_per_host")
     processes_per_host = (
         None
@@ -152,7 +170,22 @@ def parse_job_config(
         kept_files=kept_files,
         **settings,
         code_archive=code_archive,
+        distribution=distribution,
     )
+
+
+def _distribution(mpi_enabled: bool, values: Mapping[str, Any]) -> str:
+    torch_key = "sagemaker_torch_distributed_enabled"
+    torch_enabled = hp.as_bool(torch_key, values.get(torch_key, False))
+    if torch_enabled and mpi_enabled:
+        raise ConfigError(
+            torch_key,
+            "true together with sagemaker_mpi_enabled: choose one distribution "
+            "(torch_distributed starts the ranks itself, mpi starts them with mpirun)",
+        )
+    if torch_enabled:
+        return TORCH_DISTRIBUTED
+    return MPI if mpi_enabled else NO_DISTRIBUTION
 
 
 def _split_custom_options(value: Any) -> tuple[str, ...]:

@@ -39,6 +39,7 @@ class JobFacts:
     records: tuple[RankRecord, ...] = ()
     world_size: int = 0
     launcher_exit_code: int | None = None
+    launcher_name: str = "mpirun"
     launcher_output_tail: tuple[str, ...] = ()
     mpi_aborts: tuple[tuple[int, int], ...] = ()  # (rank, error code) that mpirun reported
     stopped_on: str | None = None  # host where SIGTERM arrived
@@ -116,23 +117,23 @@ def decide(facts: JobFacts) -> Outcome:
     ):
         return lost_hosts_outcome(facts.lost_hosts)
     if cause is not None:
-        timing = f"It ran {cause.ended_at - cause.started_at:.1f} s."
-        return Outcome(
-            cause.exit_code,
-            truncate(
-                f"{cause.describe()}. {timing}", cause.stderr_tail, "Last lines of its stderr:"
-            ),
-            cause,
-        )
+        headline = f"{cause.describe()}. It ran {cause.ended_at - cause.started_at:.1f} s."
+        if cause.error:
+            text = truncate(headline, cause.error, "Its error (recorded by @record):")
+        else:
+            text = truncate(headline, cause.stderr_tail, "Last lines of its stderr:")
+        return Outcome(cause.exit_code, text, cause)
     if facts.launcher_exit_code not in (None, 0):
         missing = facts.world_size - len(facts.records)
         headline = (
-            f"mpirun exited with code {facts.launcher_exit_code} although no rank reported a "
-            f"failure ({missing} of {facts.world_size} ranks never reported)."
+            f"{facts.launcher_name} exited with code {facts.launcher_exit_code} although no rank "
+            f"reported a failure ({missing} of {facts.world_size} ranks never reported)."
         )
         return Outcome(
             exitcodes.INTERNAL_ERROR,
-            truncate(headline, facts.launcher_output_tail, "Last lines from mpirun:"),
+            truncate(
+                headline, facts.launcher_output_tail, f"Last lines from {facts.launcher_name}:"
+            ),
         )
     return Outcome(exitcodes.SUCCESS, None)
 

@@ -15,6 +15,8 @@ class RankRecord:
     ended_at: float
     terminated: bool  # the wrapper had been told to stop it (SIGTERM) before it ended
     stderr_tail: tuple[str, ...]
+    # The exception a torch `@record`-decorated main wrote (type: message, then last frames).
+    error: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -32,6 +34,7 @@ class RankRecord:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["stderr_tail"] = list(self.stderr_tail)
+        data["error"] = list(self.error)
         return data
 
     @classmethod
@@ -45,6 +48,7 @@ class RankRecord:
             ended_at=float(data["ended_at"]),
             terminated=bool(data["terminated"]),
             stderr_tail=tuple(str(line) for line in data.get("stderr_tail", ())),
+            error=tuple(str(line) for line in data.get("error", ())),
         )
 
 

@@ -6,24 +6,31 @@ rank runs under the per-rank wrapper (`python -m ringleader.rank`), which report
 agent whatever started it.
 """
 
+import contextlib
 import os
+import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ringleader.config.job import JobConfig
+from ringleader.config.job import TORCH_DISTRIBUTED, JobConfig
 from ringleader.config.mpi_options import forwarded_variables
+from ringleader.core.errors import ConfigError
 from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv
-from ringleader.launch.netif import choose_interface, local_interfaces, resolve
+from ringleader.launch.netif import InterfaceChoice, choose_interface, local_interfaces, resolve
+from ringleader.launch.spawn import TORCH_VARIABLES, SpawnSpec, spawn_argv
 
 Logger = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
+    """The launcher this host runs; with `spawn`, every host runs its own from that spec."""
+
     argv: tuple[str, ...]
     env: Mapping[str, str]
+    spawn: SpawnSpec | None = None
 
 
 class LaunchStrategy(Protocol):
@@ -82,18 +89,78 @@ class MpirunStrategy:
         return self.processes_per_host * len(self.config.topology.hosts)
 
     def prepare(self) -> LaunchPlan:
-        topology = self.config.topology
-        choice = choose_interface(
-            topology.network_interface, local_interfaces(), resolve(topology.workers)
-        )
-        if choice.warning:
-            self.log(f"warning: {choice.warning}")
+        choice = job_interface(self.config, self.log)
         forwarded = forwarded_variables(self.config.custom_mpi_options)
         plan = MpiPlan(
-            hosts=topology.hosts,
+            hosts=self.config.topology.hosts,
             processes_per_host=self.processes_per_host,
             interface=choice.name,
             custom_options=self.config.custom_mpi_options,
             rank_command=tuple(rank_command(self.config, self.user_command(), forwarded)),
         )
         return LaunchPlan(tuple(build_mpirun_argv(plan)), dict(os.environ))
+
+
+@dataclass(frozen=True)
+class SpawnStrategy:
+    """Every host starts its own ranks (no ssh, no mpirun); torch_distributed's ranks get
+    torchrun's environment with the leader as MASTER_ADDR."""
+
+    config: JobConfig
+    user_command: Callable[[], Sequence[str]]
+    processes_per_host: int
+    log: Logger
+    run_id: str
+
+    @property
+    def world_size(self) -> int:
+        return self.processes_per_host * len(self.config.topology.hosts)
+
+    def prepare(self) -> LaunchPlan:
+        topology = self.config.topology
+        torch = self.config.distribution == TORCH_DISTRIBUTED
+        if torch:
+            check_port_free(self.config.master_port, topology.current_host)
+        spec = SpawnSpec(
+            hosts=topology.hosts,
+            processes_per_host=self.processes_per_host,
+            master_addr=topology.leader,
+            master_port=self.config.master_port,
+            run_id=self.run_id,
+            interface=job_interface(self.config, self.log).name
+            if len(topology.hosts) > 1
+            else None,
+            torch=torch,
+        )
+        return spawn_plan(self.config, spec, self.user_command())
+
+
+def spawn_plan(config: JobConfig, spec: SpawnSpec, user_command: Sequence[str]) -> LaunchPlan:
+    """This host's launcher for a spawned job (the leader's and every worker's)."""
+    command = rank_command(config, user_command, TORCH_VARIABLES if spec.torch else ())
+    argv = spawn_argv(spec, config.topology.current_host, command)
+    return LaunchPlan(tuple(argv), dict(os.environ), spec)
+
+
+def job_interface(config: JobConfig, log: Logger) -> InterfaceChoice:
+    topology = config.topology
+    choice = choose_interface(
+        topology.network_interface, local_interfaces(), resolve(topology.workers)
+    )
+    if choice.warning:
+        log(f"warning: {choice.warning}")
+    return choice
+
+
+def check_port_free(port: int, host: str) -> None:
+    """MASTER_PORT must be free on the leader, where rank 0 listens on it."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as error:
+            raise ConfigError(
+                "ringleader_master_port",
+                f"MASTER_PORT {port} is not free on {host} (the leader, where rank 0 listens): "
+                f"{error.strerror or error}; choose another port",
+            ) from None

@@ -22,6 +22,7 @@ from pathlib import Path
 from ringleader.core import exitcodes, paths
 from ringleader.core.records import RankRecord
 from ringleader.rank.capture import Pump, RankOutput
+from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
 from ringleader.rank.tree import become_subreaper, end_descendants
 from ringleader.wire.protocol import Channel, ChannelClosed
 
@@ -111,6 +112,9 @@ class RankSupervisor:
         """Run the command to its end; `on_started` gets the child's PID once it runs."""
         started = time.time()
         self._output = output
+        error_file = self._env.get(ERROR_FILE_VARIABLE)
+        if error_file:
+            clear_error_file(Path(error_file))
         with self._lock:
             if self._terminated.is_set():
                 return self._record(
@@ -156,10 +160,16 @@ class RankSupervisor:
             code, signum = exitcodes.signal_exit_code(-returncode), -returncode
         else:
             code, signum = returncode, None
-        return self._record(started, code, signum, tuple(pumps[1].tail))
+        recorded = read_error_file(Path(error_file)) if error_file and code != 0 else ()
+        return self._record(started, code, signum, tuple(pumps[1].tail), recorded)
 
     def _record(
-        self, started: float, code: int, signum: int | None, tail: tuple[str, ...]
+        self,
+        started: float,
+        code: int,
+        signum: int | None,
+        tail: tuple[str, ...],
+        error: tuple[str, ...] = (),
     ) -> RankRecord:
         return RankRecord(
             rank=self.rank,
@@ -170,6 +180,7 @@ class RankSupervisor:
             ended_at=time.time(),
             terminated=self._terminated.is_set(),
             stderr_tail=tail,
+            error=error,
         )
 
 

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 from ringleader.config import horovod
 from ringleader.config.job import (
+    MPI,
+    NO_DISTRIBUTION,
     ConfigFiles,
     JobConfig,
     ReportingSettings,
@@ -37,8 +39,16 @@ from ringleader.core.outcome import Outcome, truncate
 from ringleader.core.results import write_job_summary, write_result
 from ringleader.launch import hostenv
 from ringleader.launch.process import Launcher
+from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.sshd import ssh_problem, start_sshd
-from ringleader.launch.strategy import LaunchStrategy, MpirunStrategy, SingleHostStrategy
+from ringleader.launch.strategy import (
+    LaunchPlan,
+    LaunchStrategy,
+    MpirunStrategy,
+    SingleHostStrategy,
+    SpawnStrategy,
+    spawn_plan,
+)
 from ringleader.launch.user_command import build_user_command
 from ringleader.output import log
 from ringleader.output.metrics import MetricRecorder
@@ -97,10 +107,12 @@ class EntryPoint:
                 artifacts.check_output_uri(config.output_uri)  # a missing bucket fails now
         except ConfigError as error:
             return self._config_failure(topology, error)
-        single = len(topology.hosts) == 1 or not config.mpi_enabled
+        single = config.distribution == NO_DISTRIBUTION or (
+            len(topology.hosts) == 1 and config.distribution == MPI
+        )
         log.log(
             f"{'leader' if topology.is_leader else 'worker'} of {list(topology.hosts)}; "
-            f"program {config.program}; MPI {'on' if config.mpi_enabled else 'off'}"
+            f"program {config.program}; distribution {config.distribution}"
         )
         printer: OutputPrinter | None = None
         relay = OutputRelay()
@@ -117,6 +129,10 @@ class EntryPoint:
                 if printer is not None and single:
                     strategy = SingleHostStrategy(config, prepared.result)
                     outcome = self._lead(config, strategy, agent, printer, None)
+                elif printer is not None and len(topology.hosts) == 1:
+                    outcome = self._lead(
+                        config, self._strategy(config, prepared), agent, printer, None
+                    )
                 elif printer is not None:
                     outcome = self._run_leader(config, prepared, agent, printer)
                 else:
@@ -144,7 +160,10 @@ class EntryPoint:
         user_command = build_user_command(
             config.program_path,
             hostenv.user_args(config),
-            mpi4py_run=config.mpi4py_run and not single and mpi4py_available(),
+            mpi4py_run=config.mpi4py_run
+            and config.distribution == MPI
+            and not single
+            and mpi4py_available(),
         )
         sagemaker = {**hostenv.sagemaker_env_vars(config, self._files), **config.horovod_env}
         hostenv.write_host_env(paths.HOST_ENV_FILE, hostenv.host_environment(os.environ, sagemaker))
@@ -160,12 +179,14 @@ class EntryPoint:
     def _start_launcher(self, argv: Sequence[str], env: Mapping[str, str]) -> RunningLauncher:
         return Launcher(argv, env, self._events)
 
-    def _leader_parts(self, agent: HostAgent | None, server: ControlServer | None) -> LeaderParts:
+    def _leader_parts(
+        self, agent: HostAgent | None, server: ControlServer | None, uses_ssh: bool = True
+    ) -> LeaderParts:
         return LeaderParts(
             events=self._events,
             clock=self._clock,
             start_launcher=self._start_launcher,
-            check_ssh=ssh_problem,
+            check_ssh=ssh_problem if uses_ssh else None,
             log=log.log,
             local=agent,
             link=server,
@@ -182,8 +203,11 @@ class EntryPoint:
         """Run the job as its leader; write the leader's files before any worker is told
         (docker compose stops every container once the first one exits)."""
         workers = config.topology.workers if server is not None else ()
-        leader = Leader(self._host, workers, config.timeouts, self._leader_parts(agent, server))
-        if server is not None:
+        uses_ssh = config.distribution == MPI
+        leader = Leader(
+            self._host, workers, config.timeouts, self._leader_parts(agent, server, uses_ssh)
+        )
+        if server is not None and uses_ssh:
             try:
                 start_sshd(paths.SSHD_NOTIFY_SOCKET, config.timeouts.startup)
             except JobError as error:
@@ -208,15 +232,17 @@ class EntryPoint:
             config.control_port, config.timeouts, config.topology, printer.deliver
         )
         try:
-            strategy = MpirunStrategy(
-                config,
-                prepared.result,
-                config.processes_per_host or gpu_count() or 1,
-                log.log,
-            )
-            return self._lead(config, strategy, agent, printer, server)
+            return self._lead(config, self._strategy(config, prepared), agent, printer, server)
         finally:
             server.close()
+
+    @staticmethod
+    def _strategy(config: JobConfig, prepared: Prepared) -> LaunchStrategy:
+        per_host = config.ranks_per_host(gpu_count())
+        if config.distribution == MPI:
+            return MpirunStrategy(config, prepared.result, per_host, log.log)
+        run_id = os.environ.get("TRAINING_JOB_NAME") or f"ringleader-{config.topology.leader}"
+        return SpawnStrategy(config, prepared.result, per_host, log.log, run_id)
 
     def _control_server(
         self, port: int, timeouts: Timeouts, topology: Topology, on_output: OutputHandler
@@ -235,7 +261,8 @@ class EntryPoint:
     ) -> Outcome:
         topology, timeouts = config.topology, config.timeouts
         try:
-            start_sshd(paths.SSHD_NOTIFY_SOCKET, timeouts.startup)
+            if config.distribution == MPI:
+                start_sshd(paths.SSHD_NOTIFY_SOCKET, timeouts.startup)
             prepared.result()
         except JobError as error:
             settings = ReportingSettings(timeouts, config.control_port)
@@ -268,7 +295,13 @@ class EntryPoint:
             self._events,
         )
         relay.attach(link.channel)
-        parts = WorkerParts(self._events, self._clock, agent, link, log.log)
+
+        def plan_for(spec: SpawnSpec) -> LaunchPlan:
+            return spawn_plan(config, spec, prepared.result())
+
+        parts = WorkerParts(
+            self._events, self._clock, agent, link, log.log, plan_for, self._start_launcher
+        )
         try:
             return Worker(self._host, topology.leader, timeouts, parts).run(
                 on_outcome=lambda outcome: write_result(outcome.exit_code, outcome.failure)

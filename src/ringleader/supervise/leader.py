@@ -17,11 +17,13 @@ from ringleader.core import exitcodes
 from ringleader.core.errors import JobError, StartupError
 from ringleader.core.outcome import HostLoss, JobFacts, Outcome, decide
 from ringleader.core.records import RankRecord
-from ringleader.launch.strategy import LaunchStrategy
+from ringleader.launch.spawn import first_failure
+from ringleader.launch.strategy import LaunchPlan, LaunchStrategy
 from ringleader.supervise.eventloop import Clock, EventSource, earliest
 from ringleader.wire.events import (
     LauncherExited,
     RankEnded,
+    RanksExited,
     RankStarted,
     SigtermReceived,
     WorkerBye,
@@ -76,7 +78,7 @@ class LeaderParts:
     events: EventSource
     clock: Clock
     start_launcher: StartLauncher
-    check_ssh: SshCheck
+    check_ssh: SshCheck | None  # None: the launch needs no ssh (spawned ranks)
     log: Logger
     local: LocalRanks | None = None
     link: WorkerLink | None = None
@@ -99,6 +101,8 @@ class _Run:
     stopped_at: float = 0.0
     lost: dict[str, WorkerLost] = field(default_factory=dict)
     startup_error: str | None = None
+    aborted: bool = False  # a spawned rank failed and every other rank was told to stop
+    exited: dict[str, int] = field(default_factory=dict)  # spawned: host -> launcher code
 
     def unreported(self, hosts: Sequence[str]) -> set[int]:
         return {
@@ -139,7 +143,7 @@ class Leader:
             )
         except JobError as error:
             return decide(JobFacts(error_code=error.exit_code, error_message=str(error)))
-        return self._supervise(plan.argv, plan.env)
+        return self._supervise(plan)
 
     def _wait_for_workers(self) -> None:
         """Wait for every worker's hello, checking ssh to each as soon as it says hello."""
@@ -173,7 +177,8 @@ class Leader:
                 if event.error_code is not None:
                     self._settled.add(event.host)
                     raise _HostError(event.host, event.error_code, event.error_message or "")
-                checks.append(pool.submit(self._parts.check_ssh, event.host, timeout))
+                if self._parts.check_ssh is not None:
+                    checks.append(pool.submit(self._parts.check_ssh, event.host, timeout))
             elif isinstance(event, WorkerLost) and event.host in self._workers:
                 self._settled.add(event.host)
                 raise StartupError(
@@ -183,12 +188,24 @@ class Leader:
                 raise JobStopped(event.host, self._clock.time())
         return checks
 
-    def _supervise(self, argv: Sequence[str], env: Mapping[str, str]) -> Outcome:
+    def _supervise(self, plan: LaunchPlan) -> Outcome:
+        """Run the launcher to the job's end. mpirun ends the job when it exits; spawned
+        ranks end it when every host's own launcher has exited (or the host was lost), and
+        the leader stops everyone when one of them fails, as mpirun would."""
         timeouts = self._timeouts
-        self._log("launching: " + shlex.join(argv))
+        spawn = plan.spawn
+        launched: Message = {"type": "launched"}
+        if spawn is None:
+            self._log("launching: " + shlex.join(plan.argv))
+        else:
+            self._log(
+                f"spawning {spawn.processes_per_host} rank(s) on each of {len(spawn.hosts)} "
+                f"host(s): {shlex.join(plan.argv[plan.argv.index('--') + 1 :])}"
+            )
+            launched["spawn"] = spawn.to_json()
         if self._parts.link is not None:
-            self._parts.link.broadcast({"type": "launched"})
-        launcher = self._parts.start_launcher(argv, env)
+            self._parts.link.broadcast(launched)
+        launcher = self._parts.start_launcher(plan.argv, plan.env)
         run = _Run()
         launch_deadline: float | None = self._clock.monotonic() + timeouts.startup
         kill_deadline: float | None = None
@@ -212,6 +229,10 @@ class Leader:
                     launch_deadline = None
             elif isinstance(event, RankEnded):
                 run.records[event.record.rank] = event.record
+                if spawn is not None and self._abort_after(run, event.record):
+                    kill_deadline = earliest(
+                        kill_deadline, now + timeouts.abort_grace + LOST_HOST_KILL_MARGIN_SECONDS
+                    )
             elif isinstance(event, SigtermReceived) and run.stopped_on is None:
                 self._log(f"SIGTERM received on {event.host}: stopping every rank")
                 run.stopped_on, run.stopped_at = event.host, self._clock.time()
@@ -228,7 +249,24 @@ class Leader:
                 )
             elif isinstance(event, LauncherExited):
                 self._log(f"launcher exited with code {event.exit_code}")
-                return self._conclude(run, event.exit_code, launcher)
+                if spawn is None:
+                    return self._conclude(run, event.exit_code, launcher, "mpirun")
+                run.exited[self._host] = event.exit_code
+            elif isinstance(event, RanksExited) and event.host in self._workers:
+                run.exited[event.host] = event.exit_code
+            if spawn is not None and set(run.exited) | set(run.lost) >= set(self._hosts):
+                code = first_failure(list(run.exited.values()))
+                return self._conclude(run, code, launcher, "the rank launcher")
+
+    def _abort_after(self, run: _Run, record: RankRecord) -> bool:
+        """A spawned rank failed on its own: stop every other rank (abort grace), once."""
+        if not record.failed or record.terminated or run.aborted:
+            return False
+        run.aborted = True
+        if run.stopped_on is None and not run.lost:
+            self._log(f"{record.describe()}: stopping every other rank")
+            self._terminate_everywhere(self._timeouts.abort_grace)
+        return True
 
     def _record_loss(self, run: _Run, event: WorkerLost) -> bool:
         """Note a worker lost while the job runs; False when it is not news."""
@@ -239,7 +277,9 @@ class Leader:
         self._settled.add(event.host)
         return True
 
-    def _conclude(self, run: _Run, launcher_code: int, launcher: RunningLauncher) -> Outcome:
+    def _conclude(
+        self, run: _Run, launcher_code: int, launcher: RunningLauncher, launcher_name: str
+    ) -> Outcome:
         deadline = self._clock.monotonic() + RECORD_SETTLE_SECONDS
         while run.unreported([host for host in self._hosts if host not in run.lost]):
             event = self._events.next(deadline)
@@ -266,6 +306,7 @@ class Leader:
             records=self.records,
             world_size=self.world_size,
             launcher_exit_code=launcher_code,
+            launcher_name=launcher_name,
             launcher_output_tail=launcher.output_tail(),
             mpi_aborts=tuple(sorted(launcher.mpi_aborts().items())),
             stopped_on=run.stopped_on,

@@ -12,9 +12,18 @@ from typing import Protocol
 from ringleader.config.job import Timeouts
 from ringleader.core import exitcodes
 from ringleader.core.outcome import Outcome, truncate
+from ringleader.launch.spawn import SpawnSpec
+from ringleader.launch.strategy import LaunchPlan
 from ringleader.supervise.eventloop import Clock, EventSource, earliest
-from ringleader.supervise.leader import LocalRanks, Logger
+from ringleader.supervise.leader import (
+    KILL_MARGIN_SECONDS,
+    LocalRanks,
+    Logger,
+    RunningLauncher,
+    StartLauncher,
+)
 from ringleader.wire.events import (
+    LauncherExited,
     LeaderLost,
     LeaderMessage,
     RankEnded,
@@ -36,6 +45,9 @@ class WorkerParts:
     local: LocalRanks
     link: LeaderLink
     log: Logger
+    # Spawned ranks: this host's launcher for the leader's spec, and how a launcher starts.
+    spawn_plan: Callable[[SpawnSpec], LaunchPlan] | None = None
+    start_launcher: StartLauncher | None = None
 
 
 class Worker:
@@ -48,11 +60,17 @@ class Worker:
         self._clock = parts.clock
         self._local = parts.local
         self._told: Outcome | None = None  # the leader's verdict, once it came
+        self._launcher: RunningLauncher | None = None  # this host's own (spawned ranks)
+        self._kill_deadline: float | None = None  # for it, once the ranks were told to stop
 
     def run(self, on_outcome: Callable[[Outcome], None]) -> Outcome:
         """Follow the leader to the job's end; `on_outcome` writes the result files, before
         the leader hears that this host is done."""
-        outcome = self._follow(on_outcome)
+        try:
+            outcome = self._follow(on_outcome)
+        finally:
+            if self._launcher is not None:
+                self._launcher.kill()  # spawned ranks' launcher: gone with the job, always
         if self._told is None:
             on_outcome(outcome)
         return outcome
@@ -64,7 +82,17 @@ class Worker:
         rank_deadline: float | None = None
         ranks_started = False
         while True:
-            event = self._events.next(earliest(sigterm_deadline, rank_deadline))
+            event = self._events.next(
+                earliest(sigterm_deadline, rank_deadline, self._kill_deadline)
+            )
+            now = self._clock.monotonic()
+            if self._kill_deadline is not None and now >= self._kill_deadline:
+                self._parts.log("ranks did not end within their grace period; killing them")
+                self._kill_deadline = None
+                if self._launcher is not None:
+                    self._launcher.kill()
+                if event is None:
+                    continue
             if event is None:
                 self._local.terminate_all(timeouts.abort_grace)
                 if sigterm_deadline is not None and self._clock.monotonic() >= sigterm_deadline:
@@ -83,9 +111,12 @@ class Worker:
                 link.send({"type": "rank-start", "rank": event.rank, "host": event.host})
             elif isinstance(event, RankEnded):
                 link.send({"type": "rank-end", "record": event.record.to_json()})
+            elif isinstance(event, LauncherExited):
+                link.send({"type": "ranks-exited", "host": self._host, "code": event.exit_code})
+                self._kill_deadline = None
             elif isinstance(event, SigtermReceived):
                 self._parts.log("SIGTERM received: stopping local ranks and telling the leader")
-                self._local.terminate_all(timeouts.sigterm_grace)
+                self._stop_ranks(timeouts.sigterm_grace)
                 link.send({"type": "sigterm", "host": self._host})
                 if sigterm_deadline is None:
                     sigterm_deadline = (
@@ -113,8 +144,10 @@ class Worker:
                     link.send({"type": "bye", "host": self._host})
                     self._wait_for_leader_to_leave(timeouts.finish + timeouts.leader_loss)
                     return outcome
-                if event.message.get("type") == "launched" and not ranks_started:
-                    rank_deadline = self._clock.monotonic() + timeouts.startup
+                if event.message.get("type") == "launched":
+                    self._launch(event.message)
+                    if not ranks_started:
+                        rank_deadline = self._clock.monotonic() + timeouts.startup
 
     def _obey(self, message: Message) -> Outcome | None:
         """Act on a leader's message; the verdict when it is the job's exit code."""
@@ -123,12 +156,27 @@ class Worker:
             grace = message.get("grace")
             if isinstance(grace, bool) or not isinstance(grace, int | float):
                 grace = self._timeouts.sigterm_grace
-            self._local.terminate_all(float(grace))
+            self._stop_ranks(float(grace))
         elif kind == "exit":
             self._local.reap(self._timeouts.abort_grace)
             self._told = Outcome(int(message["code"]), message.get("failure"))
             return self._told
         return None
+
+    def _launch(self, message: Message) -> None:
+        """Spawned ranks: start this host's share of them from the leader's spec."""
+        spec = message.get("spawn")
+        plan, start = self._parts.spawn_plan, self._parts.start_launcher
+        if spec is None or plan is None or start is None or self._launcher is not None:
+            return
+        launch = plan(SpawnSpec.from_json(spec))
+        self._launcher = start(launch.argv, launch.env)
+
+    def _stop_ranks(self, grace: float) -> None:
+        """Stop the local ranks; this host's own launcher is killed if they outlast `grace`."""
+        self._local.terminate_all(grace)
+        if self._launcher is not None and self._kill_deadline is None:
+            self._kill_deadline = self._clock.monotonic() + grace + KILL_MARGIN_SECONDS
 
     def _wait_for_leader_to_leave(self, timeout: float) -> None:
         """After bye: the leader closes the connection when it exits (bounded wait)."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ringleader import __version__
 from ringleader.tools.local.plan import (
+    DISTRIBUTIONS,
     LocalJobSpec,
     UsageError,
     parse_key_values,
@@ -33,7 +34,14 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         "--processes-per-host",
         type=int,
         default=None,
-        help="MPI ranks per host (default: GPUs found, else 1)",
+        help="ranks per host (default: GPUs found, else 1)",
+    )
+    parser.add_argument(
+        "--distribution",
+        choices=DISTRIBUTIONS,
+        default=None,
+        help="how ranks start: mpi (mpirun over ssh, the default), torch_distributed (every "
+        "host starts its own ranks with torchrun's environment), none (the script once per host)",
     )
     parser.add_argument(
         "--source-dir", type=Path, required=True, help="directory mounted as /opt/ml/code"
@@ -44,9 +52,7 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument(
         "--mpi-options", default="", help="extra mpirun options (sagemaker_mpi_custom_mpi_options)"
     )
-    parser.add_argument(
-        "--no-mpi", action="store_true", help="run the script on every host without mpirun"
-    )
+    parser.add_argument("--no-mpi", action="store_true", help="the same as --distribution none")
     parser.add_argument(
         "--hyperparameter",
         "-p",
@@ -114,7 +120,7 @@ def _run_local(args: argparse.Namespace) -> int:
             source_dir=args.source_dir,
             entry_point=args.entry_point,
             processes_per_host=args.processes_per_host,
-            mpi_enabled=not args.no_mpi,
+            distribution=_distribution(args),
             mpi_options=args.mpi_options,
             hyperparameters=hyperparameters,
             settings={**_flag_settings(args), **parse_key_values("--setting", args.setting)},
@@ -126,6 +132,12 @@ def _run_local(args: argparse.Namespace) -> int:
     except UsageError as error:
         print(f"ringleader local: {error}", file=sys.stderr)
         return USAGE_ERROR
+
+
+def _distribution(args: argparse.Namespace) -> str:
+    if args.no_mpi and args.distribution not in (None, "none"):
+        raise UsageError(f"--no-mpi contradicts --distribution {args.distribution}")
+    return "none" if args.no_mpi else args.distribution or "mpi"
 
 
 def _flag_settings(args: argparse.Namespace) -> dict[str, str]:

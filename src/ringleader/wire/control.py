@@ -24,6 +24,7 @@ from ringleader.core.records import RankRecord
 from ringleader.wire.events import (
     Event,
     RankEnded,
+    RanksExited,
     RankStarted,
     SigtermReceived,
     WorkerBye,
@@ -233,6 +234,8 @@ class ControlServer:
             self._events.put(RankEnded(record))
         elif kind == "sigterm":
             self._events.put(SigtermReceived(host))
+        elif kind == "ranks-exited":
+            self._events.put(RanksExited(host, int(message["code"])))
         elif kind == "bye":
             self._events.put(WorkerBye(host))
         else:

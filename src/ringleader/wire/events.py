@@ -28,6 +28,14 @@ class LauncherExited:
 
 
 @dataclass(frozen=True)
+class RanksExited:
+    """A worker's own launcher (spawned ranks) exited: its ranks are done."""
+
+    host: str
+    exit_code: int
+
+
+@dataclass(frozen=True)
 class WorkerHello:
     host: str
     error_code: int | None = None
@@ -62,6 +70,7 @@ Event = (
     | RankEnded
     | SigtermReceived
     | LauncherExited
+    | RanksExited
     | WorkerHello
     | WorkerLost
     | WorkerBye

@@ -12,13 +12,16 @@ class UsageError(Exception):
     """Bad `ringleader local` arguments; the message says which and what was expected."""
 
 
+DISTRIBUTIONS = ("mpi", "torch_distributed", "none")
+
+
 @dataclass(frozen=True)
 class LocalJobSpec:
     hosts: int
     source_dir: Path
     entry_point: str
     processes_per_host: int | None = None
-    mpi_enabled: bool = True
+    distribution: str = "mpi"  # one of DISTRIBUTIONS
     mpi_options: str = ""
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)  # the script's --key value
     settings: Mapping[str, Any] = field(default_factory=dict)  # ringleader_* hyperparameters
@@ -53,6 +56,10 @@ def validate(spec: LocalJobSpec) -> None:
         raise UsageError(
             f"--processes-per-host: expected at least 1, got {spec.processes_per_host}"
         )
+    if spec.distribution not in DISTRIBUTIONS:
+        raise UsageError(
+            f"--distribution: expected one of {', '.join(DISTRIBUTIONS)}, got {spec.distribution!r}"
+        )
     if not spec.source_dir.is_dir():
         raise UsageError(f"--source-dir: {spec.source_dir} is not a directory")
     if not (spec.source_dir / spec.entry_point).is_file():
@@ -71,7 +78,7 @@ YIELD_OPTION = "--mca mpi_yield_when_idle 1"
 
 def oversubscribed(spec: LocalJobSpec, cpus: int) -> bool:
     """More ranks on the fake hosts together than the machine has cores."""
-    return spec.mpi_enabled and spec.hosts * (spec.processes_per_host or 1) > cpus
+    return spec.distribution == "mpi" and spec.hosts * (spec.processes_per_host or 1) > cpus
 
 
 def mpi_options(spec: LocalJobSpec, cpus: int) -> str:
@@ -92,9 +99,14 @@ def sagemaker_hyperparameters(spec: LocalJobSpec, cpus: int) -> dict[str, str]:
     values: dict[str, Any] = {
         "sagemaker_program": spec.entry_point,
         "sagemaker_submit_directory": "/opt/ml/code",
-        "sagemaker_mpi_enabled": spec.mpi_enabled,
+        "sagemaker_mpi_enabled": spec.distribution == "mpi",
     }
-    if spec.processes_per_host is not None:
+    if spec.distribution == "torch_distributed":
+        # as the SDK's PyTorch estimator sends it; it has no processes-per-host field for it
+        values["sagemaker_torch_distributed_enabled"] = True
+        if spec.processes_per_host is not None:
+            values["ringleader_processes_per_host"] = spec.processes_per_host
+    elif spec.processes_per_host is not None:
         values["sagemaker_mpi_num_of_processes_per_host"] = spec.processes_per_host
     if options := mpi_options(spec, cpus):
         values["sagemaker_mpi_custom_mpi_options"] = options

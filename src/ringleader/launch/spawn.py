@@ -1,0 +1,167 @@
+"""The `spawn` launch strategy's per-host side: start this host's ranks directly, no mpirun.
+
+Every host's entry point runs `python -m ringleader.launch.spawn --spec JSON --host NAME --
+RANK_COMMAND...` as its launcher once the leader says the job is launched. It starts one rank
+wrapper per local rank with that rank's environment (torchrun's contract for
+torch_distributed), waits for all of them and exits with the first non-zero exit code, else 0.
+The wrappers stay in its process group, so killing the launcher's group kills them too.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ringleader.core import exitcodes, paths
+
+# torchrun's environment contract for each worker process (torch.distributed.run)
+TORCH_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_ERROR_FILE",
+    "OMP_NUM_THREADS",
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+)
+RANK_VARIABLE = "RINGLEADER_RANK"  # how the rank wrapper learns its global rank
+
+
+@dataclass(frozen=True)
+class SpawnSpec:
+    """What every host needs to start its share of the ranks; the leader sends it."""
+
+    hosts: tuple[str, ...]  # in rank order: host i runs ranks i*P .. i*P+P-1
+    processes_per_host: int
+    master_addr: str
+    master_port: int
+    run_id: str
+    interface: str | None  # for NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
+    torch: bool  # give each rank torchrun's environment
+
+    @property
+    def world_size(self) -> int:
+        return len(self.hosts) * self.processes_per_host
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["hosts"] = list(self.hosts)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "SpawnSpec":
+        interface = data.get("interface")
+        return cls(
+            hosts=tuple(str(host) for host in data["hosts"]),
+            processes_per_host=int(data["processes_per_host"]),
+            master_addr=str(data["master_addr"]),
+            master_port=int(data["master_port"]),
+            run_id=str(data["run_id"]),
+            interface=None if interface is None else str(interface),
+            torch=bool(data["torch"]),
+        )
+
+
+def error_file(rank: int) -> str:
+    """Where a rank's `@record`-decorated main writes its exception (TORCHELASTIC_ERROR_FILE)."""
+    return str(paths.RANK_ERROR_DIR / f"rank-{rank}.json")
+
+
+def rank_environment(
+    spec: SpawnSpec, host: str, local_rank: int, inherited: Mapping[str, str]
+) -> dict[str, str]:
+    """The variables one local rank gets on top of what it inherits; the user's own
+    OMP_NUM_THREADS and socket interface settings win, as under torchrun."""
+    node_rank = spec.hosts.index(host)
+    rank = node_rank * spec.processes_per_host + local_rank
+    env = {RANK_VARIABLE: str(rank)}
+    if not spec.torch:
+        return env
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(spec.world_size),
+        LOCAL_WORLD_SIZE=str(spec.processes_per_host),
+        GROUP_RANK=str(node_rank),
+        GROUP_WORLD_SIZE=str(len(spec.hosts)),
+        ROLE_RANK=str(rank),
+        ROLE_WORLD_SIZE=str(spec.world_size),
+        ROLE_NAME="default",
+        MASTER_ADDR=spec.master_addr,
+        MASTER_PORT=str(spec.master_port),
+        TORCHELASTIC_RUN_ID=spec.run_id,
+        TORCHELASTIC_RESTART_COUNT="0",
+        TORCHELASTIC_MAX_RESTARTS="0",
+        TORCHELASTIC_ERROR_FILE=error_file(rank),
+    )
+    if spec.processes_per_host > 1 and "OMP_NUM_THREADS" not in inherited:
+        env["OMP_NUM_THREADS"] = "1"  # torchrun's default: P ranks must not each take every core
+    if spec.interface is not None:
+        for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+            if name not in inherited:
+                env[name] = spec.interface
+    return env
+
+
+def spawn_argv(spec: SpawnSpec, host: str, rank_command: Sequence[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "ringleader.launch.spawn",
+        "--spec",
+        json.dumps(spec.to_json()),
+        "--host",
+        host,
+        "--",
+        *rank_command,
+    ]
+
+
+def first_failure(codes_in_exit_order: Sequence[int]) -> int:
+    return next((code for code in codes_in_exit_order if code != 0), 0)
+
+
+def run(spec: SpawnSpec, host: str, rank_command: Sequence[str]) -> int:
+    paths.RANK_ERROR_DIR.mkdir(parents=True, exist_ok=True)
+    children: dict[int, subprocess.Popen[bytes]] = {}
+    for local_rank in range(spec.processes_per_host):
+        env = dict(os.environ)
+        env.update(rank_environment(spec, host, local_rank, os.environ))
+        child = subprocess.Popen(list(rank_command), env=env, stdin=subprocess.DEVNULL)
+        children[child.pid] = child  # kept: Popen must not reap it behind os.wait()
+    codes = []
+    while children:
+        pid, status = os.wait()  # in exit order: the first failure is the one reported
+        if children.pop(pid, None) is not None:
+            code = os.waitstatus_to_exitcode(status)
+            codes.append(exitcodes.signal_exit_code(-code) if code < 0 else code)
+    return first_failure(codes)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ringleader.launch.spawn")
+    parser.add_argument("--spec", required=True, help="the leader's SpawnSpec as JSON")
+    parser.add_argument("--host", required=True, help="this host's name in the spec")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    return run(SpawnSpec.from_json(json.loads(args.spec)), args.host, command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
