@@ -24,6 +24,8 @@ from ringleader.tools.local.run import LocalJob, LocalJobResult
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 IMAGE = os.environ.get("RINGLEADER_IMAGE", "ringleader:latest")
+# PyTorch and Horovod: the Horovod and torch_distributed tests (`make image-horovod`)
+HOROVOD_IMAGE = os.environ.get("RINGLEADER_HOROVOD_IMAGE", "ringleader:horovod")
 
 
 def ready_docker_client(image: str = IMAGE) -> docker.DockerClient:
@@ -43,6 +45,15 @@ def ready_docker_client(image: str = IMAGE) -> docker.DockerClient:
 @pytest.fixture(scope="session")
 def docker_client() -> docker.DockerClient:
     return ready_docker_client()
+
+
+@pytest.fixture(scope="session")
+def horovod_image(docker_client: docker.DockerClient) -> str:
+    try:
+        docker_client.images.get(HOROVOD_IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"image {HOROVOD_IMAGE} is not built; run `make image-horovod`")
+    return HOROVOD_IMAGE
 
 
 class Capture(io.StringIO):

@@ -14,7 +14,6 @@ These tests need `make image-horovod`; without the image they fail (never skip).
 
 import csv
 import json
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -30,7 +29,6 @@ from tests.container.conftest import Capture, JobRun, make_spec
 
 pytestmark = pytest.mark.container
 
-HOROVOD_IMAGE = os.environ.get("RINGLEADER_HOROVOD_IMAGE", "ringleader:horovod")
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 DATA = "/opt/ml/output/data"
 YIELD = "--mca mpi_yield_when_idle 1"
@@ -44,15 +42,6 @@ PARAMETERS = [f"fc{layer}.{kind}" for layer in (1, 2, 3) for kind in ("weight", 
 METRIC = re.compile(r"\[algo-1 rank 0\] step (\d+) loss=([0-9.]+) throughput=([0-9.]+) samples/s")
 SHUT_DOWN = "Horovod has been shut down"
 RANK_LINE = re.compile(r"\[algo-\d+ rank (\d+)\] (.*)")
-
-
-@pytest.fixture(scope="module")
-def horovod_image(docker_client: docker.DockerClient) -> str:
-    try:
-        docker_client.images.get(HOROVOD_IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"image {HOROVOD_IMAGE} is not built; run `make image-horovod`")
-    return HOROVOD_IMAGE
 
 
 def load_chrome_trace(text: str) -> list[dict[str, Any]]:

@@ -117,8 +117,10 @@ def decide(facts: JobFacts) -> Outcome:
     ):
         return lost_hosts_outcome(facts.lost_hosts)
     if cause is not None:
-        headline = f"{cause.describe()}. It ran {cause.ended_at - cause.started_at:.1f} s."
-        if cause.error:
+        ran = f"It ran {cause.ended_at - cause.started_at:.1f} s."
+        headline = f"{cause.describe()}. {ran}"
+        if cause.error:  # the exception up front: SageMaker shows only the first 1024 bytes
+            headline = f"{cause.describe()}: {cause.error[-1]}. {ran}"
             text = truncate(headline, cause.error, "Its error (recorded by @record):")
         else:
             text = truncate(headline, cause.stderr_tail, "Last lines of its stderr:")
