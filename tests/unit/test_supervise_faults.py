@@ -2,6 +2,7 @@
 machines with fake collaborators (events, clock, launcher, local ranks, links). No containers,
 no sleeps: the fake clock jumps to each scripted event or deadline."""
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -11,8 +12,9 @@ from ringleader.config.job import Timeouts
 from ringleader.core import exitcodes
 from ringleader.core.outcome import Outcome
 from ringleader.core.records import RankRecord
+from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.strategy import LaunchPlan
-from ringleader.supervise.leader import Leader, LeaderParts
+from ringleader.supervise.leader import KILL_MARGIN_SECONDS, Leader, LeaderParts
 from ringleader.supervise.worker import Worker, WorkerParts
 from ringleader.wire.events import (
     Event,
@@ -20,6 +22,7 @@ from ringleader.wire.events import (
     LeaderLost,
     LeaderMessage,
     RankEnded,
+    RanksExited,
     RankStarted,
     SigtermReceived,
     WorkerBye,
@@ -137,7 +140,7 @@ class LeaderRig:
             self.launched_at = self.clock.now
             return self.launcher
 
-        parts = LeaderParts(
+        self.leader_parts = parts = LeaderParts(
             events=self.events,
             clock=self.clock,
             start_launcher=start,
@@ -479,3 +482,171 @@ def test_failing_rank_killed_while_aborting_keeps_the_code_it_aborted_with() -> 
     outcome = rig.run()
     assert outcome.exit_code == 3
     assert first_line(outcome).startswith("Rank 3 on host algo-2 exited with code 3.")
+
+
+# --- spawned ranks (torch_distributed): every host runs its own launcher --------------------
+
+SPEC = SpawnSpec(
+    hosts=HOSTS,
+    processes_per_host=2,
+    master_addr="algo-1",
+    master_port=7777,
+    run_id="job",
+    interface="eth0",
+    torch=True,
+)
+
+
+@dataclass(frozen=True)
+class SpawnStrategy:
+    world_size: int = 6
+
+    def prepare(self) -> LaunchPlan:
+        return LaunchPlan(("python", "-m", "ringleader.launch.spawn", "--", "rank"), {}, SPEC)
+
+
+def run_spawned(rig: LeaderRig) -> Outcome:
+    outcome = rig.leader.run(SpawnStrategy())
+    rig.leader.tell_workers(outcome)
+    return outcome
+
+
+def test_spawned_job_ends_when_every_hosts_launcher_exited() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(5.0, *(RankEnded(record(rank, 0)) for rank in range(6)))
+    rig.events.at(5.1, LauncherExited(0), RanksExited("algo-2", 0))
+    rig.events.at(9.0, RanksExited("algo-3", 0))  # the last host is waited for
+    rig.events.at(9.1, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = run_spawned(rig)
+    assert outcome == Outcome(0, None)
+    assert {"type": "launched", "spawn": SPEC.to_json()} in rig.link.sent
+    assert rig.local.terminated == []
+    assert rig.clock.now >= 1009.0
+
+
+def test_spawned_rank_failing_stops_every_other_rank_like_mpirun() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(5.0, RankEnded(record(3, 3, ended=1005.0, tail=("boom",))))
+    rig.events.at(
+        5.3,
+        *(RankEnded(record(r, 143, terminated=True, ended=1005.3)) for r in (0, 1, 2, 4, 5)),
+        LauncherExited(143),
+        RanksExited("algo-2", 3),
+        RanksExited("algo-3", 143),
+    )
+    rig.events.at(5.4, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = run_spawned(rig)
+    assert outcome.exit_code == 3
+    assert first_line(outcome).startswith("Rank 3 on host algo-2 exited with code 3.")
+    assert rig.local.terminated == [TIMEOUTS.abort_grace]
+    assert rig.link.sent.count({"type": "terminate", "grace": TIMEOUTS.abort_grace}) == 1
+    assert rig.launcher.killed_at == []  # everyone ended within the abort grace
+
+
+def test_spawned_rank_with_a_recorded_exception_names_it_first() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    error = ('  File "train.py", line 9, in main', "ValueError: bad shape")
+    failed = dataclasses.replace(record(4, 1, tail=("noise",)), error=error)
+    rig.events.at(5.0, RankEnded(failed))
+    rig.events.at(
+        5.2,
+        *(RankEnded(record(r, 143, terminated=True, ended=1005.3)) for r in (0, 1, 2, 3, 5)),
+        LauncherExited(143),
+        RanksExited("algo-2", 143),
+        RanksExited("algo-3", 1),
+    )
+    outcome = run_spawned(rig)
+    assert first_line(outcome).startswith(
+        "Rank 4 on host algo-3 exited with code 1: ValueError: bad shape. It ran"
+    )
+    assert "Its error (recorded by @record):" in (outcome.failure or "")
+    assert "noise" not in (outcome.failure or "")
+
+
+def test_spawned_job_with_a_lost_worker_ends_without_its_launcher() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(4.0, WorkerLost("algo-3", "control connection closed (connection closed)", 1004))
+    rig.events.at(
+        4.3,
+        *(RankEnded(record(r, 143, terminated=True, ended=1004.3)) for r in range(4)),
+        LauncherExited(143),
+        RanksExited("algo-2", 143),
+    )
+    outcome = run_spawned(rig)
+    assert outcome.exit_code == exitcodes.HOST_LOST
+    assert first_line(outcome).startswith("Host algo-3 (ranks 4, 5): control connection closed")
+
+
+def test_spawned_job_needs_no_ssh_check() -> None:
+    rig = LeaderRig()
+    rig.leader = Leader(
+        HOSTS[0], HOSTS[1:], TIMEOUTS, dataclasses.replace(rig.leader_parts, check_ssh=None)
+    )
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(
+        5.0,
+        *(RankEnded(record(rank, 0)) for rank in range(6)),
+        LauncherExited(0),
+        RanksExited("algo-2", 0),
+        RanksExited("algo-3", 0),
+    )
+    assert run_spawned(rig).exit_code == 0
+
+
+class SpawningWorkerRig(WorkerRig):
+    def __init__(self) -> None:
+        super().__init__()
+        self.launcher = FakeLauncher(self.events, clock=self.clock)
+        self.plans: list[SpawnSpec] = []
+
+        def plan(spec: SpawnSpec) -> LaunchPlan:
+            self.plans.append(spec)
+            return LaunchPlan(("spawn",), {}, spec)
+
+        parts = WorkerParts(
+            self.events,
+            self.clock,
+            self.local,
+            self.link,
+            lambda line: None,
+            plan,
+            lambda argv, env: self.launcher,
+        )
+        self.worker = Worker("algo-2", "algo-1", TIMEOUTS, parts)
+
+
+def test_worker_spawns_its_ranks_and_reports_when_they_exited() -> None:
+    rig = SpawningWorkerRig()
+    rig.events.at(1.0, LeaderMessage({"type": "launched", "spawn": SPEC.to_json()}))
+    rig.events.at(1.5, RankStarted(2, "algo-2"), RankStarted(3, "algo-2"))
+    rig.events.at(5.0, RankEnded(record(2, 0)), RankEnded(record(3, 0)), LauncherExited(0))
+    rig.events.at(5.1, LeaderMessage({"type": "exit", "code": 0, "failure": None}))
+    outcome = rig.run()
+    assert outcome == Outcome(0, None)
+    assert rig.plans == [SPEC]
+    sent = [message["type"] for message in rig.link.sent]
+    assert sent == ["rank-start", "rank-start", "rank-end", "rank-end", "ranks-exited", "bye"]
+    assert rig.link.sent[4] == {"type": "ranks-exited", "host": "algo-2", "code": 0}
+
+
+def test_worker_kills_its_spawned_ranks_that_outlast_their_grace() -> None:
+    rig = SpawningWorkerRig()
+    rig.events.at(1.0, LeaderMessage({"type": "launched", "spawn": SPEC.to_json()}))
+    rig.events.at(1.5, RankStarted(2, "algo-2"), RankStarted(3, "algo-2"))
+    rig.events.at(2.0, LeaderMessage({"type": "terminate", "grace": 0.5}))
+    rig.events.at(40.0, LeaderMessage({"type": "exit", "code": 3, "failure": "Rank 4 ...\n"}))
+    stopped = rig.clock.now + 2.0
+    outcome = rig.run()
+    assert outcome.exit_code == 3
+    assert rig.local.terminated == [0.5]
+    assert rig.launcher.killed_at[0] - stopped == pytest.approx(0.5 + KILL_MARGIN_SECONDS)
+    assert {"type": "ranks-exited", "host": "algo-2", "code": 137} in rig.link.sent
