@@ -69,11 +69,12 @@ _SETTING_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "ringleader_metric_ranks": ("metric_ranks", RankSelection.parse),
     "ringleader_metric_definitions": ("metric_definitions", parse_definitions),
     "ringleader_output_uri": ("output_uri", _output_uri),
-    "ringleader_processes_per_host": ("own_processes_per_host", hp.as_positive_int),
     "ringleader_master_port": ("master_port", hp.as_port),
 }
 METRIC_DEFINITIONS_ENV = "RINGLEADER_METRIC_DEFINITIONS"
 DEFAULT_CONTROL_PORT = 29100
+PROCESSES_PER_HOST_KEY = "ringleader_processes_per_host"
+DISTRIBUTION_GROUPS_KEY = "sagemaker_distribution_instance_groups"
 DEFAULT_MASTER_PORT = 7777  # SageMaker's PyTorch container uses it for torch_distributed
 
 MPI = "mpi"
@@ -146,6 +147,8 @@ def parse_job_config(
         raise ConfigError("sagemaker_program", f"expected a file name, got {program!r}")
     mpi_enabled = hp.as_bool("sagemaker_mpi_enabled", values.get("sagemaker_mpi_enabled", False))
     distribution = _distribution(mpi_enabled, values)
+    if distribution != NO_DISTRIBUTION:
+        topology = _distribution_topology(topology, values)
     per_host_value = values.get("sagemaker_mpi_num_of_processes_per_host")
     processes_per_host = (
         None
@@ -171,7 +174,48 @@ def parse_job_config(
         **settings,
         code_archive=code_archive,
         distribution=distribution,
+        own_processes_per_host=_own_processes_per_host(
+            topology, values.get(PROCESSES_PER_HOST_KEY)
+        ),
     )
+
+
+def _distribution_topology(topology: Topology, values: Mapping[str, Any]) -> Topology:
+    """Heterogeneous clusters: the distributed job runs on the hosts of these groups."""
+    field = DISTRIBUTION_GROUPS_KEY
+    names = values.get(field)
+    if names is None:
+        return topology
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(field, f"expected a list of instance group names, got {names!r}")
+    if not topology.instance_groups:
+        raise ConfigError(field, "set, but resourceconfig.json has no instance_groups")
+    return topology.with_distribution_groups(field, tuple(names))
+
+
+def _own_processes_per_host(topology: Topology, value: Any) -> int | None:
+    """ringleader_processes_per_host: a number, or {instance group: number} for
+    heterogeneous clusters, where the distribution's groups must agree."""
+    field = PROCESSES_PER_HOST_KEY
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return hp.as_positive_int(field, value)
+    counts = {str(name): hp.as_positive_int(field, count) for name, count in value.items()}
+    groups = [g.name for g in topology.instance_groups if set(g.hosts) & set(topology.participants)]
+    missing = [name for name in groups if name not in counts]
+    if not groups or missing:
+        raise ConfigError(field, f"no count for the distribution's instance group(s) {missing}")
+    chosen = {name: counts[name] for name in groups}
+    if len(set(chosen.values())) > 1:
+        raise ConfigError(
+            field,
+            f"the distribution's instance groups disagree: {chosen}; every host of the "
+            "distribution must run the same number of processes",
+        )
+    return chosen[groups[0]]
 
 
 def _distribution(mpi_enabled: bool, values: Mapping[str, Any]) -> str:
@@ -203,7 +247,12 @@ def _split_custom_options(value: Any) -> tuple[str, ...]:
 def _parse_ringleader_keys(
     values: Mapping[str, Any], environ: Mapping[str, str]
 ) -> tuple[Timeouts, dict[str, Any]]:
-    known = {**_TIMEOUT_KEYS, **_SETTING_KEYS, **dict.fromkeys(horovod.KEYS)}
+    known = {
+        **_TIMEOUT_KEYS,
+        **_SETTING_KEYS,
+        **dict.fromkeys(horovod.KEYS),
+        PROCESSES_PER_HOST_KEY: None,
+    }
     unknown = sorted(
         key for key in values if key.startswith(RINGLEADER_PREFIX) and key not in known
     )

@@ -3,7 +3,7 @@
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ringleader.core.errors import ConfigError
@@ -14,19 +14,61 @@ _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 
 
 @dataclass(frozen=True)
+class InstanceGroup:
+    """One group of a heterogeneous cluster (SageMaker `instance_groups`)."""
+
+    name: str
+    instance_type: str
+    hosts: tuple[str, ...]  # sorted
+
+
+@dataclass(frozen=True)
 class Topology:
     hosts: tuple[str, ...]  # sorted, so every host agrees on the order and the leader
     current_host: str
     network_interface: str
+    instance_groups: tuple[InstanceGroup, ...] = ()
+    # The hosts of the instance groups the distributed job runs on (sorted); empty: all hosts.
+    # The others run the program once each, on their own, and still end with the job's outcome.
+    distribution_hosts: tuple[str, ...] = ()
+
+    @property
+    def participants(self) -> tuple[str, ...]:
+        """The hosts that run the distributed job's ranks."""
+        return self.distribution_hosts or self.hosts
+
+    @property
+    def plain_hosts(self) -> tuple[str, ...]:
+        """Hosts outside the distribution: they run the program once, plainly."""
+        return tuple(host for host in self.hosts if host not in self.participants)
 
     @property
     def leader(self) -> str:
         # First in sorted order: local mode names hosts algo-1-xxxxx, never assume "algo-1".
-        return self.hosts[0]
+        # With instance groups, the first host of the distribution: it runs mpirun or rank 0.
+        return self.participants[0]
 
     @property
     def workers(self) -> tuple[str, ...]:
-        return self.hosts[1:]
+        """Every host but the leader: all of them connect to it and end with its verdict."""
+        return tuple(host for host in self.hosts if host != self.leader)
+
+    @property
+    def current_group(self) -> str | None:
+        return next((g.name for g in self.instance_groups if self.current_host in g.hosts), None)
+
+    def with_distribution_groups(self, field: str, names: tuple[str, ...]) -> "Topology":
+        """The distributed job on the hosts of these instance groups only."""
+        known = {group.name: group for group in self.instance_groups}
+        for name in names:
+            if name not in known:
+                raise ConfigError(
+                    field, f"{name!r} is not one of the instance groups {sorted(known)}"
+                )
+            if not known[name].hosts:
+                raise ConfigError(field, f"the instance group {name!r} has no hosts")
+        hosts = sorted({host for name in names for host in known[name].hosts})
+        return replace(self, distribution_hosts=tuple(hosts))
 
     @property
     def is_leader(self) -> bool:
@@ -59,7 +101,37 @@ def parse_topology(
         raise ConfigError(current_field, f"{current!r} is not one of the hosts {list(hosts)}")
     if not isinstance(interface, str):
         raise ConfigError("network_interface_name", f"expected a string, got {interface!r}")
-    return Topology(hosts=hosts, current_host=current, network_interface=interface)
+    groups = _parse_groups(resource_config or {}, hosts, current)
+    return Topology(
+        hosts=hosts, current_host=current, network_interface=interface, instance_groups=groups
+    )
+
+
+def _parse_groups(
+    resource_config: Mapping[str, Any], hosts: tuple[str, ...], current: str
+) -> tuple[InstanceGroup, ...]:
+    field = "resourceconfig.json instance_groups"
+    value = resource_config.get("instance_groups")
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ConfigError(field, f"expected a list of instance groups, got {value!r}")
+    groups = []
+    for entry in value:
+        if not isinstance(entry, dict) or not isinstance(entry.get("instance_group_name"), str):
+            raise ConfigError(field, f"expected {{instance_group_name, hosts, ...}}, got {entry!r}")
+        name = entry["instance_group_name"]
+        members = entry.get("hosts", [])
+        if not isinstance(members, list) or not all(host in hosts for host in members):
+            raise ConfigError(
+                field, f"group {name!r}: hosts {members!r} are not all in the hosts {list(hosts)}"
+            )
+        groups.append(
+            InstanceGroup(name, str(entry.get("instance_type", "")), tuple(sorted(members)))
+        )
+    if groups and not any(current in group.hosts for group in groups):
+        raise ConfigError(field, f"the current host {current!r} is in no instance group")
+    return tuple(groups)
 
 
 def _load_json(field: str, text: str) -> Any:

@@ -53,14 +53,30 @@ class SpawnSpec:
     run_id: str
     interface: str | None  # for NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     torch: bool  # give each rank torchrun's environment
+    # Heterogeneous clusters: hosts outside the distribution run the program once each, as
+    # ranks first_plain_rank, first_plain_rank + 1, ... with no distributed environment.
+    plain_hosts: tuple[str, ...] = ()
+    first_plain_rank: int = 0
 
     @property
     def world_size(self) -> int:
+        """The distributed job's ranks (plain hosts' processes are not part of it)."""
         return len(self.hosts) * self.processes_per_host
+
+    @property
+    def launching_hosts(self) -> tuple[str, ...]:
+        """Hosts that start ranks of their own from this spec."""
+        return (*self.hosts, *self.plain_hosts)
+
+    def local_ranks(self, host: str) -> int:
+        if host in self.plain_hosts:
+            return 1
+        return self.processes_per_host if host in self.hosts else 0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["hosts"] = list(self.hosts)
+        data["plain_hosts"] = list(self.plain_hosts)
         return data
 
     @classmethod
@@ -74,6 +90,8 @@ class SpawnSpec:
             run_id=str(data["run_id"]),
             interface=None if interface is None else str(interface),
             torch=bool(data["torch"]),
+            plain_hosts=tuple(str(host) for host in data.get("plain_hosts", ())),
+            first_plain_rank=int(data.get("first_plain_rank", 0)),
         )
 
 
@@ -87,6 +105,8 @@ def rank_environment(
 ) -> dict[str, str]:
     """The variables one local rank gets on top of what it inherits; the user's own
     OMP_NUM_THREADS and socket interface settings win, as under torchrun."""
+    if host in spec.plain_hosts:
+        return {RANK_VARIABLE: str(spec.first_plain_rank + spec.plain_hosts.index(host))}
     node_rank = spec.hosts.index(host)
     rank = node_rank * spec.processes_per_host + local_rank
     env = {RANK_VARIABLE: str(rank)}
@@ -139,7 +159,7 @@ def first_failure(codes_in_exit_order: Sequence[int]) -> int:
 def run(spec: SpawnSpec, host: str, rank_command: Sequence[str]) -> int:
     paths.RANK_ERROR_DIR.mkdir(parents=True, exist_ok=True)
     children: dict[int, subprocess.Popen[bytes]] = {}
-    for local_rank in range(spec.processes_per_host):
+    for local_rank in range(spec.local_ranks(host)):
         env = dict(os.environ)
         env.update(rank_environment(spec, host, local_rank, os.environ))
         child = subprocess.Popen(list(rank_command), env=env, stdin=subprocess.DEVNULL)

@@ -86,19 +86,33 @@ class MpirunStrategy:
 
     @property
     def world_size(self) -> int:
-        return self.processes_per_host * len(self.config.topology.hosts)
+        return world_size(self.config, self.processes_per_host)
 
     def prepare(self) -> LaunchPlan:
+        topology = self.config.topology
         choice = job_interface(self.config, self.log)
         forwarded = forwarded_variables(self.config.custom_mpi_options)
         plan = MpiPlan(
-            hosts=self.config.topology.hosts,
+            hosts=topology.participants,
             processes_per_host=self.processes_per_host,
             interface=choice.name,
             custom_options=self.config.custom_mpi_options,
             rank_command=tuple(rank_command(self.config, self.user_command(), forwarded)),
         )
-        return LaunchPlan(tuple(build_mpirun_argv(plan)), dict(os.environ))
+        plain = None
+        if topology.plain_hosts:  # heterogeneous: the hosts outside mpirun start their own
+            plain = SpawnSpec(
+                hosts=(),
+                processes_per_host=self.processes_per_host,
+                master_addr=topology.leader,
+                master_port=self.config.master_port,
+                run_id="",
+                interface=None,
+                torch=False,
+                plain_hosts=topology.plain_hosts,
+                first_plain_rank=plan.world_size,
+            )
+        return LaunchPlan(tuple(build_mpirun_argv(plan)), dict(os.environ), plain)
 
 
 @dataclass(frozen=True)
@@ -114,7 +128,7 @@ class SpawnStrategy:
 
     @property
     def world_size(self) -> int:
-        return self.processes_per_host * len(self.config.topology.hosts)
+        return world_size(self.config, self.processes_per_host)
 
     def prepare(self) -> LaunchPlan:
         topology = self.config.topology
@@ -133,6 +147,12 @@ class SpawnStrategy:
             torch=torch,
         )
         return spawn_plan(self.config, spec, self.user_command())
+
+
+def world_size(config: JobConfig, processes_per_host: int) -> int:
+    """Every rank the job supervises: the distribution's, then one per host outside it."""
+    topology = config.topology
+    return processes_per_host * len(topology.participants) + len(topology.plain_hosts)
 
 
 def spawn_plan(config: JobConfig, spec: SpawnSpec, user_command: Sequence[str]) -> LaunchPlan:

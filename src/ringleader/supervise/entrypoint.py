@@ -107,6 +107,7 @@ class EntryPoint:
                 artifacts.check_output_uri(config.output_uri)  # a missing bucket fails now
         except ConfigError as error:
             return self._config_failure(topology, error)
+        topology = config.topology  # with instance groups: the distribution's leader leads
         single = config.distribution == NO_DISTRIBUTION or (
             len(topology.hosts) == 1 and config.distribution == MPI
         )
@@ -162,6 +163,7 @@ class EntryPoint:
             hostenv.user_args(config),
             mpi4py_run=config.mpi4py_run
             and config.distribution == MPI
+            and config.topology.current_host in config.topology.participants
             and not single
             and mpi4py_available(),
         )

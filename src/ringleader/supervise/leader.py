@@ -195,17 +195,25 @@ class Leader:
         timeouts = self._timeouts
         spawn = plan.spawn
         launched: Message = {"type": "launched"}
-        if spawn is None:
+        if spawn is None or self._host not in spawn.launching_hosts:
             self._log("launching: " + shlex.join(plan.argv))
         else:
             self._log(
                 f"spawning {spawn.processes_per_host} rank(s) on each of {len(spawn.hosts)} "
                 f"host(s): {shlex.join(plan.argv[plan.argv.index('--') + 1 :])}"
             )
+        if spawn is not None:
             launched["spawn"] = spawn.to_json()
+        if spawn is not None and spawn.plain_hosts:
+            self._log(f"outside the distribution, running the program once: {spawn.plain_hosts}")
         if self._parts.link is not None:
             self._parts.link.broadcast(launched)
         launcher = self._parts.start_launcher(plan.argv, plan.env)
+        # The job ends when this host's launcher and every other host's own launcher (spawned
+        # ranks, or the plain hosts of a heterogeneous cluster) have exited or the host was lost.
+        waits_for = set(spawn.launching_hosts) - {self._host} if spawn is not None else set()
+        spawned_here = spawn is not None and self._host in spawn.launching_hosts
+        launcher_name = "the rank launcher" if spawned_here else "mpirun"
         run = _Run()
         launch_deadline: float | None = self._clock.monotonic() + timeouts.startup
         kill_deadline: float | None = None
@@ -249,14 +257,12 @@ class Leader:
                 )
             elif isinstance(event, LauncherExited):
                 self._log(f"launcher exited with code {event.exit_code}")
-                if spawn is None:
-                    return self._conclude(run, event.exit_code, launcher, "mpirun")
                 run.exited[self._host] = event.exit_code
-            elif isinstance(event, RanksExited) and event.host in self._workers:
+            elif isinstance(event, RanksExited) and event.host in waits_for:
                 run.exited[event.host] = event.exit_code
-            if spawn is not None and set(run.exited) | set(run.lost) >= set(self._hosts):
+            if self._host in run.exited and waits_for <= set(run.exited) | set(run.lost):
                 code = first_failure(list(run.exited.values()))
-                return self._conclude(run, code, launcher, "the rank launcher")
+                return self._conclude(run, code, launcher, launcher_name)
 
     def _abort_after(self, run: _Run, record: RankRecord) -> bool:
         """A spawned rank failed on its own: stop every other rank (abort grace), once."""

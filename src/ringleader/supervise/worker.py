@@ -169,7 +169,10 @@ class Worker:
         plan, start = self._parts.spawn_plan, self._parts.start_launcher
         if spec is None or plan is None or start is None or self._launcher is not None:
             return
-        launch = plan(SpawnSpec.from_json(spec))
+        spawn = SpawnSpec.from_json(spec)
+        if self._host not in spawn.launching_hosts:
+            return  # mpirun starts this host's ranks
+        launch = plan(spawn)
         self._launcher = start(launch.argv, launch.env)
 
     def _stop_ranks(self, grace: float) -> None:

@@ -10,6 +10,7 @@ from ringleader.tools.local.plan import (
     DISTRIBUTIONS,
     LocalJobSpec,
     UsageError,
+    parse_instance_groups,
     parse_key_values,
     parse_script_args,
 )
@@ -29,7 +30,12 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
             "the script as hyperparameters (--name value)."
         ),
     )
-    parser.add_argument("--hosts", type=int, default=3, help="number of hosts (default 3)")
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        default=None,
+        help="number of hosts (default 3, or the sum of --instance-groups)",
+    )
     parser.add_argument(
         "--processes-per-host",
         type=int,
@@ -115,8 +121,14 @@ def _run_local(args: argparse.Namespace) -> int:
     try:
         hyperparameters: dict[str, str] = parse_key_values("--hyperparameter", args.hyperparameter)
         hyperparameters.update(parse_script_args(script_args))
+        groups = parse_instance_groups(args.instance_groups) if args.instance_groups else ()
+        default_hosts = sum(count for _, count in groups) if groups else 3
         spec = LocalJobSpec(
-            hosts=args.hosts,
+            hosts=args.hosts if args.hosts is not None else default_hosts,
+            instance_groups=groups,
+            distribution_groups=tuple(
+                name.strip() for name in (args.distribution_groups or "").split(",") if name
+            ),
             source_dir=args.source_dir,
             entry_point=args.entry_point,
             processes_per_host=args.processes_per_host,

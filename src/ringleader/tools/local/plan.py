@@ -22,6 +22,10 @@ class LocalJobSpec:
     entry_point: str
     processes_per_host: int | None = None
     distribution: str = "mpi"  # one of DISTRIBUTIONS
+    # A heterogeneous cluster: (group name, host count) in host order, and the groups the
+    # distribution runs on (the others' hosts run the script once each, plainly).
+    instance_groups: tuple[tuple[str, int], ...] = ()
+    distribution_groups: tuple[str, ...] = ()
     mpi_options: str = ""
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)  # the script's --key value
     settings: Mapping[str, Any] = field(default_factory=dict)  # ringleader_* hyperparameters
@@ -60,10 +64,47 @@ def validate(spec: LocalJobSpec) -> None:
         raise UsageError(
             f"--distribution: expected one of {', '.join(DISTRIBUTIONS)}, got {spec.distribution!r}"
         )
+    _validate_groups(spec)
     if not spec.source_dir.is_dir():
         raise UsageError(f"--source-dir: {spec.source_dir} is not a directory")
     if not (spec.source_dir / spec.entry_point).is_file():
         raise UsageError(f"--entry-point: {spec.entry_point!r} not found in {spec.source_dir}")
+
+
+def _validate_groups(spec: LocalJobSpec) -> None:
+    names = [name for name, _ in spec.instance_groups]
+    if spec.distribution_groups and not spec.instance_groups:
+        raise UsageError("--distribution-groups: needs --instance-groups")
+    if not spec.instance_groups:
+        return
+    if len(set(names)) != len(names):
+        raise UsageError(f"--instance-groups: group names repeat in {names}")
+    if sum(count for _, count in spec.instance_groups) != spec.hosts:
+        raise UsageError(
+            f"--instance-groups: the groups have {sum(c for _, c in spec.instance_groups)} "
+            f"host(s) but --hosts is {spec.hosts}"
+        )
+    if not spec.distribution_groups:
+        raise UsageError(
+            "--distribution-groups: name the instance group(s) the distributed job runs on, "
+            f"out of {names}"
+        )
+    unknown = [name for name in spec.distribution_groups if name not in names]
+    if unknown:
+        raise UsageError(f"--distribution-groups: {unknown} not among --instance-groups {names}")
+
+
+def parse_instance_groups(text: str) -> tuple[tuple[str, int], ...]:
+    """`data:1,train:2` -> (("data", 1), ("train", 2))."""
+    groups = []
+    for item in text.split(","):
+        name, _, count = item.strip().partition(":")
+        if not name or not count.isdigit() or int(count) < 1:
+            raise UsageError(
+                f"--instance-groups: expected NAME:COUNT[,NAME:COUNT...], got {item!r}"
+            )
+        groups.append((name, int(count)))
+    return tuple(groups)
 
 
 def host_names(count: int, random_suffix: bool) -> list[str]:
@@ -110,6 +151,8 @@ def sagemaker_hyperparameters(spec: LocalJobSpec, cpus: int) -> dict[str, str]:
         values["sagemaker_mpi_num_of_processes_per_host"] = spec.processes_per_host
     if options := mpi_options(spec, cpus):
         values["sagemaker_mpi_custom_mpi_options"] = options
+    if spec.distribution_groups:
+        values["sagemaker_distribution_instance_groups"] = list(spec.distribution_groups)
     values.update({f"ringleader_{key}": value for key, value in spec.settings.items()})
     values.update(spec.hyperparameters)
     return {key: json.dumps(value) for key, value in values.items()}
@@ -117,14 +160,21 @@ def sagemaker_hyperparameters(spec: LocalJobSpec, cpus: int) -> dict[str, str]:
 
 def plan_hosts(spec: LocalJobSpec, job_id: str, names: Sequence[str], cpus: int) -> list[HostPlan]:
     hyperparameters = sagemaker_hyperparameters(spec, cpus)
+    groups = group_hosts(spec.instance_groups, names)
     plans = []
     for name in names:
-        resource_config = {
+        resource_config: dict[str, Any] = {
             "current_host": name,
             "hosts": list(names),
             "network_interface_name": "eth0",
             "current_instance_type": "local",
         }
+        if groups:  # as SageMaker writes it for a heterogeneous cluster
+            resource_config["current_group_name"] = next(g for g, h in groups.items() if name in h)
+            resource_config["instance_groups"] = [
+                {"instance_group_name": group, "instance_type": "local", "hosts": members}
+                for group, members in groups.items()
+            ]
         plans.append(
             HostPlan(
                 name=name,
@@ -135,6 +185,17 @@ def plan_hosts(spec: LocalJobSpec, job_id: str, names: Sequence[str], cpus: int)
             )
         )
     return plans
+
+
+def group_hosts(
+    instance_groups: Sequence[tuple[str, int]], names: Sequence[str]
+) -> dict[str, list[str]]:
+    """The hosts of each group, handed out in host order."""
+    groups, start = {}, 0
+    for group, count in instance_groups:
+        groups[group] = list(names[start : start + count])
+        start += count
+    return groups
 
 
 def parse_script_args(tokens: Sequence[str]) -> dict[str, str]:
