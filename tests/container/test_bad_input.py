@@ -64,6 +64,56 @@ CASES = {
         "Configuration error in hyperparameters.json: /opt/ml/input/config/hyperparameters.json "
         "is not valid JSON",
     ),
+    "torch_distributed together with mpi": (
+        {"hyperparameters": {"sagemaker_torch_distributed_enabled": "true"}},
+        "Configuration error in sagemaker_torch_distributed_enabled: true together with "
+        "sagemaker_mpi_enabled",
+    ),
+    "master port out of range": (
+        {"distribution": "torch_distributed", "settings": {"master_port": "70000"}},
+        "Configuration error in ringleader_master_port: expected a TCP port from 1 to 65535",
+    ),
+    "distribution instance group that does not exist": (
+        {
+            "instance_groups": (("data", 1), ("train", 2)),
+            "distribution_groups": ("train",),
+            "hyperparameters": {"sagemaker_distribution_instance_groups": ["gpu"]},
+        },
+        "Configuration error in sagemaker_distribution_instance_groups: 'gpu' is not one of "
+        "the instance groups ['data', 'train']",
+    ),
+    "processes per host that disagree between groups": (
+        {
+            "distribution": "torch_distributed",
+            "instance_groups": (("data", 1), ("train", 2)),
+            "distribution_groups": ("data", "train"),
+            "settings": {"processes_per_host": {"data": 1, "train": 2}},
+            "processes_per_host": None,
+        },
+        "Configuration error in ringleader_processes_per_host: the distribution's instance "
+        "groups disagree: {'data': 1, 'train': 2}",
+    ),
+    "a host in no instance group": (
+        {
+            "config_overrides": {
+                host: {
+                    "resourceconfig.json": json.dumps(
+                        {
+                            "current_host": host,
+                            "hosts": HOSTS,
+                            "current_group_name": "train",
+                            "instance_groups": [
+                                {"instance_group_name": "train", "hosts": ["algo-1", "algo-2"]}
+                            ],
+                        }
+                    )
+                }
+                for host in HOSTS
+            }
+        },
+        "Configuration error in resourceconfig.json instance_groups: host(s) ['algo-3'] are in "
+        "no instance group",
+    ),
     "invalid interface name": (
         {
             "env_overrides": on_every_host(

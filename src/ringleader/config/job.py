@@ -147,6 +147,7 @@ def parse_job_config(
         raise ConfigError("sagemaker_program", f"expected a file name, got {program!r}")
     mpi_enabled = hp.as_bool("sagemaker_mpi_enabled", values.get("sagemaker_mpi_enabled", False))
     distribution = _distribution(mpi_enabled, values)
+    topology.check_groups_cover_hosts()
     if distribution != NO_DISTRIBUTION:
         topology = _distribution_topology(topology, values)
     per_host_value = values.get("sagemaker_mpi_num_of_processes_per_host")

@@ -70,6 +70,20 @@ class Topology:
         hosts = sorted({host for name in names for host in known[name].hosts})
         return replace(self, distribution_hosts=tuple(hosts))
 
+    def check_groups_cover_hosts(self) -> None:
+        """Every host, this one included, belongs to an instance group (when there are any).
+
+        Checked with the job's configuration rather than when the host list is read: every
+        host finds the same problem and the job ends with 78 everywhere at once."""
+        grouped = {host for group in self.instance_groups for host in group.hosts}
+        missing = [host for host in self.hosts if host not in grouped]
+        if self.instance_groups and missing:
+            raise ConfigError(
+                "resourceconfig.json instance_groups",
+                f"host(s) {missing} are in no instance group"
+                + (" (the current host among them)" if self.current_host in missing else ""),
+            )
+
     @property
     def is_leader(self) -> bool:
         return self.current_host == self.leader
@@ -129,8 +143,6 @@ def _parse_groups(
         groups.append(
             InstanceGroup(name, str(entry.get("instance_type", "")), tuple(sorted(members)))
         )
-    if groups and not any(current in group.hosts for group in groups):
-        raise ConfigError(field, f"the current host {current!r} is in no instance group")
     return tuple(groups)
 
 

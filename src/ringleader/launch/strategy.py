@@ -135,16 +135,17 @@ class SpawnStrategy:
         torch = self.config.distribution == TORCH_DISTRIBUTED
         if torch:
             check_port_free(self.config.master_port, topology.current_host)
+        interface = job_interface(self.config, self.log) if len(topology.hosts) > 1 else None
         spec = SpawnSpec(
-            hosts=topology.hosts,
+            hosts=topology.participants,
             processes_per_host=self.processes_per_host,
             master_addr=topology.leader,
             master_port=self.config.master_port,
             run_id=self.run_id,
-            interface=job_interface(self.config, self.log).name
-            if len(topology.hosts) > 1
-            else None,
+            interface=interface.name if interface is not None else None,
             torch=torch,
+            plain_hosts=topology.plain_hosts,
+            first_plain_rank=self.processes_per_host * len(topology.participants),
         )
         return spawn_plan(self.config, spec, self.user_command())
 

@@ -58,6 +58,17 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument(
         "--mpi-options", default="", help="extra mpirun options (sagemaker_mpi_custom_mpi_options)"
     )
+    parser.add_argument(
+        "--instance-groups",
+        metavar="NAME:COUNT,...",
+        help="a heterogeneous cluster, e.g. data:1,train:2 (hosts handed out in order)",
+    )
+    parser.add_argument(
+        "--distribution-groups",
+        metavar="NAME,...",
+        help="the instance groups the distributed job runs on; the other groups' hosts run "
+        "the script once each (sagemaker_distribution_instance_groups)",
+    )
     parser.add_argument("--no-mpi", action="store_true", help="the same as --distribution none")
     parser.add_argument(
         "--hyperparameter",

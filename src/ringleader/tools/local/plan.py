@@ -198,6 +198,13 @@ def group_hosts(
     return groups
 
 
+def leader_host(spec: LocalJobSpec, names: Sequence[str]) -> str:
+    """The host that leads: the first of the distribution's groups (else the first host)."""
+    groups = group_hosts(spec.instance_groups, names)
+    members = sorted(h for group in spec.distribution_groups for h in groups.get(group, ()))
+    return members[0] if members else sorted(names)[0]
+
+
 def parse_script_args(tokens: Sequence[str]) -> dict[str, str]:
     """`--rounds 3 --lr=0.1` after `--` become hyperparameters, as SageMaker passes them back."""
     values: dict[str, str] = {}

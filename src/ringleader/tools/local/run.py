@@ -27,6 +27,7 @@ from ringleader.tools.local.plan import (
     UsageError,
     host_names,
     job_id,
+    leader_host,
     oversubscribed,
     plan_hosts,
     validate,
@@ -263,7 +264,8 @@ class LocalJob:
         if any(streamer.is_alive() for streamer in self._log_streams):
             self._print.note(f"warning: logs still streaming after {LOG_DRAIN_SECONDS} s")
         rows = [results.get(host.name, HostResult(host.name, None, 0.0)) for host in self.hosts]
-        leader = rows[0]
+        leader_name = leader_host(self.spec, [host.name for host in self.hosts])
+        leader = next(row for row in rows if row.name == leader_name)
         exit_code = leader.exit_code if leader.exit_code is not None else 1
         lost = [row for row in rows if row.error is not None]
         if lost and exit_code == 0:
@@ -285,7 +287,7 @@ class LocalJob:
         codes = {row.exit_code for row in rows if row.exit_code is not None}
         if len(codes) > 1:
             self._print.note(f"warning: hosts disagree on the exit code: {sorted(codes)}")
-        failure = self.output_dir / self.hosts[0].name / "output" / "failure"
+        failure = self.output_dir / leader_name / "output" / "failure"
         if failure.is_file():
             self._print.note("failure file of the leader:")
             for line in failure.read_text(errors="replace").splitlines():
