@@ -1,0 +1,68 @@
+"""SageMaker Python SDK v2 local mode: the `PyTorch` estimator with
+`distribution={'torch_distributed': {'enabled': True}}` on 3 instances of our PyTorch image
+(ringleader:horovod), running examples/ddp_train.py as it would run under torchrun."""
+
+import json
+
+import pytest
+
+from tests.container.conftest import EXAMPLES, HOROVOD_IMAGE, ready_docker_client
+from tests.sdk.conftest import ROLE, SdkJob, assert_hosts_agree
+
+pytestmark = [pytest.mark.sdk, pytest.mark.container]
+
+
+def pytorch_estimator(sdk_job: SdkJob, name: str, **hyperparameters: object) -> object:
+    from sagemaker.pytorch import PyTorch
+
+    ready_docker_client(HOROVOD_IMAGE)
+    return PyTorch(
+        entry_point="ddp_train.py",
+        source_dir=str(EXAMPLES),
+        image_uri=HOROVOD_IMAGE,  # framework_version and py_version are then only recorded
+        framework_version="2.1",
+        py_version="py310",
+        role=ROLE,
+        instance_count=3,
+        instance_type="local",
+        distribution={"torch_distributed": {"enabled": True}},
+        # the SDK has no processes-per-host field for torch_distributed: ringleader's setting
+        hyperparameters={"ringleader_processes_per_host": 2, **hyperparameters},
+        output_path=f"file://{sdk_job.output}",
+        sagemaker_session=sdk_job.session(),
+        base_job_name=name,
+    )
+
+
+def test_pytorch_estimator_with_torch_distributed_trains_on_every_rank(sdk_job, channel):
+    estimator = pytorch_estimator(sdk_job, "ringleader-sdk-ddp", steps=20, **{"log-interval": 10})
+    sdk_job.fit(estimator, {"training": f"file://{channel}"})
+
+    assert sdk_job.error is None
+    translated = estimator.hyperparameters()  # what the SDK made of `distribution`
+    assert json.loads(translated["sagemaker_torch_distributed_enabled"]) is True
+    assert "sagemaker_mpi_enabled" not in translated
+    assert_hosts_agree(sdk_job, 0)
+    files = sdk_job.output_tar()
+    logs = b"".join(content for name, content in files.items() if name.endswith(".log"))
+    hosts = sorted(sdk_job.hosts)
+    for rank in range(6):
+        expected = (
+            f"env rank={rank} local_rank={rank % 2} world=6 group_rank={rank // 2} "
+            f"master={hosts[0]}:7777 host={hosts[rank // 2]} allreduce=15 ok"
+        )
+        assert expected.encode() in logs, expected
+    assert (sdk_job.output / "model.tar.gz").is_file()
+
+
+def test_pytorch_estimator_with_a_failing_rank_names_it_on_every_host(sdk_job, channel):
+    estimator = pytorch_estimator(
+        sdk_job, "ringleader-sdk-ddp-fail", steps=400, **{"fail-rank": 3, "fail-code": 3}
+    )
+    sdk_job.fit(estimator, {"training": f"file://{channel}"})
+
+    assert isinstance(sdk_job.error, RuntimeError)
+    assert str(sdk_job.error).endswith("Process exited with code: 3")
+    headline = f"Rank 3 on host {sorted(sdk_job.hosts)[1]} exited with code 3."
+    assert_hosts_agree(sdk_job, 3, headline)
+    assert sdk_job.output_tar()["failure"].decode().startswith(headline)
