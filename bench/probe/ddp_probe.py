@@ -1,0 +1,17 @@
+"""Benchmark probe for DDP: prints when the rank's user code starts and ends (wall clock) around
+examples/ddp_train.py, which it runs unchanged (copied next to this file by bench/ddp.py)."""
+
+import os
+import runpy
+import sys
+import time
+from pathlib import Path
+
+rank = os.environ.get("RANK", "?")
+print(f"BENCH start {rank} {time.time():.6f}", flush=True)
+script = Path(__file__).with_name("ddp_train.py")
+sys.argv = [str(script), *sys.argv[1:]]
+try:
+    runpy.run_path(str(script), run_name="__main__")
+finally:
+    print(f"BENCH end {rank} {time.time():.6f}", flush=True)
