@@ -114,3 +114,12 @@ def test_a_killed_worker_host_is_the_cause_on_every_surviving_host(
     assert run.codes() == {"algo-1": 75, "algo-2": 75, "algo-3": 137}, run.output
     for host in ("algo-1", "algo-2"):
         assert run.failure(host).startswith("Host algo-3 (ranks 4, 5): "), run.failure(host)
+
+
+def test_a_module_entry_point_runs_with_dash_m(
+    run_job: Callable[..., JobRun], torch_job: dict[str, Any]
+) -> None:
+    run = run_job(**{**torch_job, "entry_point": "-m ddp_train"}, hyperparameters={"steps": "5"})
+    assert run.codes() == dict.fromkeys(HOSTS, 0), run.output
+    assert len(ENV_LINE.findall(run.output)) == 6
+    assert "-- /opt/ringleader/venv/bin/python -m ddp_train --steps 5" in run.output

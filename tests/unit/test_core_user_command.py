@@ -1,6 +1,7 @@
 """The user's command line, as SageMaker builds it."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,12 @@ def test_non_executable_other_file_is_a_config_error(tmp_path):
         build_user_command(program, [])
     assert caught.value.field == "sagemaker_program"
     assert "'trainer.bin'" in caught.value.problem
+
+
+def test_a_module_runs_with_python_dash_m() -> None:
+    command = build_user_command(
+        Path("/opt/ml/code/-m pkg.train"), ["--lr", "1"], "py", module="pkg.train"
+    )
+    assert command == ["py", "-m", "pkg.train", "--lr", "1"]
+    under_mpi = build_user_command(Path("x"), [], "py", mpi4py_run=True, module="pkg.train")
+    assert under_mpi == ["py", "-m", "mpi4py", "-m", "pkg.train"]

@@ -88,7 +88,8 @@ def test_the_launcher_runs_every_local_rank_and_exits_with_the_first_failure(
 ) -> None:
     script = (
         "import os, sys, time; rank = int(os.environ['RANK']); "
-        "print(rank, os.environ['LOCAL_RANK'], os.environ['WORLD_SIZE'], flush=True); "
+        "line = f\"{rank} {os.environ['LOCAL_RANK']} {os.environ['WORLD_SIZE']}\\n\"; "
+        "os.write(1, line.encode()); "  # one write per rank: lines never interleave
         "time.sleep(0.3 * rank); sys.exit({0: 0, 1: 4, 2: 0, 3: 5}[rank])"
     )
     spec = SpawnSpec.from_json({**SPEC.to_json(), "processes_per_host": 4, "hosts": ["algo-1"]})
@@ -203,3 +204,13 @@ def test_processes_per_host() -> None:
     )
     assert bare.ranks_per_host(gpus=4) == 4
     assert bare.ranks_per_host(gpus=0) == 1
+
+
+def test_a_module_entry_point_is_named_with_dash_m() -> None:
+    module = config(sagemaker_program="-m pkg.train")
+    assert module.module == "pkg.train"  # type: ignore[attr-defined]
+    assert config(sagemaker_program="train.py").module is None  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError) as caught:
+        config(sagemaker_program="-m not a module")
+    assert caught.value.field == "sagemaker_program"
+    assert "expected -m followed by a dotted module name" in caught.value.problem

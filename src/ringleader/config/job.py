@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -130,6 +131,21 @@ class JobConfig:
     def program_path(self) -> Path:
         return Path(self.code_dir) / self.program
 
+    @property
+    def module(self) -> str | None:
+        """`sagemaker_program: "-m package.module"` runs a module, as `torchrun -m` does."""
+        return module_name(self.program)
+
+
+MODULE_PREFIX = "-m "
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def module_name(program: str) -> str | None:
+    if not program.startswith(MODULE_PREFIX):
+        return None
+    return program[len(MODULE_PREFIX) :].strip()
+
 
 def parse_job_config(
     topology: Topology, raw_hyperparameters: Mapping[str, Any], environ: Mapping[str, str]
@@ -145,6 +161,11 @@ def parse_job_config(
         )
     if not isinstance(program, str):
         raise ConfigError("sagemaker_program", f"expected a file name, got {program!r}")
+    module = module_name(program)
+    if module is not None and not _MODULE.fullmatch(module):
+        raise ConfigError(
+            "sagemaker_program", f"{program!r}: expected -m followed by a dotted module name"
+        )
     mpi_enabled = hp.as_bool("sagemaker_mpi_enabled", values.get("sagemaker_mpi_enabled", False))
     distribution = _distribution(mpi_enabled, values)
     topology.check_groups_cover_hosts()
@@ -349,7 +370,7 @@ def load_job_config(
     raw = read_json_object(files.hyperparameters, "hyperparameters.json") or {}
     config = parse_job_config(topology, raw, environ)
     # An archive is checked once extracted (ringleader.source.usercode.prepare).
-    if config.code_archive is None and not config.program_path.is_file():
+    if config.code_archive is None and config.module is None and not config.program_path.is_file():
         raise ConfigError(
             "sagemaker_program",
             f"{config.program!r} not found in the code directory {config.code_dir}",

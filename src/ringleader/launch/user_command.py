@@ -9,15 +9,22 @@ from ringleader.core.errors import ConfigError
 
 
 def build_user_command(
-    program: Path, user_args: Sequence[str], python: str = sys.executable, mpi4py_run: bool = False
+    program: Path,
+    user_args: Sequence[str],
+    python: str = sys.executable,
+    mpi4py_run: bool = False,
+    module: str | None = None,
 ) -> list[str]:
-    """Python scripts run with our interpreter, shell scripts with sh, anything else directly.
+    """Python scripts and modules (`-m`) run with our interpreter, shell scripts with sh,
+    anything else directly.
 
-    With `mpi4py_run`, Python scripts run under `python -m mpi4py`, which turns an uncaught
+    With `mpi4py_run`, Python runs under `python -m mpi4py`, which turns an uncaught
     exception or a non-zero sys.exit() into MPI_Abort with that code.
     """
+    runner = [python, "-m", "mpi4py"] if mpi4py_run else [python]
+    if module is not None:
+        return [*runner, "-m", module, *user_args]
     if program.suffix == ".py":
-        runner = [python, "-m", "mpi4py"] if mpi4py_run else [python]
         return [*runner, str(program), *user_args]
     if program.suffix == ".sh":
         return ["/bin/sh", str(program), *user_args]

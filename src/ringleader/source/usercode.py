@@ -269,6 +269,22 @@ def prepare(
     """
     stop = Stop(stop_event, stop_grace)
     code_dir = Path(config.code_dir)
+    if config.module is not None:  # `-m package.module`: found on the path when it runs
+        if config.code_archive is not None:
+            fetch_and_extract(config.code_archive, code_dir, download_timeout, stop)
+        names = set(os.listdir(code_dir)) if code_dir.is_dir() else set()
+        pyproject = code_dir / "pyproject.toml"
+        text = _read_text(pyproject) if "pyproject.toml" in names else None
+        kind = EntryPointKind.PYTHON_PACKAGE if is_python_package(names, text) else None
+        log.log(f"entry point: module {config.module} (python -m) in {code_dir}")
+        install(
+            code_dir,
+            kind or EntryPointKind.PYTHON_SCRIPT,
+            install_timeout,
+            stop,
+            python or sys.executable,
+        )
+        return
     problem = program_problem(config.program)
     if problem is not None:
         raise ConfigError(PROGRAM, problem)

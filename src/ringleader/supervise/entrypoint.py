@@ -166,6 +166,7 @@ class EntryPoint:
             and config.topology.current_host in config.topology.participants
             and not single
             and mpi4py_available(),
+            module=config.module,
         )
         sagemaker = {**hostenv.sagemaker_env_vars(config, self._files), **config.horovod_env}
         hostenv.write_host_env(paths.HOST_ENV_FILE, hostenv.host_environment(os.environ, sagemaker))

@@ -67,7 +67,8 @@ def validate(spec: LocalJobSpec) -> None:
     _validate_groups(spec)
     if not spec.source_dir.is_dir():
         raise UsageError(f"--source-dir: {spec.source_dir} is not a directory")
-    if not (spec.source_dir / spec.entry_point).is_file():
+    module = spec.entry_point.startswith("-m ")  # a module, found on the path when it runs
+    if not module and not (spec.source_dir / spec.entry_point).is_file():
         raise UsageError(f"--entry-point: {spec.entry_point!r} not found in {spec.source_dir}")
 
 
