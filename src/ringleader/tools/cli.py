@@ -53,7 +53,9 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         "--source-dir", type=Path, required=True, help="directory mounted as /opt/ml/code"
     )
     parser.add_argument(
-        "--entry-point", required=True, help="script in the source dir (sagemaker_program)"
+        "--entry-point",
+        required=True,
+        help="script in the source dir, or '-m package.module' (sagemaker_program)",
     )
     parser.add_argument(
         "--mpi-options", default="", help="extra mpirun options (sagemaker_mpi_custom_mpi_options)"
