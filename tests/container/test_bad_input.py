@@ -73,6 +73,11 @@ CASES = {
         {"distribution": "torch_distributed", "settings": {"master_port": "70000"}},
         "Configuration error in ringleader_master_port: expected a TCP port from 1 to 65535",
     ),
+    "master port in use on the leader": (
+        {"distribution": "torch_distributed", "settings": {"master_port": "29100"}},
+        "Configuration error in ringleader_master_port: MASTER_PORT 29100 is not free on "
+        "algo-1 (the leader, where rank 0 listens)",
+    ),
     "distribution instance group that does not exist": (
         {
             "instance_groups": (("data", 1), ("train", 2)),
