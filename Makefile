@@ -27,7 +27,11 @@ demo: image venv  ## 3 fake hosts x 2 processes running examples/mpi_allreduce.p
 	$(BIN)/ringleader local --hosts 3 --processes-per-host 2 \
 		--source-dir examples --entry-point mpi_allreduce.py -- --rounds 3
 
-test: setup image-horovod  ## lint, type check and the whole test suite (unit + real containers)
+.PHONY: image-tensorflow
+image-tensorflow: image  ## ringleader:tensorflow = the image + TensorFlow 2.21 (CPU), ~2 min
+	scripts/build-tensorflow.sh
+
+test: setup image-horovod image-tensorflow  ## lint, type check and the whole test suite (unit + real containers)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -47,25 +47,10 @@ REQUIREMENTS=(
 )
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-
-log() { printf '==> %s\n' "$*"; }
-die() {
-    printf 'build-horovod.sh: error: %s\n' "$*" >&2
-    exit 1
-}
-image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+# shellcheck source=scripts/lib-images.sh
+source scripts/lib-images.sh
 
 # ----------------------------------------------------------------------------------- wheelhouse
-# Platform tags of Debian bookworm (glibc 2.36) for x86_64, so the wheels fit the image even when
-# the host is a different Linux.
-platform_args() {
-    local minor
-    for minor in $(seq 36 -1 5); do
-        printf -- '--platform\nmanylinux_2_%s_x86_64\n' "$minor"
-    done
-    printf -- '--platform\n%s\n' manylinux2014_x86_64 manylinux2010_x86_64 manylinux1_x86_64
-}
-
 wheelhouse_key() {
     {
         printf '%s\n' "${REQUIREMENTS[@]}" "horovod==$HOROVOD_VERSION"
@@ -74,9 +59,7 @@ wheelhouse_key() {
 }
 
 step_wheelhouse() {
-    command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (set PYTHON to a CPython 3.11)"
-    "$PYTHON" -c 'import sys; sys.exit(sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11))' ||
-        die "$PYTHON is not CPython 3.11, the image's Python (set PYTHON)"
+    require_python311
     local stamp=$WHEELHOUSE/.key key tmp start=$SECONDS
     key=$(wheelhouse_key)
     if [[ ${REBUILD_WHEELS:-} != 1 && -f $stamp && $(<"$stamp") == "$key" ]] &&
@@ -89,15 +72,7 @@ step_wheelhouse() {
     tmp=$(mktemp -d build/.wheelhouse-horovod.XXXXXX)
     chmod 755 "$tmp"
     log "Downloading torch==$TORCH_VERSION (CPU) and the wheels it and Horovod need into $WHEELHOUSE/wheels (cp311, manylinux x86_64)"
-    local -a platforms
-    mapfile -t platforms < <(platform_args)
-    if ! "$PYTHON" -m pip download --quiet --dest "$tmp/wheels" --only-binary=:all: \
-        --implementation cp --python-version 3.11 --abi cp311 --abi abi3 --abi none \
-        "${platforms[@]}" "${REQUIREMENTS[@]}" 2>"$tmp/pip.log"; then
-        cat "$tmp/pip.log" >&2
-        rm -rf "$tmp"
-        die "pip download of the wheels failed"
-    fi
+    download_wheels "$tmp/wheels" "${REQUIREMENTS[@]}"
     log "Downloading the Horovod $HOROVOD_VERSION sdist into $WHEELHOUSE/sdist"
     # (pip prepares the sdist's metadata in an isolated build environment on the host; nothing is
     # compiled here.)
@@ -143,46 +118,12 @@ step_build() {
     log "Building image $IMAGE from $RINGLEADER_IMAGE; Horovod $HOROVOD_VERSION compiled on $base (log: $LOG; a cold build takes about 8 minutes, 5 of them compiling Horovod)"
     local -a extra=()
     [[ ${NO_CACHE:-} != 1 ]] || extra+=(--no-cache)
-    : >"$LOG"
-    # The context is the wheelhouse only: nothing else is sent to the daemon. Every Dockerfile
-    # step is shown as it starts, with the time so far; the full output goes to the log.
-    if ! docker build -f Dockerfile.horovod "${extra[@]}" \
+    # The context is the wheelhouse only: nothing else is sent to the daemon.
+    logged_build "$LOG" "$start" -f Dockerfile.horovod "${extra[@]}" \
         --build-arg BASE_IMAGE="$base" --build-arg RINGLEADER_IMAGE="$RINGLEADER_IMAGE" \
         --build-arg TORCH_VERSION="$TORCH_VERSION" --build-arg HOROVOD_VERSION="$HOROVOD_VERSION" \
-        -t "$IMAGE" "$WHEELHOUSE" 2>&1 |
-        while IFS= read -r line; do
-            printf '%s\n' "$line" >>"$LOG"
-            if [[ $line == "Step "* ]]; then
-                log "  $(printf '%4ss' $((SECONDS - start))) ${line:0:110}"
-            fi
-        done; then
-        tail -n 60 "$LOG" >&2
-        die "docker build failed (see $LOG)"
-    fi
+        -t "$IMAGE" "$WHEELHOUSE"
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}')): $(docker run --rm --entrypoint python "$IMAGE" -c 'import torch, horovod; print(f"torch {torch.__version__}, horovod {horovod.__version__}")')"
 }
 
-# ----------------------------------------------------------------------------------------- main
-usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
-
-steps=()
-for arg in "${@:-all}"; do
-    case $arg in
-        all) steps+=(wheelhouse build) ;;
-        wheelhouse | build) steps+=("$arg") ;;
-        -h | --help | help)
-            usage
-            exit 0
-            ;;
-        *)
-            usage >&2
-            die "unknown step: $arg"
-            ;;
-    esac
-done
-
-total_start=$SECONDS
-for s in "${steps[@]}"; do
-    "step_$s"
-done
-log "build-horovod done (${steps[*]}) in $((SECONDS - total_start))s"
+run_steps "$@"

@@ -650,3 +650,60 @@ def test_worker_kills_its_spawned_ranks_that_outlast_their_grace() -> None:
     assert rig.local.terminated == [0.5]
     assert rig.launcher.killed_at[0] - stopped == pytest.approx(0.5 + KILL_MARGIN_SECONDS)
     assert {"type": "ranks-exited", "host": "algo-2", "code": 137} in rig.link.sent
+
+
+# --- TensorFlow parameter servers: stopped once the main task ended, never a failure ----------
+
+TF_SPEC = dataclasses.replace(SPEC, torch=False, tf="parameter_server")
+
+
+@dataclass(frozen=True)
+class TfStrategy:
+    world_size: int = 6
+
+    def prepare(self) -> LaunchPlan:
+        return LaunchPlan(("python", "-m", "ringleader.launch.spawn", "--", "rank"), {}, TF_SPEC)
+
+
+def tf_record(rank: int, code: int, **kwargs: object) -> RankRecord:
+    role = "ps" if rank % 2 else ("master" if rank == 0 else "worker")
+    index = rank // 2 if role == "ps" else max(rank // 2 - 1, 0)
+    return dataclasses.replace(record(rank, code, **kwargs), role=f"{role}:{index}")  # type: ignore[arg-type]
+
+
+def test_parameter_servers_are_stopped_when_the_master_ends_and_do_not_fail_the_job() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(4.0, RankEnded(tf_record(2, 0)), RankEnded(tf_record(4, 0)))
+    rig.events.at(5.0, RankEnded(tf_record(0, 0)))  # the master: the job is done
+    rig.events.at(
+        5.2,
+        *(RankEnded(tf_record(r, 143, signal=15, terminated=True)) for r in (1, 3, 5)),
+        LauncherExited(143),
+        RanksExited("algo-2", 143),
+        RanksExited("algo-3", 143),
+    )
+    outcome = rig.leader.run(TfStrategy())
+    assert outcome == Outcome(0, None)
+    assert rig.local.terminated == [TIMEOUTS.abort_grace]
+    assert "every main task ended: stopping the rest (ranks 1, 3, 5)" in rig.logs
+
+
+def test_a_parameter_server_that_dies_is_the_root_cause_named_with_its_host() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(3.0, RankEnded(tf_record(3, 137, signal=9)))  # ps:1 on algo-2 killed
+    rig.events.at(
+        3.3,
+        *(RankEnded(tf_record(r, 143, signal=15, terminated=True)) for r in (0, 1, 2, 4, 5)),
+        LauncherExited(143),
+        RanksExited("algo-2", 137),
+        RanksExited("algo-3", 143),
+    )
+    outcome = rig.leader.run(TfStrategy())
+    assert outcome.exit_code == 137
+    assert first_line(outcome).startswith(
+        "Rank 3 (ps:1) on host algo-2 was killed by signal 9 (SIGKILL)"
+    )

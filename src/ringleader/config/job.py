@@ -54,6 +54,21 @@ _TIMEOUT_KEYS = {
 }
 
 
+MPI = "mpi"
+TORCH_DISTRIBUTED = "torch_distributed"
+PARAMETER_SERVER = "parameter_server"
+MULTI_WORKER_MIRRORED = "multi_worker_mirrored_strategy"
+NO_DISTRIBUTION = "none"  # every host runs the program once, on its own
+# What the SageMaker SDK sends for each distribution, in the order they are checked.
+DISTRIBUTION_KEYS = {
+    "sagemaker_mpi_enabled": MPI,
+    "sagemaker_torch_distributed_enabled": TORCH_DISTRIBUTED,
+    "sagemaker_parameter_server_enabled": PARAMETER_SERVER,
+    "sagemaker_multi_worker_mirrored_strategy_enabled": MULTI_WORKER_MIRRORED,
+}
+TF_ROLES = ("master", "chief")  # ringleader_tf_roles: SageMaker's layout, or TF2's chief
+
+
 def _output_uri(field: str, value: Any) -> "OutputUri":
     from ringleader.artifacts import parse_output_uri  # imports boto3: only when asked for
 
@@ -71,16 +86,24 @@ _SETTING_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "ringleader_metric_definitions": ("metric_definitions", parse_definitions),
     "ringleader_output_uri": ("output_uri", _output_uri),
     "ringleader_master_port": ("master_port", hp.as_port),
+    "ringleader_tf_worker_port": ("tf_worker_port", hp.as_port),
+    "ringleader_tf_ps_port": ("tf_ps_port", hp.as_port),
+    "ringleader_tf_mirrored_port": ("tf_mirrored_port", hp.as_port),
+    "ringleader_tf_roles": ("tf_roles", lambda field, value: _choice(field, value, TF_ROLES)),
 }
+
+
+def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(field, f"expected one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
 METRIC_DEFINITIONS_ENV = "RINGLEADER_METRIC_DEFINITIONS"
 DEFAULT_CONTROL_PORT = 29100
 PROCESSES_PER_HOST_KEY = "ringleader_processes_per_host"
 DISTRIBUTION_GROUPS_KEY = "sagemaker_distribution_instance_groups"
 DEFAULT_MASTER_PORT = 7777  # SageMaker's PyTorch container uses it for torch_distributed
-
-MPI = "mpi"
-TORCH_DISTRIBUTED = "torch_distributed"
-NO_DISTRIBUTION = "none"  # every host runs the program once, on its own
 
 
 @dataclass(frozen=True)
@@ -107,9 +130,15 @@ class JobConfig:
     # sagemaker_submit_directory when it is a sourcedir tarball (s3:// or a local file): it is
     # fetched and extracted into code_dir before the job starts (ringleader.source.usercode).
     code_archive: str | None = None
-    distribution: str = NO_DISTRIBUTION  # MPI, TORCH_DISTRIBUTED or NO_DISTRIBUTION
+    distribution: str = NO_DISTRIBUTION  # one of DISTRIBUTION_KEYS' values, or NO_DISTRIBUTION
     own_processes_per_host: int | None = None  # ringleader_processes_per_host
     master_port: int = DEFAULT_MASTER_PORT  # torch_distributed's MASTER_PORT
+    # TensorFlow (SageMaker's ports): master/chief and workers, parameter servers, and
+    # multi_worker_mirrored_strategy's workers; the roles of the parameter_server layout.
+    tf_worker_port: int = 2222
+    tf_ps_port: int = 2223
+    tf_mirrored_port: int = 8890
+    tf_roles: str = "master"
 
     def ranks_per_host(self, gpus: int) -> int:
         """For mpi, sagemaker_mpi_num_of_processes_per_host wins; then the ringleader setting
@@ -241,17 +270,23 @@ def _own_processes_per_host(topology: Topology, value: Any) -> int | None:
 
 
 def _distribution(mpi_enabled: bool, values: Mapping[str, Any]) -> str:
-    torch_key = "sagemaker_torch_distributed_enabled"
-    torch_enabled = hp.as_bool(torch_key, values.get(torch_key, False))
-    if torch_enabled and mpi_enabled:
-        raise ConfigError(
-            torch_key,
-            "true together with sagemaker_mpi_enabled: choose one distribution "
-            "(torch_distributed starts the ranks itself, mpi starts them with mpirun)",
+    enabled = [
+        key
+        for key in DISTRIBUTION_KEYS
+        if (
+            mpi_enabled
+            if key == "sagemaker_mpi_enabled"
+            else hp.as_bool(key, values.get(key, False))
         )
-    if torch_enabled:
-        return TORCH_DISTRIBUTED
-    return MPI if mpi_enabled else NO_DISTRIBUTION
+    ]
+    if len(enabled) > 1:
+        first, second = enabled[-1], enabled[0]  # the more specific one is named
+        raise ConfigError(
+            first,
+            f"true together with {second}: choose one distribution "
+            f"({', '.join(sorted(DISTRIBUTION_KEYS.values()))})",
+        )
+    return DISTRIBUTION_KEYS[enabled[0]] if enabled else NO_DISTRIBUTION
 
 
 def _split_custom_options(value: Any) -> tuple[str, ...]:

@@ -17,13 +17,15 @@ class RankRecord:
     stderr_tail: tuple[str, ...]
     # The exception a torch `@record`-decorated main wrote (type: message, then last frames).
     error: tuple[str, ...] = ()
+    role: str | None = None  # what the rank is for, when it has a role (TensorFlow: ps:1)
 
     @property
     def failed(self) -> bool:
         return self.exit_code != 0
 
     def describe(self) -> str:
-        where = f"Rank {self.rank} on host {self.host}"
+        role = f" ({self.role})" if self.role else ""
+        where = f"Rank {self.rank}{role} on host {self.host}"
         if self.signal is not None:
             return (
                 f"{where} was killed by signal {self.signal} ({signal_name(self.signal)}); "
@@ -49,6 +51,7 @@ class RankRecord:
             terminated=bool(data["terminated"]),
             stderr_tail=tuple(str(line) for line in data.get("stderr_tail", ())),
             error=tuple(str(line) for line in data.get("error", ())),
+            role=None if data.get("role") is None else str(data["role"]),
         )
 
 

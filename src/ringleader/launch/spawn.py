@@ -3,8 +3,10 @@
 Every host's entry point runs `python -m ringleader.launch.spawn --spec JSON --host NAME --
 RANK_COMMAND...` as its launcher once the leader says the job is launched. It starts one rank
 wrapper per local rank with that rank's environment (torchrun's contract for
-torch_distributed), waits for all of them and exits with the first non-zero exit code, else 0.
-The wrappers stay in its process group, so killing the launcher's group kills them too.
+torch_distributed; TF_CONFIG for TensorFlow's distributions, whose parameter servers are
+`tf.distribute.Server`s it starts in place of the user's script), waits for all of them and
+exits with the first non-zero exit code, else 0. The wrappers stay in its process group, so
+killing the launcher's group kills them too.
 """
 
 import argparse
@@ -17,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ringleader.core import exitcodes, paths
+from ringleader.launch import tfconfig
 
 # torchrun's environment contract for each worker process (torch.distributed.run)
 TORCH_VARIABLES = (
@@ -39,7 +42,10 @@ TORCH_VARIABLES = (
     "NCCL_SOCKET_IFNAME",
     "GLOO_SOCKET_IFNAME",
 )
+TF_VARIABLES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES")
 RANK_VARIABLE = "RINGLEADER_RANK"  # how the rank wrapper learns its global rank
+ROLE_VARIABLE = "RINGLEADER_ROLE"  # and its role, when it has one (TensorFlow: ps:1, chief:0)
+TF_SERVER_MODULE = "ringleader.launch.tfconfig"
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,11 @@ class SpawnSpec:
     # ranks first_plain_rank, first_plain_rank + 1, ... with no distributed environment.
     plain_hosts: tuple[str, ...] = ()
     first_plain_rank: int = 0
+    # TensorFlow: parameter_server or multi_worker_mirrored_strategy; each host then runs its
+    # TF tasks (processes_per_host of them) instead of P copies of the script.
+    tf: str | None = None
+    tf_roles: str = tfconfig.MASTER_ROLES
+    tf_ports: tuple[int, int, int] = (2222, 2223, 8890)  # worker, ps, mirrored
 
     @property
     def world_size(self) -> int:
@@ -73,15 +84,34 @@ class SpawnSpec:
             return 1
         return self.processes_per_host if host in self.hosts else 0
 
+    def tf_tasks(self, host: str) -> list[tfconfig.TfTask]:
+        assert self.tf is not None
+        ports = tfconfig.TfPorts(*self.tf_ports)
+        return tfconfig.host_tasks(self.tf, self.hosts, host, self.tf_roles, ports)
+
+    def main_ranks(self) -> frozenset[int] | None:
+        """TensorFlow: the ranks whose end ends the job (the master/chief, or every
+        mirrored worker); None when every rank counts."""
+        if self.tf is None:
+            return None
+        return frozenset(
+            node * self.processes_per_host + index
+            for node, host in enumerate(self.hosts)
+            for index, task in enumerate(self.tf_tasks(host))
+            if task.main
+        )
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["hosts"] = list(self.hosts)
         data["plain_hosts"] = list(self.plain_hosts)
+        data["tf_ports"] = list(self.tf_ports)
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "SpawnSpec":
         interface = data.get("interface")
+        worker, ps, mirrored = (int(port) for port in data.get("tf_ports", (2222, 2223, 8890)))
         return cls(
             hosts=tuple(str(host) for host in data["hosts"]),
             processes_per_host=int(data["processes_per_host"]),
@@ -92,6 +122,9 @@ class SpawnSpec:
             torch=bool(data["torch"]),
             plain_hosts=tuple(str(host) for host in data.get("plain_hosts", ())),
             first_plain_rank=int(data.get("first_plain_rank", 0)),
+            tf=None if data.get("tf") is None else str(data["tf"]),
+            tf_roles=str(data.get("tf_roles", tfconfig.MASTER_ROLES)),
+            tf_ports=(worker, ps, mirrored),
         )
 
 
@@ -110,6 +143,12 @@ def rank_environment(
     node_rank = spec.hosts.index(host)
     rank = node_rank * spec.processes_per_host + local_rank
     env = {RANK_VARIABLE: str(rank)}
+    if spec.tf is not None:
+        task = spec.tf_tasks(host)[local_rank]
+        env.update(TF_CONFIG=task.tf_config, **{ROLE_VARIABLE: task.role})
+        if task.job == "ps":
+            env["CUDA_VISIBLE_DEVICES"] = ""  # as SageMaker: parameter servers stay on the CPU
+        return env
     if not spec.torch:
         return env
     env.update(
@@ -156,13 +195,27 @@ def first_failure(codes_in_exit_order: Sequence[int]) -> int:
     return next((code for code in codes_in_exit_order if code != 0), 0)
 
 
+def task_command(
+    spec: SpawnSpec, host: str, local_rank: int, rank_command: Sequence[str]
+) -> list[str]:
+    """The rank wrapper around the user's command, or around a TensorFlow server that
+    ringleader runs itself (parameter servers; workers with the chief roles)."""
+    if spec.tf is None or host in spec.plain_hosts:
+        return list(rank_command)
+    if spec.tf_tasks(host)[local_rank].runs_script:
+        return list(rank_command)
+    wrapper = list(rank_command[: rank_command.index("--")])
+    return [*wrapper, "--", wrapper[0], "-m", TF_SERVER_MODULE]
+
+
 def run(spec: SpawnSpec, host: str, rank_command: Sequence[str]) -> int:
     paths.RANK_ERROR_DIR.mkdir(parents=True, exist_ok=True)
     children: dict[int, subprocess.Popen[bytes]] = {}
     for local_rank in range(spec.local_ranks(host)):
         env = dict(os.environ)
         env.update(rank_environment(spec, host, local_rank, os.environ))
-        child = subprocess.Popen(list(rank_command), env=env, stdin=subprocess.DEVNULL)
+        command = task_command(spec, host, local_rank, rank_command)
+        child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
         children[child.pid] = child  # kept: Popen must not reap it behind os.wait()
     codes = []
     while children:

@@ -14,12 +14,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ringleader.config.job import TORCH_DISTRIBUTED, JobConfig
+from ringleader.config.job import (
+    MULTI_WORKER_MIRRORED,
+    PARAMETER_SERVER,
+    TORCH_DISTRIBUTED,
+    JobConfig,
+)
 from ringleader.config.mpi_options import forwarded_variables
 from ringleader.core.errors import ConfigError
+from ringleader.launch import tfconfig
 from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv
 from ringleader.launch.netif import InterfaceChoice, choose_interface, local_interfaces, resolve
-from ringleader.launch.spawn import TORCH_VARIABLES, SpawnSpec, spawn_argv
+from ringleader.launch.spawn import TF_VARIABLES, TORCH_VARIABLES, SpawnSpec, spawn_argv
 
 Logger = Callable[[str], None]
 
@@ -136,6 +142,7 @@ class SpawnStrategy:
         if torch:
             check_port_free(self.config.master_port, topology.current_host)
         interface = job_interface(self.config, self.log) if len(topology.hosts) > 1 else None
+        tf = self.config.distribution if self.config.distribution in TF_DISTRIBUTIONS else None
         spec = SpawnSpec(
             hosts=topology.participants,
             processes_per_host=self.processes_per_host,
@@ -146,8 +153,37 @@ class SpawnStrategy:
             torch=torch,
             plain_hosts=topology.plain_hosts,
             first_plain_rank=self.processes_per_host * len(topology.participants),
+            tf=tf,
+            tf_roles=self.config.tf_roles,
+            tf_ports=tf_ports(self.config),
         )
         return spawn_plan(self.config, spec, self.user_command())
+
+
+TF_DISTRIBUTIONS = (PARAMETER_SERVER, MULTI_WORKER_MIRRORED)
+
+
+def tf_ports(config: JobConfig) -> tuple[int, int, int]:
+    return (config.tf_worker_port, config.tf_ps_port, config.tf_mirrored_port)
+
+
+def tf_tasks_per_host(distribution: str) -> int:
+    """A parameter_server host runs its master/worker task and a parameter server; a
+    multi_worker_mirrored_strategy host one worker."""
+    return 1 if distribution == MULTI_WORKER_MIRRORED else 2
+
+
+def check_tf_ports(config: JobConfig) -> None:
+    """This host's TensorFlow ports must be free (each host checks its own before it says
+    hello, so a port in use anywhere ends the job with 78 everywhere)."""
+    names = {
+        config.tf_worker_port: "ringleader_tf_worker_port",
+        config.tf_ps_port: "ringleader_tf_ps_port",
+        config.tf_mirrored_port: "ringleader_tf_mirrored_port",
+    }
+    ports = tfconfig.TfPorts(*tf_ports(config))
+    for port in tfconfig.ports_on(config.distribution, ports):
+        check_port_free(port, config.topology.current_host, names[port], "port", "")
 
 
 def world_size(config: JobConfig, processes_per_host: int) -> int:
@@ -158,7 +194,8 @@ def world_size(config: JobConfig, processes_per_host: int) -> int:
 
 def spawn_plan(config: JobConfig, spec: SpawnSpec, user_command: Sequence[str]) -> LaunchPlan:
     """This host's launcher for a spawned job (the leader's and every worker's)."""
-    command = rank_command(config, user_command, TORCH_VARIABLES if spec.torch else ())
+    forwarded = TORCH_VARIABLES if spec.torch else TF_VARIABLES if spec.tf else ()
+    command = rank_command(config, user_command, forwarded)
     argv = spawn_argv(spec, config.topology.current_host, command)
     return LaunchPlan(tuple(argv), dict(os.environ), spec)
 
@@ -173,15 +210,22 @@ def job_interface(config: JobConfig, log: Logger) -> InterfaceChoice:
     return choice
 
 
-def check_port_free(port: int, host: str) -> None:
-    """MASTER_PORT must be free on the leader, where rank 0 listens on it."""
+def check_port_free(
+    port: int,
+    host: str,
+    field: str = "ringleader_master_port",
+    what: str = "MASTER_PORT",
+    where: str = " (the leader, where rank 0 listens)",
+) -> None:
+    """A port a rank will listen on must be free: MASTER_PORT on the leader, TensorFlow's on
+    every host."""
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("", port))
         except OSError as error:
             raise ConfigError(
-                "ringleader_master_port",
-                f"MASTER_PORT {port} is not free on {host} (the leader, where rank 0 listens): "
+                field,
+                f"{what} {port} is not free on {host}{where}: "
                 f"{error.strerror or error}; choose another port",
             ) from None

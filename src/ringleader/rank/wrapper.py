@@ -64,9 +64,10 @@ class RankSupervisor:
         rank: int,
         grace: float,
         stray_grace: float = 0.5,
+        role: str | None = None,
     ) -> None:
         self._command, self._env, self._cwd = list(command), dict(env), cwd
-        self.host, self.rank, self._grace = host, rank, grace
+        self.host, self.rank, self._grace, self.role = host, rank, grace, role
         self._stray_grace = stray_grace  # for processes the rank left behind when it ended
         self._child: subprocess.Popen[bytes] | None = None
         self._terminated = threading.Event()
@@ -181,6 +182,7 @@ class RankSupervisor:
             terminated=self._terminated.is_set(),
             stderr_tail=tail,
             error=error,
+            role=self.role,
         )
 
 
@@ -252,7 +254,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     host = env.get("SM_CURRENT_HOST") or socket.gethostname()
     rank = current_rank(own_env)
     become_subreaper()
-    supervisor = RankSupervisor(command, env, args.cwd, host, rank, args.grace, args.abort_grace)
+    supervisor = RankSupervisor(
+        command,
+        env,
+        args.cwd,
+        host,
+        rank,
+        args.grace,
+        args.abort_grace,
+        own_env.get("RINGLEADER_ROLE") or None,
+    )
 
     def on_signal(signum: int, _frame: object) -> None:
         if signum == signal.SIGTERM:

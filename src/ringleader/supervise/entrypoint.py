@@ -42,12 +42,15 @@ from ringleader.launch.process import Launcher
 from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.sshd import ssh_problem, start_sshd
 from ringleader.launch.strategy import (
+    TF_DISTRIBUTIONS,
     LaunchPlan,
     LaunchStrategy,
     MpirunStrategy,
     SingleHostStrategy,
     SpawnStrategy,
+    check_tf_ports,
     spawn_plan,
+    tf_tasks_per_host,
 )
 from ringleader.launch.user_command import build_user_command
 from ringleader.output import log
@@ -158,6 +161,12 @@ class EntryPoint:
 
     def _prepare_host(self, config: JobConfig, single: bool) -> list[str]:
         """Write this host's environment file for its ranks; return the user's command."""
+        topology = config.topology
+        if (
+            config.distribution in TF_DISTRIBUTIONS
+            and topology.current_host in topology.participants
+        ):
+            check_tf_ports(config)
         user_command = build_user_command(
             config.program_path,
             hostenv.user_args(config),
@@ -242,6 +251,8 @@ class EntryPoint:
     @staticmethod
     def _strategy(config: JobConfig, prepared: Prepared) -> LaunchStrategy:
         per_host = config.ranks_per_host(gpu_count())
+        if config.distribution in TF_DISTRIBUTIONS:
+            per_host = tf_tasks_per_host(config.distribution)
         if config.distribution == MPI:
             return MpirunStrategy(config, prepared.result, per_host, log.log)
         run_id = os.environ.get("TRAINING_JOB_NAME") or f"ringleader-{config.topology.leader}"

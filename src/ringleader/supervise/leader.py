@@ -102,6 +102,9 @@ class _Run:
     lost: dict[str, WorkerLost] = field(default_factory=dict)
     startup_error: str | None = None
     aborted: bool = False  # a spawned rank failed and every other rank was told to stop
+    # TensorFlow: ranks still running when every main task had ended (parameter servers):
+    # stopped then, and their end is not a failure.
+    released: frozenset[int] | None = None
     exited: dict[str, int] = field(default_factory=dict)  # spawned: host -> launcher code
 
     def unreported(self, hosts: Sequence[str]) -> set[int]:
@@ -214,6 +217,7 @@ class Leader:
         waits_for = set(spawn.launching_hosts) - {self._host} if spawn is not None else set()
         spawned_here = spawn is not None and self._host in spawn.launching_hosts
         launcher_name = "the rank launcher" if spawned_here else "mpirun"
+        main_ranks = spawn.main_ranks() if spawn is not None else None
         run = _Run()
         launch_deadline: float | None = self._clock.monotonic() + timeouts.startup
         kill_deadline: float | None = None
@@ -237,7 +241,10 @@ class Leader:
                     launch_deadline = None
             elif isinstance(event, RankEnded):
                 run.records[event.record.rank] = event.record
-                if spawn is not None and self._abort_after(run, event.record):
+                stopping = spawn is not None and self._abort_after(run, event.record)
+                if main_ranks is not None and self._release_after(run, main_ranks):
+                    stopping = True
+                if stopping:
                     kill_deadline = earliest(
                         kill_deadline, now + timeouts.abort_grace + LOST_HOST_KILL_MARGIN_SECONDS
                     )
@@ -262,7 +269,21 @@ class Leader:
                 run.exited[event.host] = event.exit_code
             if self._host in run.exited and waits_for <= set(run.exited) | set(run.lost):
                 code = first_failure(list(run.exited.values()))
+                if spawned_here and not run.unreported(self._hosts):
+                    code = 0  # every rank reported: the ranks' own codes tell the story
                 return self._conclude(run, code, launcher, launcher_name)
+
+    def _release_after(self, run: _Run, main_ranks: frozenset[int]) -> bool:
+        """TensorFlow: once every main task (master/chief, or all mirrored workers) has ended,
+        stop what still runs (parameter servers, never ending on their own), once."""
+        if run.released is not None or not main_ranks <= set(run.records):
+            return False
+        run.released = frozenset(set(run.started) - set(run.records))
+        if run.released and run.stopped_on is None and not run.aborted and not run.lost:
+            roles = sorted(str(rank) for rank in run.released)
+            self._log(f"every main task ended: stopping the rest (ranks {', '.join(roles)})")
+            self._terminate_everywhere(self._timeouts.abort_grace)
+        return bool(run.released)
 
     def _abort_after(self, run: _Run, record: RankRecord) -> bool:
         """A spawned rank failed on its own: stop every other rank (abort grace), once."""
@@ -308,8 +329,13 @@ class Leader:
             )
             for loss in run.lost.values()
         )
+        released = run.released or frozenset()
         facts = JobFacts(
-            records=self.records,
+            records=tuple(  # released ranks were stopped after the job's end
+                record
+                for record in self.records
+                if not (record.rank in released and record.terminated)
+            ),
             world_size=self.world_size,
             launcher_exit_code=launcher_code,
             launcher_name=launcher_name,

@@ -12,7 +12,20 @@ class UsageError(Exception):
     """Bad `ringleader local` arguments; the message says which and what was expected."""
 
 
-DISTRIBUTIONS = ("mpi", "torch_distributed", "none")
+DISTRIBUTIONS = (
+    "mpi",
+    "torch_distributed",
+    "parameter_server",
+    "multi_worker_mirrored_strategy",
+    "none",
+)
+# What the SDK's estimators send for each distribution that is not mpi.
+_ENABLED_KEYS = {
+    "torch_distributed": "sagemaker_torch_distributed_enabled",
+    "parameter_server": "sagemaker_parameter_server_enabled",
+    "multi_worker_mirrored_strategy": "sagemaker_multi_worker_mirrored_strategy_enabled",
+}
+_TENSORFLOW = ("parameter_server", "multi_worker_mirrored_strategy")
 
 
 @dataclass(frozen=True)
@@ -63,6 +76,11 @@ def validate(spec: LocalJobSpec) -> None:
     if spec.distribution not in DISTRIBUTIONS:
         raise UsageError(
             f"--distribution: expected one of {', '.join(DISTRIBUTIONS)}, got {spec.distribution!r}"
+        )
+    if spec.distribution in _TENSORFLOW and spec.processes_per_host is not None:
+        raise UsageError(
+            f"--processes-per-host: {spec.distribution} runs fixed TensorFlow tasks per host "
+            "(see the README), not a number of processes"
         )
     _validate_groups(spec)
     if not spec.source_dir.is_dir():
@@ -143,9 +161,9 @@ def sagemaker_hyperparameters(spec: LocalJobSpec, cpus: int) -> dict[str, str]:
         "sagemaker_submit_directory": "/opt/ml/code",
         "sagemaker_mpi_enabled": spec.distribution == "mpi",
     }
-    if spec.distribution == "torch_distributed":
-        # as the SDK's PyTorch estimator sends it; it has no processes-per-host field for it
-        values["sagemaker_torch_distributed_enabled"] = True
+    if spec.distribution in _ENABLED_KEYS:
+        # as the SDK's estimators send it; they have no processes-per-host field for these
+        values[_ENABLED_KEYS[spec.distribution]] = True
         if spec.processes_per_host is not None:
             values["ringleader_processes_per_host"] = spec.processes_per_host
     elif spec.processes_per_host is not None:

@@ -1,0 +1,147 @@
+r"""ringleader's TensorFlow parameter-server demo: linear regression on synthetic data (CPU).
+
+Runs in the roles ringleader (like SageMaker's TensorFlow container) gives it in TF_CONFIG:
+  - SageMaker's layout (`ringleader_tf_roles` master, the default): the script runs as `master`
+    and as every `worker`, in TF1 style (between-graph replication, variables placed on the
+    parameter servers, MonitoredTrainingSession; the master is the chief);
+  - `ringleader_tf_roles` chief: the script runs only as `chief` and drives the workers through
+    TF2's ParameterServerStrategy and a ClusterCoordinator.
+Parameter servers (and, with chief roles, the workers) are servers ringleader starts itself.
+Every few steps it prints `step N loss=L`, which a metric definition such as
+`loss=([0-9.]+)` picks up. Image ringleader:tensorflow (`make image-tensorflow`):
+
+  .venv/bin/ringleader local --image ringleader:tensorflow --distribution parameter_server \
+      --source-dir examples --entry-point tf_ps_train.py --setting tf_roles=chief
+
+`--fail-task worker:0 --fail-code 3` makes that task exit 3 at step --fail-step.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import tensorflow as tf
+
+FEATURES = 8
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--log-interval", type=int, default=50)
+    parser.add_argument("--fail-task", default=None, help="e.g. worker:0")
+    parser.add_argument("--fail-code", type=int, default=1)
+    parser.add_argument("--fail-step", type=int, default=20)
+    return parser.parse_args()
+
+
+def synthetic_batch(batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
+    true_weights = tf.range(1.0, FEATURES + 1.0)[:, None] / FEATURES
+    x = tf.random.normal([batch_size, FEATURES])
+    return x, tf.matmul(x, true_weights) + 0.5
+
+
+def maybe_fail(args: argparse.Namespace, role: str, step: int) -> None:
+    if role == args.fail_task and step >= args.fail_step:
+        print(f"{role} failing on purpose with code {args.fail_code}", file=sys.stderr, flush=True)
+        sys.exit(args.fail_code)
+
+
+def train_with_coordinator(args: argparse.Namespace) -> None:
+    """TF2: the chief schedules steps on the workers; variables live on the parameter servers."""
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        weights = tf.Variable(tf.zeros([FEATURES, 1]), name="weights")
+        bias = tf.Variable(0.0, name="bias")
+
+    def dataset_fn(_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return (
+            tf.data.Dataset.from_tensors(0).repeat().map(lambda _: synthetic_batch(args.batch_size))
+        )
+
+    @tf.function
+    def per_worker_dataset_fn() -> tf.distribute.DistributedDataset:
+        return strategy.distribute_datasets_from_function(dataset_fn)
+
+    iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+
+    @tf.function
+    def step_fn(batches: tf.distribute.DistributedIterator) -> tf.Tensor:
+        def replica_fn(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(tf.matmul(x, weights) + bias - y))
+            grad_w, grad_b = tape.gradient(loss, [weights, bias])
+            weights.assign_sub(args.lr * grad_w)
+            bias.assign_sub(args.lr * grad_b)
+            return loss
+
+        x, y = next(batches)
+        losses = strategy.run(replica_fn, args=(x, y))
+        return strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
+
+    for step in range(1, args.steps + 1):
+        maybe_fail(args, "chief:0", step)
+        result = coordinator.schedule(step_fn, args=(iterator,))
+        if step % args.log_interval == 0 or step == args.steps:
+            coordinator.join()
+            print(f"step {step} loss={float(result.fetch()):.4f}", flush=True)
+    coordinator.join()
+    print(f"done: {args.steps} steps, weights {weights.numpy().ravel().round(2).tolist()}")
+
+
+def train_between_graph(args: argparse.Namespace, config: dict, role: str) -> None:
+    """TF1 style, SageMaker's layout: master and workers each run this graph; the master is
+    the chief; the variables live on the parameter servers."""
+    tf.compat.v1.disable_eager_execution()
+    task = config["task"]
+    cluster = tf.train.ClusterSpec(config["cluster"])
+    server = tf.distribute.Server(cluster, job_name=task["type"], task_index=task["index"])
+    device = f"/job:{task['type']}/task:{task['index']}"
+    setter = tf.compat.v1.train.replica_device_setter(worker_device=device, cluster=cluster)
+    with tf.compat.v1.device(setter):
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        x, y = synthetic_batch(args.batch_size)
+        weights = tf.compat.v1.get_variable("weights", [FEATURES, 1])
+        bias = tf.compat.v1.get_variable("bias", [], initializer=tf.compat.v1.zeros_initializer())
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, weights) + bias - y))
+        train = tf.compat.v1.train.GradientDescentOptimizer(args.lr).minimize(
+            loss, global_step=global_step
+        )
+    # Only the parameter servers and this task: a worker must not wait for the others.
+    session_config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", device])
+    hooks = [tf.compat.v1.train.StopAtStepHook(last_step=args.steps)]
+    with tf.compat.v1.train.MonitoredTrainingSession(
+        master=server.target,
+        is_chief=task["type"] == "master",
+        hooks=hooks,
+        config=session_config,
+    ) as session:
+        done = 0
+        while not session.should_stop():
+            _, value, step = session.run([train, loss, global_step])
+            done += 1
+            maybe_fail(args, role, done)
+            if done % args.log_interval == 0:
+                print(f"step {step} loss={value:.4f}", flush=True)
+    print(f"done: {role} ran {done} steps", flush=True)
+
+
+def main() -> None:
+    args = parse_args()
+    config = json.loads(os.environ["TF_CONFIG"])
+    task = config["task"]
+    role = f"{task['type']}:{task['index']}"
+    print(f"TF_CONFIG {role} {json.dumps(config, sort_keys=True)}", flush=True)
+    if task["type"] == "chief":
+        train_with_coordinator(args)
+    else:
+        train_between_graph(args, config, role)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Build ringleader:tensorflow: ringleader:latest plus TensorFlow (CPU), idempotently.
+#
+#   scripts/build-tensorflow.sh              both steps: wheelhouse, build
+#   scripts/build-tensorflow.sh wheelhouse   only the host wheelhouse build/wheelhouse-tensorflow/
+#   scripts/build-tensorflow.sh build        only the docker build (needs the wheelhouse)
+#
+# Needs ringleader:latest (`make image`). No PyPI inside the build: the host downloads
+# tensorflow-cpu and every wheel it needs into build/wheelhouse-tensorflow/wheels, which is the
+# whole docker build context (about 400 MB); the image installs from it with --no-index.
+#
+# Environment:
+#   IMAGE=ringleader:tensorflow        tag to build
+#   RINGLEADER_IMAGE=ringleader:latest image to add TensorFlow to
+#   PYTHON=python3                     host CPython 3.11 that downloads the wheelhouse
+#   REBUILD_WHEELS=1                   download the wheelhouse again even if it looks up to date
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+IMAGE=${IMAGE:-ringleader:tensorflow}
+RINGLEADER_IMAGE=${RINGLEADER_IMAGE:-ringleader:latest}
+PYTHON=${PYTHON:-python3}
+WHEELHOUSE=build/wheelhouse-tensorflow
+LOG=build/docker-build-tensorflow.log
+TF_VERSION=2.21.0
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+# shellcheck source=scripts/lib-images.sh
+source scripts/lib-images.sh
+
+step_wheelhouse() {
+    require_python311
+    local stamp=$WHEELHOUSE/.key key tmp start=$SECONDS
+    key=$({ printf 'tensorflow-cpu==%s\n' "$TF_VERSION"; "$PYTHON" -V 2>&1; } | sha256sum | cut -d' ' -f1)
+    if [[ ${REBUILD_WHEELS:-} != 1 && -f $stamp && $(<"$stamp") == "$key" ]]; then
+        log "TensorFlow wheelhouse is up to date ($WHEELHOUSE)"
+        return 0
+    fi
+    mkdir -p build
+    tmp=$(mktemp -d build/.wheelhouse-tensorflow.XXXXXX)
+    chmod 755 "$tmp"
+    log "Downloading tensorflow-cpu==$TF_VERSION and the wheels it needs into $WHEELHOUSE/wheels (cp311, manylinux x86_64)"
+    download_wheels "$tmp/wheels" "tensorflow-cpu==$TF_VERSION"
+    rm -rf "$WHEELHOUSE"
+    mv "$tmp" "$WHEELHOUSE"
+    printf '%s\n' "$key" >"$stamp"
+    log "TensorFlow wheelhouse ready in $((SECONDS - start))s: $(find "$WHEELHOUSE/wheels" -name '*.whl' | wc -l) wheels, $(du -sh "$WHEELHOUSE" | cut -f1)"
+}
+
+step_build() {
+    docker info >/dev/null 2>&1 || die "Docker Engine does not answer; run 'scripts/setup.sh docker'"
+    image_exists "$RINGLEADER_IMAGE" || die "$RINGLEADER_IMAGE is not built; run 'make image' first"
+    [[ -f $WHEELHOUSE/.key ]] || die "no wheelhouse in $WHEELHOUSE; run '$0 wheelhouse'"
+    local start=$SECONDS
+    log "Building image $IMAGE from $RINGLEADER_IMAGE (log: $LOG; about 2 minutes)"
+    logged_build "$LOG" "$start" -f Dockerfile.tensorflow \
+        --build-arg RINGLEADER_IMAGE="$RINGLEADER_IMAGE" --build-arg TF_VERSION="$TF_VERSION" \
+        -t "$IMAGE" "$WHEELHOUSE"
+    log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}'))"
+}
+
+run_steps "$@"

@@ -1,0 +1,115 @@
+"""TensorFlow's distributions as SageMaker lays them out: TF_CONFIG and the tasks per host.
+
+parameter_server (SageMaker's TensorFlow container): the first host is `master` on port 2222,
+every other host a `worker` on 2222, and every host also runs a `ps` task on 2223; the user's
+script runs as master and workers, the parameter servers are plain `tf.distribute.Server`s.
+With the `chief` roles (TF2's ParameterServerStrategy with a ClusterCoordinator), the first
+host's script is the `chief`, and the workers are servers as well: only the chief runs code.
+multi_worker_mirrored_strategy: every host a `worker` on port 8890, index in host order.
+
+Pure: which process each host runs and with what TF_CONFIG; ringleader.launch.spawn starts them.
+"""
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+PARAMETER_SERVER = "parameter_server"
+MULTI_WORKER_MIRRORED = "multi_worker_mirrored_strategy"
+MASTER_ROLES = "master"  # SageMaker's layout (TF1 style: the script runs on master and workers)
+CHIEF_ROLES = "chief"  # TF2 ParameterServerStrategy + ClusterCoordinator
+ROLE_CHOICES = (MASTER_ROLES, CHIEF_ROLES)
+
+
+@dataclass(frozen=True)
+class TfPorts:
+    worker: int = 2222  # master/chief and workers (parameter_server)
+    ps: int = 2223
+    mirrored: int = 8890  # multi_worker_mirrored_strategy
+
+
+@dataclass(frozen=True)
+class TfTask:
+    """One process of a TensorFlow job on one host."""
+
+    job: str  # TF_CONFIG task type: master, chief, worker or ps
+    index: int
+    runs_script: bool  # the user's script; otherwise a tf.distribute.Server ringleader starts
+    # The job ends when every main task has ended; the others (parameter servers, and servers
+    # or scripts still running) are then stopped without counting as a failure.
+    main: bool
+    tf_config: str
+
+    @property
+    def role(self) -> str:
+        return f"{self.job}:{self.index}"
+
+
+def cluster(
+    distribution: str, hosts: Sequence[str], roles: str, ports: TfPorts
+) -> dict[str, list[str]]:
+    if distribution == MULTI_WORKER_MIRRORED:
+        return {"worker": [f"{host}:{ports.mirrored}" for host in hosts]}
+    spec = {roles: [f"{hosts[0]}:{ports.worker}"]}
+    if len(hosts) > 1:
+        spec["worker"] = [f"{host}:{ports.worker}" for host in hosts[1:]]
+    spec["ps"] = [f"{host}:{ports.ps}" for host in hosts]
+    return spec
+
+
+def tf_config(spec: dict[str, list[str]], job: str, index: int) -> str:
+    return json.dumps(
+        {"cluster": spec, "environment": "cloud", "task": {"type": job, "index": index}}
+    )
+
+
+def host_tasks(
+    distribution: str, hosts: Sequence[str], host: str, roles: str, ports: TfPorts
+) -> list[TfTask]:
+    """The processes `host` runs, in the order their ranks are numbered."""
+    spec = cluster(distribution, hosts, roles, ports)
+    position = list(hosts).index(host)
+    if distribution == MULTI_WORKER_MIRRORED:
+        return [TfTask("worker", position, True, True, tf_config(spec, "worker", position))]
+    if position == 0:
+        first = TfTask(roles, 0, True, True, tf_config(spec, roles, 0))
+    else:
+        # SageMaker's workers run the script; with chief roles they only serve the chief.
+        index = position - 1
+        first = TfTask(
+            "worker", index, roles == MASTER_ROLES, False, tf_config(spec, "worker", index)
+        )
+    ps = TfTask("ps", position, False, False, tf_config(spec, "ps", position))
+    return [first, ps]
+
+
+def ports_on(distribution: str, ports: TfPorts) -> list[int]:
+    """The TCP ports this host's tasks listen on (checked free before the job starts)."""
+    if distribution == MULTI_WORKER_MIRRORED:
+        return [ports.mirrored]
+    return [ports.worker, ports.ps]
+
+
+def server_main() -> int:
+    """`python -m ringleader.launch.tfconfig`: a tf.distribute.Server for this TF_CONFIG task
+    (parameter servers; workers with the chief roles), serving until it is stopped."""
+    import os
+
+    import tensorflow as tf  # only in the TensorFlow image, only in this process
+
+    config = json.loads(os.environ["TF_CONFIG"])
+    task = config["task"]
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(config["cluster"]),
+        job_name=task["type"],
+        task_index=task["index"],
+        protocol="grpc",
+        start=True,
+    )
+    print(f"serving {task['type']}:{task['index']} at {server.target}", flush=True)
+    server.join()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(server_main())
