@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import tensorflow as tf
 
@@ -57,6 +58,7 @@ def main() -> None:
         losses = strategy.run(replica_fn)
         return strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
 
+    started = time.perf_counter()
     for step in range(1, args.steps + 1):
         if index == args.fail_worker and step == args.fail_step:
             print(f"worker {index} failing on purpose", file=sys.stderr, flush=True)
@@ -65,7 +67,12 @@ def main() -> None:
         if index == 0 and (step % args.log_interval == 0 or step == args.steps):
             print(f"step {step} loss={float(loss):.4f}", flush=True)
     if index == 0:
-        print(f"done: {args.steps} steps on {strategy.num_replicas_in_sync} workers", flush=True)
+        rate = args.steps / (time.perf_counter() - started)
+        print(
+            f"done: {args.steps} steps on {strategy.num_replicas_in_sync} workers "
+            f"({rate:.1f} steps/s)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

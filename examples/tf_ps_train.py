@@ -13,13 +13,14 @@ Every few steps it prints `step N loss=L`, which a metric definition such as
   .venv/bin/ringleader local --image ringleader:tensorflow --distribution parameter_server \
       --source-dir examples --entry-point tf_ps_train.py --setting tf_roles=chief
 
-`--fail-task worker:0 --fail-code 3` makes that task exit 3 at step --fail-step.
+`--fail-task worker:0 --fail-code 3` makes that task exit 3 at step --fail-step (0: at once).
 """
 
 import argparse
 import json
 import os
 import sys
+import time
 
 import tensorflow as tf
 
@@ -34,7 +35,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--log-interval", type=int, default=50)
     parser.add_argument("--fail-task", default=None, help="e.g. worker:0")
     parser.add_argument("--fail-code", type=int, default=1)
-    parser.add_argument("--fail-step", type=int, default=20)
+    parser.add_argument("--fail-step", type=int, default=20, help="0: before training")
     return parser.parse_args()
 
 
@@ -45,7 +46,7 @@ def synthetic_batch(batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 def maybe_fail(args: argparse.Namespace, role: str, step: int) -> None:
-    if role == args.fail_task and step >= args.fail_step:
+    if role == args.fail_task and step == args.fail_step:
         print(f"{role} failing on purpose with code {args.fail_code}", file=sys.stderr, flush=True)
         sys.exit(args.fail_code)
 
@@ -84,6 +85,7 @@ def train_with_coordinator(args: argparse.Namespace) -> None:
         losses = strategy.run(replica_fn, args=(x, y))
         return strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
 
+    started = time.perf_counter()
     for step in range(1, args.steps + 1):
         maybe_fail(args, "chief:0", step)
         result = coordinator.schedule(step_fn, args=(iterator,))
@@ -91,7 +93,8 @@ def train_with_coordinator(args: argparse.Namespace) -> None:
             coordinator.join()
             print(f"step {step} loss={float(result.fetch()):.4f}", flush=True)
     coordinator.join()
-    print(f"done: {args.steps} steps, weights {weights.numpy().ravel().round(2).tolist()}")
+    rate = args.steps / (time.perf_counter() - started)
+    print(f"done: {args.steps} steps ({rate:.1f} steps/s)", flush=True)
 
 
 def train_between_graph(args: argparse.Namespace, config: dict, role: str) -> None:
@@ -122,13 +125,15 @@ def train_between_graph(args: argparse.Namespace, config: dict, role: str) -> No
         config=session_config,
     ) as session:
         done = 0
+        started = time.perf_counter()
         while not session.should_stop():
             _, value, step = session.run([train, loss, global_step])
             done += 1
             maybe_fail(args, role, done)
             if done % args.log_interval == 0:
                 print(f"step {step} loss={value:.4f}", flush=True)
-    print(f"done: {role} ran {done} steps", flush=True)
+    rate = done / (time.perf_counter() - started)
+    print(f"done: {role} ran {done} steps ({rate:.1f} steps/s)", flush=True)
 
 
 def main() -> None:
@@ -137,6 +142,7 @@ def main() -> None:
     task = config["task"]
     role = f"{task['type']}:{task['index']}"
     print(f"TF_CONFIG {role} {json.dumps(config, sort_keys=True)}", flush=True)
+    maybe_fail(args, role, 0)
     if task["type"] == "chief":
         train_with_coordinator(args)
     else:

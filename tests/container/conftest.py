@@ -26,6 +26,8 @@ EXAMPLES = REPO / "examples"
 IMAGE = os.environ.get("RINGLEADER_IMAGE", "ringleader:latest")
 # PyTorch and Horovod: the Horovod and torch_distributed tests (`make image-horovod`)
 HOROVOD_IMAGE = os.environ.get("RINGLEADER_HOROVOD_IMAGE", "ringleader:horovod")
+# TensorFlow: parameter_server and multi_worker_mirrored_strategy (`make image-tensorflow`)
+TENSORFLOW_IMAGE = os.environ.get("RINGLEADER_TENSORFLOW_IMAGE", "ringleader:tensorflow")
 
 
 def ready_docker_client(image: str = IMAGE) -> docker.DockerClient:
@@ -47,13 +49,22 @@ def docker_client() -> docker.DockerClient:
     return ready_docker_client()
 
 
+def built_image(client: docker.DockerClient, image: str, target: str) -> str:
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"image {image} is not built; run `make {target}`")
+    return image
+
+
 @pytest.fixture(scope="session")
 def horovod_image(docker_client: docker.DockerClient) -> str:
-    try:
-        docker_client.images.get(HOROVOD_IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"image {HOROVOD_IMAGE} is not built; run `make image-horovod`")
-    return HOROVOD_IMAGE
+    return built_image(docker_client, HOROVOD_IMAGE, "image-horovod")
+
+
+@pytest.fixture(scope="session")
+def tensorflow_image(docker_client: docker.DockerClient) -> str:
+    return built_image(docker_client, TENSORFLOW_IMAGE, "image-tensorflow")
 
 
 class Capture(io.StringIO):

@@ -78,6 +78,27 @@ CASES = {
         "Configuration error in ringleader_master_port: MASTER_PORT 29100 is not free on "
         "algo-1 (the leader, where rank 0 listens)",
     ),
+    "two distributions at once (parameter_server and mpi)": (
+        {"hyperparameters": {"sagemaker_parameter_server_enabled": "true"}},
+        "Configuration error in sagemaker_parameter_server_enabled: true together with "
+        "sagemaker_mpi_enabled",
+    ),
+    "TensorFlow port in use on the leader": (
+        {
+            "distribution": "parameter_server",
+            "processes_per_host": None,
+            "settings": {"tf_ps_port": "29100"},
+        },
+        "Configuration error in ringleader_tf_ps_port: port 29100 is not free on algo-1",
+    ),
+    "TensorFlow port out of range": (
+        {
+            "distribution": "multi_worker_mirrored_strategy",
+            "processes_per_host": None,
+            "settings": {"tf_mirrored_port": "0"},
+        },
+        "Configuration error in ringleader_tf_mirrored_port: expected a whole number",
+    ),
     "distribution instance group that does not exist": (
         {
             "instance_groups": (("data", 1), ("train", 2)),
