@@ -101,13 +101,20 @@ def test_a_killed_parameter_server_is_the_root_cause(
     start_job: Callable[..., JobRun], ps_job, docker_client: docker.DockerClient
 ) -> None:
     run = start_long_ps_job(start_job, ps_job)
-    kill = (
-        "import psutil, signal\n"
-        "for p in psutil.process_iter(['cmdline']):\n"
-        "    if 'ringleader.launch.tfconfig' in ' '.join(p.info['cmdline'] or []):\n"
+    kill = (  # the parameter server itself: not its rank wrapper, not the worker's server
+        "import json, psutil, signal\n"
+        "killed = 0\n"
+        "for p in psutil.process_iter(['cmdline', 'environ']):\n"
+        "    server = (p.info['cmdline'] or [])[1:3] == ['-m', 'ringleader.launch.tfconfig']\n"
+        "    task = json.loads((p.info['environ'] or {}).get('TF_CONFIG', '{}')).get('task')\n"
+        "    if server and task == {'type': 'ps', 'index': 1}:\n"
         "        p.send_signal(signal.SIGKILL)\n"
+        "        killed += 1\n"
+        "print('killed', killed)\n"
     )
-    docker_client.containers.get(run.container_id("algo-2")).exec_run(["python", "-c", kill])
+    container = docker_client.containers.get(run.container_id("algo-2"))
+    result = container.exec_run(["python", "-c", kill])
+    assert result.output.decode().strip() == "killed 1", result.output
     run.join(timeout=90)
     codes = set(run.codes().values())
     assert len(codes) == 1, run.codes()

@@ -141,6 +141,8 @@ class SpawnStrategy:
         torch = self.config.distribution == TORCH_DISTRIBUTED
         if torch:
             check_port_free(self.config.master_port, topology.current_host)
+        if self.config.distribution in TF_DISTRIBUTIONS:
+            check_tf_ports(self.config)
         interface = job_interface(self.config, self.log) if len(topology.hosts) > 1 else None
         tf = self.config.distribution if self.config.distribution in TF_DISTRIBUTIONS else None
         spec = SpawnSpec(

@@ -164,9 +164,10 @@ class EntryPoint:
         topology = config.topology
         if (
             config.distribution in TF_DISTRIBUTIONS
+            and not topology.is_leader  # the leader checks once its control port is taken
             and topology.current_host in topology.participants
         ):
-            check_tf_ports(config)
+            check_tf_ports(config)  # before the hello: a problem is reported with it
         user_command = build_user_command(
             config.program_path,
             hostenv.user_args(config),
