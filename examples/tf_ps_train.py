@@ -33,6 +33,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--log-interval", type=int, default=50)
+    parser.add_argument("--model_dir", default=None, help="sent by the SDK's TensorFlow estimator")
     parser.add_argument("--fail-task", default=None, help="e.g. worker:0")
     parser.add_argument("--fail-code", type=int, default=1)
     parser.add_argument("--fail-step", type=int, default=20, help="0: before training")
