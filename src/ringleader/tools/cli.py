@@ -47,7 +47,9 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         choices=DISTRIBUTIONS,
         default=None,
         help="how ranks start: mpi (mpirun over ssh, the default), torch_distributed (every "
-        "host starts its own ranks with torchrun's environment), none (the script once per host)",
+        "host starts its own ranks with torchrun's environment), parameter_server and "
+        "multi_worker_mirrored_strategy (TensorFlow's, with TF_CONFIG as SageMaker lays it "
+        "out), none (the script once per host)",
     )
     parser.add_argument(
         "--source-dir", type=Path, required=True, help="directory mounted as /opt/ml/code"
