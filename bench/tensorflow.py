@@ -52,6 +52,7 @@ def by_hand_commands(distribution: str, names: list[str], script_args: list[str]
     ports = tfconfig.TfPorts()
     for name in names:
         tasks = tfconfig.host_tasks(distribution, names, name, tfconfig.CHIEF_ROLES, ports)
+        tasks.sort(key=lambda task: task.runs_script)  # the script last, in the foreground
         parts = []
         for task in tasks:
             env = f"TF_CONFIG='{task.tf_config}'"
