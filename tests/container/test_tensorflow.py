@@ -64,9 +64,12 @@ def test_parameter_server_in_sagemakers_layout(run_job: Callable[..., JobRun], p
         }
     for index, host in enumerate(HOSTS):  # one parameter server per host, started by ringleader
         assert f"[{host} rank {2 * index + 1}] serving ps:{index} at grpc://" in run.output
+    # The master logs every 25 of its own steps; workers that join take steps off it. The loss
+    # of the untrained model is above 1: a logged loss under 0.1 shows the steps moved it.
     values = losses(run.output)
-    assert len(values) == 4 and values[-1] < values[0]
-    assert "every main task ended: stopping the rest (ranks 1, 2, 3, 4, 5)" in run.output
+    assert values and values[-1] < 0.1, values
+    assert "done: master:0 ran" in run.output
+    assert "every main task ended: stopping the rest (ranks 1, " in run.output  # ps, maybe workers
 
 
 def test_parameter_server_with_tf2_chief_roles(run_job: Callable[..., JobRun], ps_job) -> None:
