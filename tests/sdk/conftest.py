@@ -42,7 +42,7 @@ import docker
 import docker.errors
 import pytest
 
-from tests.container.conftest import ready_docker_client
+from tests.container.conftest import EXAMPLES, ready_docker_client
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "mpi_allreduce.py"
@@ -571,3 +571,34 @@ def s3_job(
         return sdk_job
 
     return run
+
+
+def framework_estimator(
+    estimator_class: Any,
+    job: SdkJob,
+    *,
+    image: str,
+    entry_point: str,
+    framework_version: str,
+    distribution: dict[str, Any],
+    name: str,
+    hyperparameters: dict[str, Any],
+) -> Any:
+    """A framework estimator (PyTorch, TensorFlow) on 3 local instances of one of our images,
+    with the examples as its source directory."""
+    ready_docker_client(image)
+    return estimator_class(
+        entry_point=entry_point,
+        source_dir=str(EXAMPLES),
+        image_uri=image,  # framework_version and py_version are then only recorded
+        framework_version=framework_version,
+        py_version="py310",
+        role=ROLE,
+        instance_count=3,
+        instance_type="local",
+        distribution=distribution,
+        hyperparameters=hyperparameters,
+        output_path=f"file://{job.output}",
+        sagemaker_session=job.session(),
+        base_job_name=name,
+    )

@@ -3,33 +3,28 @@
 running examples/tf_ps_train.py in SageMaker's parameter-server layout."""
 
 import json
+from typing import Any
 
 import pytest
 
-from tests.container.conftest import EXAMPLES, TENSORFLOW_IMAGE, ready_docker_client
-from tests.sdk.conftest import ROLE, SdkJob, assert_hosts_agree
+from tests.container.conftest import TENSORFLOW_IMAGE
+from tests.sdk.conftest import SdkJob, assert_hosts_agree, framework_estimator
 
 pytestmark = [pytest.mark.sdk, pytest.mark.container]
 
 
-def tensorflow_estimator(sdk_job: SdkJob, name: str, **hyperparameters: object) -> object:
+def tensorflow_estimator(sdk_job: SdkJob, name: str, **hyperparameters: object) -> Any:
     from sagemaker.tensorflow import TensorFlow
 
-    ready_docker_client(TENSORFLOW_IMAGE)
-    return TensorFlow(
+    return framework_estimator(
+        TensorFlow,
+        sdk_job,
+        image=TENSORFLOW_IMAGE,
         entry_point="tf_ps_train.py",
-        source_dir=str(EXAMPLES),
-        image_uri=TENSORFLOW_IMAGE,  # framework_version and py_version are then only recorded
         framework_version="2.16",
-        py_version="py310",
-        role=ROLE,
-        instance_count=3,
-        instance_type="local",
         distribution={"parameter_server": {"enabled": True}},
+        name=name,
         hyperparameters=hyperparameters,
-        output_path=f"file://{sdk_job.output}",
-        sagemaker_session=sdk_job.session(),
-        base_job_name=name,
     )
 
 

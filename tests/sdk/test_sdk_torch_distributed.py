@@ -3,34 +3,29 @@
 (ringleader:horovod), running examples/ddp_train.py as it would run under torchrun."""
 
 import json
+from typing import Any
 
 import pytest
 
-from tests.container.conftest import EXAMPLES, HOROVOD_IMAGE, ready_docker_client
-from tests.sdk.conftest import ROLE, SdkJob, assert_hosts_agree
+from tests.container.conftest import HOROVOD_IMAGE
+from tests.sdk.conftest import SdkJob, assert_hosts_agree, framework_estimator
 
 pytestmark = [pytest.mark.sdk, pytest.mark.container]
 
 
-def pytorch_estimator(sdk_job: SdkJob, name: str, **hyperparameters: object) -> object:
+def pytorch_estimator(sdk_job: SdkJob, name: str, **hyperparameters: object) -> Any:
     from sagemaker.pytorch import PyTorch
 
-    ready_docker_client(HOROVOD_IMAGE)
-    return PyTorch(
+    return framework_estimator(
+        PyTorch,
+        sdk_job,
+        image=HOROVOD_IMAGE,
         entry_point="ddp_train.py",
-        source_dir=str(EXAMPLES),
-        image_uri=HOROVOD_IMAGE,  # framework_version and py_version are then only recorded
         framework_version="2.1",
-        py_version="py310",
-        role=ROLE,
-        instance_count=3,
-        instance_type="local",
         distribution={"torch_distributed": {"enabled": True}},
+        name=name,
         # the SDK has no processes-per-host field for torch_distributed: ringleader's setting
         hyperparameters={"ringleader_processes_per_host": 2, **hyperparameters},
-        output_path=f"file://{sdk_job.output}",
-        sagemaker_session=sdk_job.session(),
-        base_job_name=name,
     )
 
 

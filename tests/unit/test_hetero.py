@@ -48,7 +48,6 @@ def test_instance_groups_are_read_from_the_resource_config() -> None:
         InstanceGroup("data", "ml.c5.xlarge", ("algo-1",)),
         InstanceGroup("train", "ml.p3.2xlarge", ("algo-2", "algo-3")),
     )
-    assert parsed.current_group == "train"
     assert parsed.leader == "algo-1" and parsed.plain_hosts == ()  # no distribution yet
 
 

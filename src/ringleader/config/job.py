@@ -66,7 +66,10 @@ DISTRIBUTION_KEYS = {
     "sagemaker_parameter_server_enabled": PARAMETER_SERVER,
     "sagemaker_multi_worker_mirrored_strategy_enabled": MULTI_WORKER_MIRRORED,
 }
-TF_ROLES = ("master", "chief")  # ringleader_tf_roles: SageMaker's layout, or TF2's chief
+TF_DISTRIBUTIONS = (PARAMETER_SERVER, MULTI_WORKER_MIRRORED)
+TF_MASTER_ROLES = "master"  # SageMaker's layout: the script runs as master and workers
+TF_CHIEF_ROLES = "chief"  # TF2 ParameterServerStrategy + ClusterCoordinator
+TF_ROLES = (TF_MASTER_ROLES, TF_CHIEF_ROLES)  # ringleader_tf_roles
 
 
 def _output_uri(field: str, value: Any) -> "OutputUri":
@@ -138,7 +141,7 @@ class JobConfig:
     tf_worker_port: int = 2222
     tf_ps_port: int = 2223
     tf_mirrored_port: int = 8890
-    tf_roles: str = "master"
+    tf_roles: str = TF_MASTER_ROLES
 
     def ranks_per_host(self, gpus: int) -> int:
         """For mpi, sagemaker_mpi_num_of_processes_per_host wins; then the ringleader setting

@@ -53,10 +53,6 @@ class Topology:
         """Every host but the leader: all of them connect to it and end with its verdict."""
         return tuple(host for host in self.hosts if host != self.leader)
 
-    @property
-    def current_group(self) -> str | None:
-        return next((g.name for g in self.instance_groups if self.current_host in g.hosts), None)
-
     def with_distribution_groups(self, field: str, names: tuple[str, ...]) -> "Topology":
         """The distributed job on the hosts of these instance groups only."""
         known = {group.name: group for group in self.instance_groups}

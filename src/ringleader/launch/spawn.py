@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ringleader.core import exitcodes, paths
@@ -67,7 +67,7 @@ class SpawnSpec:
     # TF tasks (processes_per_host of them) instead of P copies of the script.
     tf: str | None = None
     tf_roles: str = tfconfig.MASTER_ROLES
-    tf_ports: tuple[int, int, int] = (2222, 2223, 8890)  # worker, ps, mirrored
+    tf_ports: tfconfig.TfPorts = field(default_factory=tfconfig.TfPorts)
 
     @property
     def world_size(self) -> int:
@@ -86,8 +86,7 @@ class SpawnSpec:
 
     def tf_tasks(self, host: str) -> list[tfconfig.TfTask]:
         assert self.tf is not None
-        ports = tfconfig.TfPorts(*self.tf_ports)
-        return tfconfig.host_tasks(self.tf, self.hosts, host, self.tf_roles, ports)
+        return tfconfig.host_tasks(self.tf, self.hosts, host, self.tf_roles, self.tf_ports)
 
     def main_ranks(self) -> frozenset[int] | None:
         """TensorFlow: the ranks whose end ends the job (the master/chief, or every
@@ -105,13 +104,11 @@ class SpawnSpec:
         data = asdict(self)
         data["hosts"] = list(self.hosts)
         data["plain_hosts"] = list(self.plain_hosts)
-        data["tf_ports"] = list(self.tf_ports)
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "SpawnSpec":
         interface = data.get("interface")
-        worker, ps, mirrored = (int(port) for port in data.get("tf_ports", (2222, 2223, 8890)))
         return cls(
             hosts=tuple(str(host) for host in data["hosts"]),
             processes_per_host=int(data["processes_per_host"]),
@@ -124,7 +121,7 @@ class SpawnSpec:
             first_plain_rank=int(data.get("first_plain_rank", 0)),
             tf=None if data.get("tf") is None else str(data["tf"]),
             tf_roles=str(data.get("tf_roles", tfconfig.MASTER_ROLES)),
-            tf_ports=(worker, ps, mirrored),
+            tf_ports=tfconfig.TfPorts(**data.get("tf_ports", {})),
         )
 
 

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from ringleader.config.job import (
     MULTI_WORKER_MIRRORED,
-    PARAMETER_SERVER,
+    TF_DISTRIBUTIONS,
     TORCH_DISTRIBUTED,
     JobConfig,
 )
@@ -162,11 +162,8 @@ class SpawnStrategy:
         return spawn_plan(self.config, spec, self.user_command())
 
 
-TF_DISTRIBUTIONS = (PARAMETER_SERVER, MULTI_WORKER_MIRRORED)
-
-
-def tf_ports(config: JobConfig) -> tuple[int, int, int]:
-    return (config.tf_worker_port, config.tf_ps_port, config.tf_mirrored_port)
+def tf_ports(config: JobConfig) -> tfconfig.TfPorts:
+    return tfconfig.TfPorts(config.tf_worker_port, config.tf_ps_port, config.tf_mirrored_port)
 
 
 def tf_tasks_per_host(distribution: str) -> int:
@@ -183,8 +180,7 @@ def check_tf_ports(config: JobConfig) -> None:
         config.tf_ps_port: "ringleader_tf_ps_port",
         config.tf_mirrored_port: "ringleader_tf_mirrored_port",
     }
-    ports = tfconfig.TfPorts(*tf_ports(config))
-    for port in tfconfig.ports_on(config.distribution, ports):
+    for port in tfconfig.ports_on(config.distribution, tf_ports(config)):
         check_port_free(port, config.topology.current_host, names[port], "port", "")
 
 

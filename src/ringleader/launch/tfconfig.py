@@ -14,11 +14,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-PARAMETER_SERVER = "parameter_server"
-MULTI_WORKER_MIRRORED = "multi_worker_mirrored_strategy"
-MASTER_ROLES = "master"  # SageMaker's layout (TF1 style: the script runs on master and workers)
-CHIEF_ROLES = "chief"  # TF2 ParameterServerStrategy + ClusterCoordinator
-ROLE_CHOICES = (MASTER_ROLES, CHIEF_ROLES)
+from ringleader.config.job import MULTI_WORKER_MIRRORED, PARAMETER_SERVER
+from ringleader.config.job import TF_CHIEF_ROLES as CHIEF_ROLES
+from ringleader.config.job import TF_MASTER_ROLES as MASTER_ROLES
+
+__all__ = ["CHIEF_ROLES", "MASTER_ROLES", "MULTI_WORKER_MIRRORED", "PARAMETER_SERVER"]
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from ringleader.config import horovod
 from ringleader.config.job import (
     MPI,
     NO_DISTRIBUTION,
+    TF_DISTRIBUTIONS,
     ConfigFiles,
     JobConfig,
     ReportingSettings,
@@ -42,7 +43,6 @@ from ringleader.launch.process import Launcher
 from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.sshd import ssh_problem, start_sshd
 from ringleader.launch.strategy import (
-    TF_DISTRIBUTIONS,
     LaunchPlan,
     LaunchStrategy,
     MpirunStrategy,
