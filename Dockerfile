@@ -36,6 +36,10 @@ FROM system
 
 COPY --from=deps /opt/ringleader/venv /opt/ringleader/venv
 
+# On every ringleader image (the framework images start from this one): the image scripts remove
+# untagged images with this label once a rebuild has superseded them.
+LABEL ringleader.image=ringleader
+
 ENV PATH=/opt/ringleader/venv/bin:$PATH \
     LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1 \

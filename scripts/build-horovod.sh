@@ -119,10 +119,10 @@ step_build() {
     local -a extra=()
     [[ ${NO_CACHE:-} != 1 ]] || extra+=(--no-cache)
     # The context is the wheelhouse only: nothing else is sent to the daemon.
-    logged_build "$LOG" "$start" -f Dockerfile.horovod "${extra[@]}" \
+    build_image "$IMAGE" "$LOG" -f Dockerfile.horovod "${extra[@]}" \
         --build-arg BASE_IMAGE="$base" --build-arg RINGLEADER_IMAGE="$RINGLEADER_IMAGE" \
         --build-arg TORCH_VERSION="$TORCH_VERSION" --build-arg HOROVOD_VERSION="$HOROVOD_VERSION" \
-        -t "$IMAGE" "$WHEELHOUSE"
+        "$WHEELHOUSE"
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}')): $(docker run --rm --entrypoint python "$IMAGE" -c 'import torch, horovod; print(f"torch {torch.__version__}, horovod {horovod.__version__}")')"
 }
 

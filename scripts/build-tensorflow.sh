@@ -55,9 +55,9 @@ step_build() {
     [[ -f $WHEELHOUSE/.key ]] || die "no wheelhouse in $WHEELHOUSE; run '$0 wheelhouse'"
     local start=$SECONDS
     log "Building image $IMAGE from $RINGLEADER_IMAGE (log: $LOG; about 2 minutes)"
-    logged_build "$LOG" "$start" -f Dockerfile.tensorflow \
+    build_image "$IMAGE" "$LOG" -f Dockerfile.tensorflow \
         --build-arg RINGLEADER_IMAGE="$RINGLEADER_IMAGE" --build-arg TF_VERSION="$TF_VERSION" \
-        -t "$IMAGE" "$WHEELHOUSE"
+        "$WHEELHOUSE"
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}'))"
 }
 

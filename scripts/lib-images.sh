@@ -1,6 +1,6 @@
-# Shared by the scripts that add a framework to ringleader:latest (build-horovod.sh,
-# build-tensorflow.sh): logging, the wheelhouse download for the image's Python, and a docker
-# build that shows each step as it starts. Sourced, not run.
+# Shared by the image scripts (setup.sh, build-horovod.sh, build-tensorflow.sh): logging, the
+# wheelhouse download for the image's Python, and a docker build that shows each step as it starts
+# and removes the images it made obsolete. Sourced, not run.
 
 log() { printf '==> %s\n' "$*"; }
 die() {
@@ -22,7 +22,7 @@ platform_args() {
 require_python311() {
     command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (set PYTHON to a CPython 3.11)"
     "$PYTHON" -c 'import sys; sys.exit(sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11))' ||
-        die "$PYTHON is not CPython 3.11, the image's Python (set PYTHON)"
+        die "$PYTHON is not CPython 3.11; the image's Debian bookworm python3 is 3.11 and the wheels must match (set PYTHON)"
 }
 
 # download_wheels DEST REQUIREMENT...: binary wheels for cp311 on manylinux x86_64.
@@ -55,6 +55,24 @@ logged_build() {
         tail -n 60 "$log_file" >&2
         die "docker build failed (see $log_file)"
     fi
+}
+
+image_id() { docker image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
+
+# build_image IMAGE LOG DOCKER-BUILD-ARGS...: logged_build tagged IMAGE. When the tag moves, the
+# image it leaves and the install stages of earlier builds are untagged leftovers (gigabytes per
+# rebuild with the classic builder); the ones older than this build are removed. Every ringleader
+# image carries the label ringleader.image (set in Dockerfile's last stage); Horovod's compile
+# stage does not, so it stays as the build cache.
+build_image() {
+    local image=$1 log_file=$2 start=$SECONDS since old freed
+    shift 2
+    since=$(date +%s)
+    old=$(image_id "$image")
+    logged_build "$log_file" "$start" "$@" -t "$image"
+    [[ -n $old && $old != "$(image_id "$image")" ]] || return 0
+    freed=$(docker image prune --force --filter label=ringleader.image --filter "until=$since" | tail -n 1)
+    log "Removed the images this build superseded (${freed:-nothing})"
 }
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }

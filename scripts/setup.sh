@@ -46,11 +46,9 @@ WHEEL_EPOCH=315532800
 
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
-log() { printf '==> %s\n' "$*"; }
-die() {
-    printf 'setup.sh: error: %s\n' "$*" >&2
-    exit 1
-}
+# shellcheck source=scripts/lib-images.sh
+source scripts/lib-images.sh
+
 have() { command -v "$1" >/dev/null 2>&1; }
 
 apt_install() {
@@ -91,8 +89,6 @@ step_docker() {
 }
 
 # ----------------------------------------------------------------------------------------- base
-image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
-
 try_pull() {
     log "Pulling $1 (at most ${PULL_TIMEOUT}s)"
     if timeout "$PULL_TIMEOUT" docker pull -q "$1" >/dev/null 2>&1; then
@@ -165,12 +161,6 @@ step_base() {
 }
 
 # ----------------------------------------------------------------------------------- wheelhouse
-check_python() {
-    have "$PYTHON" || die "$PYTHON not found (set PYTHON to a CPython 3.11)"
-    "$PYTHON" -c 'import sys; sys.exit(sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11))' ||
-        die "$PYTHON is not CPython 3.11; the image's Debian bookworm python3 is 3.11 and the wheels must match (set PYTHON)"
-}
-
 # What the dependency wheels depend on: ringleader's declared dependencies and the Python ABI.
 deps_key() {
     "$PYTHON" - <<'EOF'
@@ -189,7 +179,7 @@ EOF
 }
 
 step_wheelhouse() {
-    check_python
+    require_python311
     local deps=$WHEELHOUSE/deps app=$WHEELHOUSE/ringleader stamp=$WHEELHOUSE/deps.key key tmp start
     key=$(deps_key)
     mkdir -p "$WHEELHOUSE"
@@ -231,10 +221,7 @@ step_build() {
         die "no wheelhouse in $WHEELHOUSE; run 'scripts/setup.sh wheelhouse' (or 'image')"
     mkdir -p build
     log "Building image $IMAGE from $BASE_IMAGE (log: $logf)"
-    if ! docker build --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$IMAGE" . >"$logf" 2>&1; then
-        tail -n 40 "$logf" >&2
-        die "docker build failed (see $logf)"
-    fi
+    build_image "$IMAGE" "$logf" --build-arg BASE_IMAGE="$BASE_IMAGE" .
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}'))"
 }
 
@@ -298,8 +285,6 @@ step_venv() {
 }
 
 # ----------------------------------------------------------------------------------------- main
-usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
-
 steps=()
 for arg in "${@:-all}"; do
     case $arg in
