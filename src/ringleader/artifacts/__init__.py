@@ -43,9 +43,10 @@ from ringleader.artifacts.manifest import MANIFEST_NAME
 from ringleader.artifacts.report import ArchiveResult, DeliveryReport, append_note
 from ringleader.artifacts.uri import OutputUri, parse_output_uri
 from ringleader.aws.redact import redact, secret_values
+from ringleader.core import paths
 
-MODEL_DIR = Path("/opt/ml/model")
-WORK_DIR = Path("/opt/ml/artifacts")  # archives are built here; failed ones stay here
+MODEL_DIR = paths.MODEL_DIR
+WORK_DIR = paths.ML_ROOT / "artifacts"  # archives are built here; failed ones stay here
 
 __all__ = [
     "MANIFEST_NAME",

@@ -16,6 +16,7 @@ from ringleader.config.metric_definitions import MetricDefinition, parse_definit
 from ringleader.config.mpi_options import forwarded_values
 from ringleader.config.selection import ALL_RANKS, RANK_ZERO, RankSelection
 from ringleader.config.topology import Topology, parse_topology
+from ringleader.core import paths
 from ringleader.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 SAGEMAKER_PREFIX = "sagemaker_"
 RINGLEADER_PREFIX = "ringleader_"
-DEFAULT_CODE_DIR = "/opt/ml/code"
+DEFAULT_CODE_DIR = str(paths.CODE_DIR)
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
 METRIC_DEFINITIONS_ENV = "RINGLEADER_METRIC_DEFINITIONS"
 DEFAULT_CONTROL_PORT = 29100
 PROCESSES_PER_HOST_KEY = "ringleader_processes_per_host"
+COMMAND_KEY = "ringleader_command"
 DISTRIBUTION_GROUPS_KEY = "sagemaker_distribution_instance_groups"
 DEFAULT_MASTER_PORT = 7777  # SageMaker's PyTorch container uses it for torch_distributed
 
@@ -142,6 +144,9 @@ class JobConfig:
     tf_ps_port: int = 2223
     tf_mirrored_port: int = 8890
     tf_roles: str = TF_MASTER_ROLES
+    # ringleader_command: a whole command line instead of a program in the code directory
+    # (`ringleader cluster run -- COMMAND...`); it runs as given, in the code directory.
+    command: tuple[str, ...] = ()
 
     def ranks_per_host(self, gpus: int) -> int:
         """For mpi, sagemaker_mpi_num_of_processes_per_host wins; then the ringleader setting
@@ -184,7 +189,10 @@ def parse_job_config(
 ) -> JobConfig:
     """Pure validation of the decoded inputs; does not look at the file system."""
     values = hp.decode_all(raw_hyperparameters)
+    command = _command(values.get(COMMAND_KEY))
     program = values.get("sagemaker_program", environ.get("SAGEMAKER_PROGRAM"))
+    if command and program is None:
+        program = shlex.join(command)  # for the log; nothing is looked up in the code directory
     if program is None or (isinstance(program, str) and not program.strip()):
         raise ConfigError(
             "sagemaker_program",
@@ -193,7 +201,7 @@ def parse_job_config(
         )
     if not isinstance(program, str):
         raise ConfigError("sagemaker_program", f"expected a file name, got {program!r}")
-    module = module_name(program)
+    module = None if command else module_name(program)
     if module is not None and not _MODULE.fullmatch(module):
         raise ConfigError(
             "sagemaker_program", f"{program!r}: expected -m followed by a dotted module name"
@@ -231,7 +239,22 @@ def parse_job_config(
         own_processes_per_host=_own_processes_per_host(
             topology, values.get(PROCESSES_PER_HOST_KEY)
         ),
+        command=command,
     )
+
+
+def _command(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(part, str) and part for part in value)
+    ):
+        raise ConfigError(
+            COMMAND_KEY, f"expected a non-empty list of non-empty strings, got {value!r}"
+        )
+    return tuple(value)
 
 
 def _distribution_topology(topology: Topology, values: Mapping[str, Any]) -> Topology:
@@ -312,6 +335,7 @@ def _parse_ringleader_keys(
         **_SETTING_KEYS,
         **dict.fromkeys(horovod.KEYS),
         PROCESSES_PER_HOST_KEY: None,
+        COMMAND_KEY: None,
     }
     unknown = sorted(
         key for key in values if key.startswith(RINGLEADER_PREFIX) and key not in known
@@ -363,7 +387,7 @@ def _code_source(submit_directory: Any) -> tuple[str, str | None]:
 class ConfigFiles:
     """Where SageMaker puts its configuration; tests point this at a temporary directory."""
 
-    config_dir: Path = Path("/opt/ml/input/config")
+    config_dir: Path = paths.CONFIG_DIR
 
     @property
     def resource_config(self) -> Path:
@@ -408,7 +432,12 @@ def load_job_config(
     raw = read_json_object(files.hyperparameters, "hyperparameters.json") or {}
     config = parse_job_config(topology, raw, environ)
     # An archive is checked once extracted (ringleader.source.usercode.prepare).
-    if config.code_archive is None and config.module is None and not config.program_path.is_file():
+    if (
+        not config.command
+        and config.code_archive is None
+        and config.module is None
+        and not config.program_path.is_file()
+    ):
         raise ConfigError(
             "sagemaker_program",
             f"{config.program!r} not found in the code directory {config.code_dir}",

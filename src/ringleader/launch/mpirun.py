@@ -19,6 +19,7 @@ class MpiPlan:
     interface: str | None  # None on one host: nothing to pin
     custom_options: tuple[str, ...]
     rank_command: tuple[str, ...]  # the per-rank wrapper followed by the user's command
+    exported: tuple[str, ...] = ()  # variables of ours every rank needs (`-x NAME`)
 
     @property
     def world_size(self) -> int:
@@ -54,6 +55,8 @@ def build_mpirun_argv(plan: MpiPlan) -> list[str]:
             argv += option.tokens
     for option in custom:
         argv += option.tokens
+    for name in plan.exported:
+        argv += ["-x", name]
     return [*argv, *plan.rank_command]
 
 

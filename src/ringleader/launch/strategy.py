@@ -9,7 +9,6 @@ agent whatever started it.
 import contextlib
 import os
 import socket
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,6 +20,7 @@ from ringleader.config.job import (
     JobConfig,
 )
 from ringleader.config.mpi_options import forwarded_variables
+from ringleader.core import paths
 from ringleader.core.errors import ConfigError
 from ringleader.launch import tfconfig
 from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv
@@ -52,7 +52,7 @@ def rank_command(
 ) -> list[str]:
     """The per-rank wrapper around the user's command."""
     return [
-        sys.executable,
+        paths.RANK_PYTHON,
         "-m",
         "ringleader.rank",
         "--grace",
@@ -104,6 +104,7 @@ class MpirunStrategy:
             interface=choice.name,
             custom_options=self.config.custom_mpi_options,
             rank_command=tuple(rank_command(self.config, self.user_command(), forwarded)),
+            exported=tuple(name for name in paths.RANK_VARIABLES if name in os.environ),
         )
         plain = None
         if topology.plain_hosts:  # heterogeneous: the hosts outside mpirun start their own

@@ -269,6 +269,9 @@ def prepare(
     """
     stop = Stop(stop_event, stop_grace)
     code_dir = Path(config.code_dir)
+    if config.command:  # a whole command line: nothing to fetch or install
+        log.log(f"command: {config.program} in {code_dir}")
+        return
     if config.module is not None:  # `-m package.module`: found on the path when it runs
         if config.code_archive is not None:
             fetch_and_extract(config.code_archive, code_dir, download_timeout, stop)

@@ -80,8 +80,10 @@ Prepared = concurrent.futures.Future[list[str]]  # the user's command, once the 
 
 
 class EntryPoint:
-    def __init__(self, files: ConfigFiles) -> None:
+    def __init__(self, files: ConfigFiles, own_sshd: bool = True) -> None:
         self._files = files
+        # In a container ringleader starts sshd for mpirun; a cluster machine has its own.
+        self._own_sshd = own_sshd
         self._events = EventQueue()
         self._clock = SystemClock()
         self._stop = threading.Event()
@@ -168,6 +170,8 @@ class EntryPoint:
             and topology.current_host in topology.participants
         ):
             check_tf_ports(config)  # before the hello: a problem is reported with it
+        if config.command:
+            return list(config.command)
         user_command = build_user_command(
             config.program_path,
             hostenv.user_args(config),
@@ -220,7 +224,7 @@ class EntryPoint:
         leader = Leader(
             self._host, workers, config.timeouts, self._leader_parts(agent, server, uses_ssh)
         )
-        if server is not None and uses_ssh:
+        if server is not None and uses_ssh and self._own_sshd:
             try:
                 start_sshd(paths.SSHD_NOTIFY_SOCKET, config.timeouts.startup)
             except JobError as error:
@@ -276,7 +280,7 @@ class EntryPoint:
     ) -> Outcome:
         topology, timeouts = config.topology, config.timeouts
         try:
-            if config.distribution == MPI:
+            if config.distribution == MPI and self._own_sshd:
                 start_sshd(paths.SSHD_NOTIFY_SOCKET, timeouts.startup)
             prepared.result()
         except JobError as error:
@@ -403,11 +407,11 @@ def gpu_count() -> int:
     return len(list(Path("/proc/driver/nvidia/gpus").glob("*")))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, own_sshd: bool = True) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["train"]:
         args = args[1:]
-    entry = EntryPoint(ConfigFiles())
+    entry = EntryPoint(ConfigFiles(), own_sshd)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, entry.on_signal)
     if args:

@@ -1,4 +1,5 @@
-"""The `ringleader` command: `local` runs a job on fake hosts, `stack` manages the VPC stack."""
+"""The `ringleader` command: `local` runs a job on fake hosts, `cluster` on your own machines
+over ssh, `stack` manages the VPC stack, `report` draws a job's report."""
 
 import argparse
 import sys
@@ -6,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ringleader import __version__
+from ringleader.tools.cluster import cli as cluster_cli
 from ringleader.tools.local.plan import (
     DISTRIBUTIONS,
     LocalJobSpec,
@@ -198,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ringleader {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_local_parser(subparsers)
+    cluster_cli.add_parser(subparsers)
     stack_cli.add_parser(subparsers)
     report_cli.add_parser(subparsers)
     return parser

@@ -1,0 +1,177 @@
+"""A cluster host's agent: `python -m ringleader.tools.cluster.agent`, started over ssh by
+`ringleader cluster run` on every host, the job's description on its first stdin line.
+
+It lays out the job's directory as SageMaker would (input/config, output, model), runs the
+container entry point's supervision in a child (`ringleader.tools.cluster.host`) and relays its
+output. stdin stays open for the whole job: "stop" or end of file (Ctrl-C on the leader, its
+ringleader killed, the ssh connection gone) stops the job here with SIGTERM, and every process
+of the job still alive on this host `grace` seconds later is killed. Processes are recognised by
+the job's mark in their environment, which also finds the ranks mpirun started through sshd.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+from ringleader.core import paths
+from ringleader.core.files import write_atomically
+
+STOP = "stop"
+SWEEP_GRACE = 2.0  # SIGTERM to SIGKILL for processes of the job left after it ended
+
+
+@dataclass(frozen=True)
+class AgentJob:
+    job: str
+    job_dir: str
+    hosts: tuple[str, ...]
+    current_host: str
+    hyperparameters: Mapping[str, str]  # JSON-encoded values, as in hyperparameters.json
+    grace: float  # after a stop: SIGTERM to SIGKILL of everything left
+
+    def to_json(self) -> str:
+        return json.dumps({**self.__dict__, "hosts": list(self.hosts)})
+
+    @classmethod
+    def from_json(cls, line: str) -> "AgentJob":
+        data: dict[str, Any] = json.loads(line)
+        return cls(
+            job=str(data["job"]),
+            job_dir=str(data["job_dir"]),
+            hosts=tuple(data["hosts"]),
+            current_host=str(data["current_host"]),
+            hyperparameters=dict(data["hyperparameters"]),
+            grace=float(data["grace"]),
+        )
+
+
+def job_environment(job: AgentJob, base: Mapping[str, str]) -> dict[str, str]:
+    root = Path(job.job_dir)
+    return {
+        **base,
+        paths.ML_ROOT_VARIABLE: str(root / "ml"),
+        paths.RUN_DIR_VARIABLE: str(root / "run"),
+        paths.RANK_PYTHON_VARIABLE: str(root / "run" / "python"),
+        paths.JOB_MARK_VARIABLE: job.job,
+    }
+
+
+def lay_out(job: AgentJob) -> None:
+    """The job's directory on this host, like a SageMaker container's /opt/ml."""
+    root = Path(job.job_dir)
+    config = root / "ml" / "input" / "config"
+    for directory in (config, root / "ml" / "output" / "data", root / "ml" / "model", root / "run"):
+        directory.mkdir(parents=True, exist_ok=True)
+    resource = {"current_host": job.current_host, "hosts": list(job.hosts)}
+    write_atomically(config / "resourceconfig.json", json.dumps(resource))
+    write_atomically(config / "hyperparameters.json", json.dumps(dict(job.hyperparameters)))
+    write_atomically(config / "inputdataconfig.json", "{}")
+    # The ranks' interpreter at one path on every host, whichever Python each host uses.
+    python = root / "run" / "python"
+    with contextlib.suppress(FileNotFoundError):
+        python.unlink()
+    python.symlink_to(sys.executable)
+
+
+def marked_processes(mark: str) -> list[psutil.Process]:
+    """This user's processes carrying the job's mark, except this one."""
+    found = []
+    for process in psutil.process_iter():
+        if process.pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get(paths.JOB_MARK_VARIABLE) == mark:
+                found.append(process)
+    return found
+
+
+def sweep(mark: str, grace: float) -> int:
+    """End every process of the job on this host; how many there were."""
+    left = marked_processes(mark)
+    for process in left:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(left, timeout=grace)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=grace)
+    return len(left)
+
+
+class Agent:
+    def __init__(self, job: AgentJob, stdin: IO[str], stdout: IO[bytes]) -> None:
+        self._job, self._stdin, self._stdout = job, stdin, stdout
+        self._stopped = threading.Event()
+
+    def run(self) -> int:
+        lay_out(self._job)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "ringleader.tools.cluster.host"],
+            env=job_environment(self._job, os.environ),
+            cwd=self._job.job_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a terminal's signals reach the leader's ringleader only
+        )
+        threading.Thread(target=self._watch_stdin, args=(child,), daemon=True).start()
+        assert child.stdout is not None
+        for chunk in iter(lambda: child.stdout.readline(), b""):  # type: ignore[union-attr]
+            self._relay(chunk)
+        code = child.wait()
+        left = sweep(self._job.job, SWEEP_GRACE)
+        if left:
+            self._relay(f"[{self._job.current_host}] ended {left} leftover process(es)\n".encode())
+        return code
+
+    def _relay(self, data: bytes) -> None:
+        """Output goes to the leader while it listens; once it is gone, the job goes on."""
+        try:
+            self._stdout.write(data)
+            self._stdout.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass
+
+    def _watch_stdin(self, child: "subprocess.Popen[bytes]") -> None:
+        for line in self._stdin:
+            if line.strip() == STOP:
+                break
+        self._stopped.set()
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signal.SIGTERM)  # the entry point stops the job gracefully
+        if not _wait(child, self._job.grace):
+            sweep(self._job.job, 0.0)
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+
+
+def _wait(child: "subprocess.Popen[bytes]", timeout: float) -> bool:
+    try:
+        child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def main() -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a dropped session is seen on stdin instead
+    line = sys.stdin.readline()
+    if not line:
+        return 2
+    return Agent(AgentJob.from_json(line), sys.stdin, sys.stdout.buffer).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Before anything starts: every host is asked, in parallel and bounded, what it has (one ssh
+each, running `probe`), and the answers are checked against what the job needs (pure)."""
+
+import concurrent.futures
+import inspect
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ringleader import __version__
+from ringleader.tools.cluster import probe
+from ringleader.tools.cluster.hostfile import ClusterHost
+from ringleader.tools.cluster.ssh import SshOptions
+
+HOST_KEY_ADDED = "Permanently added"
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    hostname: str
+    python: str
+    python_version: str
+    ringleader: str | None
+    versions: dict[str, str | None]
+    gpus: int
+    free_bytes: int
+    cwd_exists: bool
+    mpirun: bool
+    site_packages: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "HostFacts":
+        return cls(
+            hostname=str(data["hostname"]),
+            python=str(data["python"]),
+            python_version=str(data["python_version"]),
+            ringleader=data["ringleader"],
+            versions=dict(data["versions"]),
+            gpus=int(data["gpus"]),
+            free_bytes=int(data["free_bytes"]),
+            cwd_exists=bool(data["cwd_exists"]),
+            mpirun=bool(data["mpirun"]),
+            site_packages=tuple(data["site_packages"]),
+        )
+
+
+@dataclass(frozen=True)
+class Probe:
+    host: ClusterHost
+    facts: HostFacts | None  # None: the host did not answer
+    error: str | None = None  # why not (ssh's own words)
+    key_added: bool = False  # its host key was accepted on first use
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the job needs of every host."""
+
+    ringleader: str = __version__
+    python: str = "{}.{}".format(*sys.version_info[:2])
+    processes_per_host: int = 1
+    min_free_bytes: int = 1 << 30
+    mpirun: bool = True
+    cwd: str = "/"
+    job_root: str = "/tmp/ringleader-jobs"
+
+
+def problems(result: Probe, needs: Needs) -> list[str]:
+    """What stops the job on this host (empty: it can run)."""
+    facts = result.facts
+    if facts is None:
+        return [f"unreachable over ssh: {result.error}"]
+    found = []
+    if facts.python_version.rsplit(".", 1)[0] != needs.python:
+        found.append(
+            f"Python {facts.python_version} ({facts.python}); this job needs {needs.python}"
+        )
+    if facts.ringleader is None:
+        found.append(f"ringleader is not installed for {facts.python} (--bootstrap installs it)")
+    elif facts.ringleader != needs.ringleader:
+        found.append(f"ringleader {facts.ringleader}, not {needs.ringleader} as here (--bootstrap)")
+    if needs.mpirun and not facts.mpirun:
+        found.append("no mpirun on the PATH of a non-interactive ssh session (Open MPI needed)")
+    if not facts.cwd_exists:
+        found.append(
+            f"the working directory {needs.cwd} does not exist (ringleader cluster sync copies it)"
+        )
+    if facts.free_bytes < needs.min_free_bytes:
+        found.append(
+            f"{_gib(facts.free_bytes)} free where the job writes ({needs.job_root}); "
+            f"at least {_gib(needs.min_free_bytes)} needed (--min-free-gb)"
+        )
+    return found
+
+
+def warnings(result: Probe, needs: Needs) -> list[str]:
+    facts = result.facts
+    if facts is None or facts.gpus == 0 or facts.gpus == needs.processes_per_host:
+        return []
+    return [f"{needs.processes_per_host} processes per host but {facts.gpus} GPUs found"]
+
+
+def _gib(count: int) -> str:
+    return f"{count / (1 << 30):.1f} GiB"
+
+
+Runner = Callable[[Sequence[str], float], subprocess.CompletedProcess[bytes]]
+
+
+def run_command(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        list(argv), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False
+    )
+
+
+def probe_hosts(
+    hosts: Sequence[ClusterHost],
+    ssh: SshOptions,
+    needs: Needs,
+    names: Sequence[str],
+    timeout: float,
+    run: Runner = run_command,
+) -> list[Probe]:
+    """Every host at once; each answers within `timeout` seconds or counts as unreachable."""
+    request = json.dumps(
+        {"distributions": list(names), "job_root": needs.job_root, "cwd": needs.cwd}
+    )
+    source = inspect.getsource(probe)
+
+    def ask(host: ClusterHost) -> Probe:
+        argv = ssh.python(host.address, ["-c", source, request])
+        try:
+            result = run(argv, timeout)
+        except subprocess.TimeoutExpired:
+            return Probe(host, None, f"no answer within {timeout:g} s (--preflight-timeout)")
+        stderr = result.stderr.decode(errors="replace")
+        added = HOST_KEY_ADDED in stderr
+        if result.returncode != 0:
+            return Probe(host, None, _last_line(stderr) or f"ssh exit code {result.returncode}")
+        try:
+            facts = HostFacts.from_json(json.loads(result.stdout.decode().strip().splitlines()[-1]))
+        except (ValueError, KeyError, IndexError, TypeError) as error:
+            return Probe(host, None, f"unreadable answer ({error}): {_last_line(stderr)}")
+        return Probe(host, facts, key_added=added)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
+        return list(pool.map(ask, hosts))
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if HOST_KEY_ADDED not in line]
+    return lines[-1].strip() if lines else ""
+
+
+def table(results: Sequence[Probe], needs: Needs) -> list[str]:
+    """One row per host: what it has and whether it can run the job."""
+    rows = [("host", "python", "ringleader", "gpus", "free", "status")]
+    for result in results:
+        facts, found = result.facts, problems(result, needs)
+        status = "; ".join(found) if found else "ok"
+        notes = warnings(result, needs)
+        if result.key_added:
+            notes.append("host key accepted on first use")
+        if notes:
+            status += f" ({'; '.join(notes)})"
+        if facts is None:
+            rows.append((result.host.address, "-", "-", "-", "-", status))
+        else:
+            rows.append(
+                (
+                    result.host.address,
+                    facts.python_version,
+                    facts.ringleader or "missing",
+                    str(facts.gpus),
+                    _gib(facts.free_bytes),
+                    status,
+                )
+            )
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[5]
+        for row in rows
+    ]

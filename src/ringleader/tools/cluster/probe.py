@@ -1,0 +1,50 @@
+"""What a host has, printed as one JSON line. Runs on the remote host with its own Python
+(`python -c SOURCE REQUEST`), which may not have ringleader yet: standard library only."""
+
+import importlib.metadata
+import json
+import os
+import shutil
+import site
+import socket
+import sys
+
+
+def _free_bytes(path: str) -> int:
+    while not os.path.isdir(path):  # the job directory may not exist yet: its nearest parent
+        path = os.path.dirname(path) or "/"
+    return shutil.disk_usage(path).free
+
+
+def _gpus() -> int:
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def facts(request: dict[str, object]) -> dict[str, object]:
+    names = [str(name) for name in request.get("distributions", [])]  # type: ignore[attr-defined]
+    return {
+        "hostname": socket.gethostname(),
+        "python": sys.executable,
+        "python_version": "{}.{}.{}".format(*sys.version_info[:3]),
+        "ringleader": _version("ringleader"),
+        "versions": {name: _version(name) for name in names},
+        "gpus": _gpus(),
+        "free_bytes": _free_bytes(str(request["job_root"])),
+        "cwd_exists": os.path.isdir(str(request["cwd"])),
+        "mpirun": shutil.which("mpirun") is not None,
+        "site_packages": [p for p in site.getsitepackages() if os.path.isdir(p)],
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(facts(json.loads(sys.argv[1]))))

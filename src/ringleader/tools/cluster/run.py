@@ -1,0 +1,329 @@
+"""`ringleader cluster run`: preflight, an agent on every host over ssh, the leader's output
+relayed, every host's results fetched into one directory, the job's exit code returned."""
+
+import base64
+import concurrent.futures
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from ringleader.config.job import Timeouts
+from ringleader.core import exitcodes
+from ringleader.tools.cluster import install_remote, preflight, wheels
+from ringleader.tools.cluster.agent import STOP, AgentJob
+from ringleader.tools.cluster.hostfile import ClusterHost
+from ringleader.tools.cluster.preflight import Needs, Probe
+from ringleader.tools.cluster.ssh import BOOTSTRAP_VENV, SshOptions
+
+DISTRIBUTIONS = ("mpi", "torch_distributed")
+SSH_FAILED = 255  # ssh's own exit code: the connection, not the command
+FETCH_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class ClusterJob:
+    hosts: tuple[ClusterHost, ...]
+    command: tuple[str, ...]
+    cwd: str
+    processes_per_host: int
+    distribution: str = "mpi"
+    settings: Mapping[str, str] = field(default_factory=dict)  # ringleader_* without the prefix
+    job_id: str = ""
+    output_dir: Path | None = None
+    remote_dir: str = "/tmp/ringleader-jobs"
+    ssh: SshOptions = field(default_factory=SshOptions)
+    preflight_timeout: float = 30.0
+    bootstrap: bool = False
+    min_free_bytes: int = 1 << 30
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(host.name for host in self.hosts)
+
+    @property
+    def job_dir(self) -> str:
+        return f"{self.remote_dir.rstrip('/')}/{self.job_id}"
+
+    @property
+    def results_dir(self) -> Path:
+        return self.output_dir or Path("ringleader-output") / self.job_id
+
+    @property
+    def needs(self) -> Needs:
+        return Needs(
+            processes_per_host=self.processes_per_host,
+            min_free_bytes=self.min_free_bytes,
+            mpirun=self.distribution == "mpi",
+            cwd=self.cwd,
+            job_root=self.remote_dir,
+        )
+
+
+def new_job_id() -> str:
+    return f"cluster-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def cluster_hyperparameters(job: ClusterJob) -> dict[str, str]:
+    """hyperparameters.json for every host, values JSON-encoded as SageMaker writes them."""
+    values: dict[str, Any] = {
+        "ringleader_command": list(job.command),
+        "sagemaker_submit_directory": job.cwd,
+        "sagemaker_mpi_enabled": job.distribution == "mpi",
+    }
+    if job.distribution == "mpi":
+        values["sagemaker_mpi_num_of_processes_per_host"] = job.processes_per_host
+    else:
+        values[f"sagemaker_{job.distribution}_enabled"] = True
+        values["ringleader_processes_per_host"] = job.processes_per_host
+    values.update({f"ringleader_{key}": value for key, value in job.settings.items()})
+    return {key: json.dumps(value) for key, value in values.items()}
+
+
+def stop_grace(settings: Mapping[str, str]) -> float:
+    """After a stop, how long each host waits before it kills what is left: the ranks' own
+    SIGTERM grace, capped so nothing of the job outlives a stop by more than ~15 s."""
+    try:
+        grace = float(settings.get("sigterm_grace", Timeouts().sigterm_grace))
+    except ValueError:
+        grace = Timeouts().sigterm_grace
+    return min(max(grace, 1.0), 12.0)
+
+
+def job_exit_code(leader: int, others: Sequence[int]) -> int:
+    """The leader's code is the job's; when its ssh connection failed, the hosts' own."""
+    if leader != SSH_FAILED:
+        return leader
+    known = [code for code in others if code not in (SSH_FAILED, 0)]
+    return known[0] if known else exitcodes.HOST_LOST
+
+
+class Console:
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream, self._lock = stream, threading.Lock()
+
+    def line(self, text: str) -> None:
+        with self._lock:
+            self._stream.write(text if text.endswith("\n") else text + "\n")
+            self._stream.flush()
+
+
+class ClusterRun:
+    def __init__(self, job: ClusterJob, stream: IO[str] = sys.stdout) -> None:
+        self.job = job
+        self.console = Console(stream)
+        self._agents: dict[str, subprocess.Popen[bytes]] = {}
+        self._interrupts = 0
+
+    def run(self) -> int:
+        job = self.job
+        self.console.line(
+            f"==> job {job.job_id}: {len(job.hosts)} hosts x {job.processes_per_host} "
+            f"({job.distribution}): {' '.join(job.command)}"
+        )
+        code = self.preflight()
+        if code is not None:
+            return code
+        previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        try:
+            codes = self._run_agents()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        leader = sorted(job.names)[0]  # as on SageMaker: the first host in sorted order leads
+        exit_code = job_exit_code(codes[leader], [codes[name] for name in job.names])
+        self._fetch_results(codes)
+        self.console.line(f"==> job {job.job_id} ended: exit code {exit_code}")
+        return exit_code
+
+    # ------------------------------------------------------------------------------ preflight
+    def preflight(self) -> int | None:
+        """None when every host can run the job; else the exit code (nothing was launched)."""
+        job, needs = self.job, self.job.needs
+        names = wheels.requirement_closure("ringleader")
+        started = time.monotonic()
+        results = preflight.probe_hosts(job.hosts, job.ssh, needs, names, job.preflight_timeout)
+        if job.bootstrap:
+            results = self._bootstrap(results, names)
+        self.console.line(f"==> preflight ({time.monotonic() - started:.1f} s):")
+        for row in preflight.table(results, needs):
+            self.console.line(f"    {row}")
+        failed = [result for result in results if preflight.problems(result, needs)]
+        if not failed:
+            return None
+        for result in failed:
+            for problem in preflight.problems(result, needs):
+                self.console.line(f"error: {result.host.address} ({result.host.origin}): {problem}")
+        self.console.line("==> nothing was launched")
+        unreachable = any(result.facts is None for result in failed)
+        return exitcodes.HOST_UNREACHABLE if unreachable else exitcodes.CONFIG_ERROR
+
+    def _bootstrap(self, results: list[Probe], names: Sequence[str]) -> list[Probe]:
+        job, needs = self.job, self.job.needs
+
+        def wants(result: Probe) -> bool:
+            facts = result.facts
+            return facts is not None and facts.ringleader != needs.ringleader
+
+        targets = [result for result in results if wants(result)]
+        if not targets:
+            return results
+        packed: dict[str, tuple[str, bytes]] = {}
+        for result in targets:
+            assert result.facts is not None
+            missing = ["ringleader"] + [
+                name for name in names if result.facts.versions.get(name) is None
+            ]
+            for name in dict.fromkeys(missing):
+                if name not in packed:
+                    packed[name] = wheels.pack(name)
+            self.console.line(
+                f"==> bootstrap {result.host.address}: installing "
+                f"{', '.join(packed[name][0] for name in dict.fromkeys(missing))} "
+                f"into ~/{BOOTSTRAP_VENV}"
+            )
+            payload = "".join(
+                f"{packed[name][0]}\t{base64.b64encode(packed[name][1]).decode()}\n"
+                for name in dict.fromkeys(missing)
+            ).encode()
+            argv = job.ssh.python(
+                result.host.address,
+                ["-c", inspect.getsource(install_remote), f"~/{BOOTSTRAP_VENV}"],
+            )
+            try:
+                done = subprocess.run(
+                    argv, input=payload, capture_output=True, timeout=600, check=False
+                )
+                outcome = (done.stdout or done.stderr).decode(errors="replace").strip()
+            except subprocess.TimeoutExpired:
+                outcome = "no answer within 600 s"
+            self.console.line(f"    {result.host.address}: {outcome.splitlines()[-1:] or ''}")
+        again = preflight.probe_hosts(
+            [result.host for result in targets], job.ssh, needs, names, job.preflight_timeout
+        )
+        redone = {result.host.address: result for result in again}
+        return [redone.get(result.host.address, result) for result in results]
+
+    # --------------------------------------------------------------------------------- agents
+    def _run_agents(self) -> dict[str, int]:
+        job = self.job
+        hyperparameters = cluster_hyperparameters(job)
+        grace = stop_grace(job.settings)
+        pumps = []
+        for host in job.hosts:
+            spec = AgentJob(
+                job=job.job_id,
+                job_dir=job.job_dir,
+                hosts=job.names,
+                current_host=host.name,
+                hyperparameters=hyperparameters,
+                grace=grace,
+            )
+            agent = subprocess.Popen(
+                job.ssh.python(host.address, ["-m", "ringleader.tools.cluster.agent"]),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches us, and we stop the job in order
+            )
+            assert agent.stdin is not None
+            agent.stdin.write((spec.to_json() + "\n").encode())
+            agent.stdin.flush()
+            self._agents[host.name] = agent
+            pump = threading.Thread(target=self._relay, args=(host, agent), daemon=True)
+            pump.start()
+            pumps.append(pump)
+        codes = {name: agent.wait() for name, agent in self._agents.items()}
+        for pump in pumps:
+            pump.join(timeout=5)
+        return codes
+
+    def _relay(self, host: ClusterHost, agent: "subprocess.Popen[bytes]") -> None:
+        assert agent.stdout is not None
+        for raw in agent.stdout:
+            self.console.line(raw.decode(errors="replace"))
+
+    def _on_interrupt(self, _signum: int, _frame: object) -> None:
+        self._interrupts += 1
+        first = self._interrupts == 1
+        threading.Thread(target=self._stop_agents, args=(first,), daemon=True).start()
+
+    def _stop_agents(self, graceful: bool) -> None:
+        if graceful:
+            self.console.line(
+                "==> Ctrl-C: stopping the job on every host (SIGTERM to the ranks; "
+                "Ctrl-C again to cut the connections, which stops them too)"
+            )
+        for agent in list(self._agents.values()):
+            try:
+                if graceful:
+                    assert agent.stdin is not None
+                    agent.stdin.write(f"{STOP}\n".encode())
+                    agent.stdin.flush()
+                else:
+                    agent.kill()
+            except (OSError, ValueError):
+                pass
+
+    # -------------------------------------------------------------------------------- results
+    def _fetch_results(self, codes: Mapping[str, int]) -> None:
+        job = self.job
+        job.results_dir.mkdir(parents=True, exist_ok=True)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(job.hosts))) as pool:
+            fetched = dict(zip(job.hosts, pool.map(self._fetch, job.hosts), strict=True))
+        self.console.line(f"==> results in {job.results_dir}/<host>/:")
+        for host, problem in fetched.items():
+            result = _result_line(job.results_dir / host.name)
+            note = f" (fetch failed: {problem})" if problem else ""
+            self.console.line(f"    {host.name:<20} exit {codes[host.name]:>3}  {result}{note}")
+
+    def _fetch(self, host: ClusterHost) -> str | None:
+        """This host's output/ and model/ into the results directory; the problem, if any."""
+        destination = self.job.results_dir / host.name
+        destination.mkdir(parents=True, exist_ok=True)
+        remote = ["tar", "-C", f"{self.job.job_dir}/ml", "-cf", "-", "output", "model"]
+        sender = subprocess.Popen(
+            self.job.ssh.command(host.address, remote),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        receiver = subprocess.run(
+            ["tar", "-xf", "-", "-C", str(destination)],
+            stdin=sender.stdout,
+            capture_output=True,
+            timeout=FETCH_TIMEOUT,
+            check=False,
+        )
+        try:
+            sender.wait(timeout=FETCH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            sender.kill()
+            return f"no end within {FETCH_TIMEOUT:g} s"
+        if sender.returncode != 0 or receiver.returncode != 0:
+            assert sender.stderr is not None
+            text = sender.stderr.read().decode(errors="replace") + receiver.stderr.decode()
+            return text.strip().splitlines()[-1] if text.strip() else "tar failed"
+        return None
+
+
+def _result_line(host_dir: Path) -> str:
+    failure = host_dir / "output" / "failure"
+    if failure.is_file():
+        lines = failure.read_text(errors="replace").strip().splitlines()
+        return f"failure: {lines[0] if lines else ''}"
+    if (host_dir / "output" / "success").is_file():
+        return "success"
+    return "no result file"
+
+
+def with_defaults(job: ClusterJob) -> ClusterJob:
+    return replace(job, job_id=job.job_id or new_job_id(), cwd=job.cwd or os.getcwd())
