@@ -18,7 +18,7 @@ RUN apt-get update \
         python3 python3-venv python3-mpi4py \
         openmpi-bin libopenmpi-dev \
         openssh-server openssh-client \
-        tini iproute2 procps ca-certificates \
+        tini iproute2 procps ca-certificates rsync \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log
 

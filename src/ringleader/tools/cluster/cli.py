@@ -108,7 +108,12 @@ def _add_hosts(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def read_hosts(args: argparse.Namespace) -> tuple[ClusterHost, ...]:
+Resolver = Callable[[str, int], object]
+
+
+def read_hosts(
+    args: argparse.Namespace, resolve: Resolver = socket.getaddrinfo
+) -> tuple[ClusterHost, ...]:
     this_machine = socket.gethostname()
     if args.host_list is not None:
         hosts = parse_host_list(args.host_list, this_machine)
@@ -121,7 +126,7 @@ def read_hosts(args: argparse.Namespace) -> tuple[ClusterHost, ...]:
         hosts = parse_hostfile(text, str(path), this_machine)
     for host in hosts:
         try:
-            socket.getaddrinfo(host.address, 22)
+            resolve(host.address, 22)
         except socket.gaierror as error:
             raise ConfigError(
                 f"{host.origin} host", f"cannot resolve {host.address!r}: {error.strerror}"

@@ -1,0 +1,415 @@
+"""`ringleader cluster`: hostfiles, preflight verdicts, the job each host runs, wheels, agents."""
+
+import base64
+import hashlib
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ringleader.config.job import parse_job_config
+from ringleader.config.topology import parse_topology
+from ringleader.core import exitcodes, paths
+from ringleader.core.errors import ConfigError
+from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv
+from ringleader.tools.cluster import agent, fanout, preflight, run, s3sync, wheels
+from ringleader.tools.cluster.hostfile import (
+    ClusterHost,
+    parse_host_list,
+    parse_hostfile,
+    processes_per_host,
+)
+from ringleader.tools.cluster.ssh import SshOptions
+
+# ------------------------------------------------------------------------------------ hostfile
+
+
+def test_hostfile_with_comments_slots_localhost_and_addresses():
+    text = "# the cluster\n\nlocalhost slots=8\n10.0.0.2 slots=8  # second\nnode-3 max_slots=4\n"
+    hosts = parse_hostfile(text, "hosts", "leader-box")
+    assert [(h.address, h.name, h.slots, h.origin) for h in hosts] == [
+        ("localhost", "leader-box", 8, "hosts:3"),
+        ("10.0.0.2", "10.0.0.2", 8, "hosts:4"),
+        ("node-3", "node-3", 1, "hosts:5"),
+    ]
+
+
+def test_localhost_alone_keeps_its_name():
+    (host,) = parse_hostfile("localhost slots=2\n", "hosts", "box")
+    assert host.name == "localhost"
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "expected"),
+    [
+        ("", "hosts", "no hosts"),
+        ("# only a comment\n\n", "hosts", "no hosts"),
+        ("a slots=2\nb\na slots=2\n", "hosts:3 host", "listed twice (first at hosts:1)"),
+        ("a slots=0\n", "hosts:1 slots", "positive whole number, got '0'"),
+        ("a\nb slots=abc\n", "hosts:2 slots", "got 'abc'"),
+        ("a cpus=4\n", "hosts:1 cpus", "unknown key"),
+        ("a 4\n", "hosts:1 4", "KEY=VALUE"),
+        ("bad/name slots=1\n", "hosts:1 host", "not a host name"),
+    ],
+)
+def test_bad_hostfiles_name_the_line_and_field(text, field, expected):
+    with pytest.raises(ConfigError) as error:
+        parse_hostfile(text, "hosts", "box")
+    assert error.value.field == field
+    assert expected in error.value.problem
+    assert error.value.exit_code == exitcodes.CONFIG_ERROR
+
+
+def test_host_list():
+    hosts = parse_host_list("a:4,b:4,c", "box")
+    assert [(h.name, h.slots) for h in hosts] == [("a", 4), ("b", 4), ("c", 1)]
+    with pytest.raises(ConfigError, match="-H entry 2 slots"):
+        parse_host_list("a:4,b:x", "box")
+
+
+def test_processes_per_host_defaults_to_slots_and_is_bounded_by_them():
+    hosts = parse_hostfile("a slots=4\nb slots=2\n", "hosts", "box")
+    assert processes_per_host(hosts, None) == 2
+    assert processes_per_host(hosts, 1) == 1
+    with pytest.raises(ConfigError) as error:
+        processes_per_host(hosts, 3)
+    assert error.value.field == "--processes-per-host"
+    assert "2 slots of b (hosts:2)" in error.value.problem
+
+
+# ----------------------------------------------------------------------------------------- ssh
+
+
+def test_ssh_is_batch_mode_and_accepts_new_keys_only():
+    argv = SshOptions(5, ("Port=2222",)).command("node", ["echo", "a b"])
+    assert argv[:1] == ["ssh"]
+    assert "BatchMode=yes" in argv
+    assert "StrictHostKeyChecking=accept-new" in argv
+    assert "ConnectTimeout=5" in argv
+    assert "Port=2222" in argv
+    assert argv[-3:] == ["node", "--", "echo 'a b'"]
+    assert not any("StrictHostKeyChecking=no" in part for part in argv)
+
+
+def test_remote_python_finder_passes_arguments_through(tmp_path):
+    """The remote command runs the first Python found with our arguments, quoted intact."""
+    remote = SshOptions().python("node", ["-c", "import sys; print(sys.argv[1:])", "a b", "'c'"])
+    env = dict(os.environ, HOME=str(tmp_path))
+    out = subprocess.run(["sh", "-c", remote[-1]], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['a b', \"'c'\"]"
+
+
+# ----------------------------------------------------------------------------------- preflight
+
+HOST = ClusterHost("node", "node", 2, "hosts:1")
+
+
+def facts(**changes):
+    values = dict(
+        hostname="node",
+        python="/usr/bin/python3",
+        python_version="{}.{}.9".format(*sys.version_info[:2]),
+        ringleader=preflight.Needs().ringleader,
+        versions={},
+        gpus=0,
+        free_bytes=10 << 30,
+        cwd_exists=True,
+        mpirun=True,
+        site_packages=(),
+    )
+    values.update(changes)
+    return preflight.HostFacts(**values)
+
+
+def test_a_fit_host_has_no_problems():
+    assert preflight.problems(preflight.Probe(HOST, facts()), preflight.Needs()) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"python_version": "3.9.2"}, "Python 3.9.2"),
+        ({"ringleader": None}, "not installed for /usr/bin/python3 (--bootstrap"),
+        ({"ringleader": "0.0.1"}, "ringleader 0.0.1, not"),
+        ({"mpirun": False}, "no mpirun"),
+        ({"cwd_exists": False}, "working directory / does not exist"),
+        ({"free_bytes": 1 << 20}, "0.0 GiB free"),
+    ],
+)
+def test_problems_name_what_is_wrong(changes, expected):
+    (problem,) = preflight.problems(preflight.Probe(HOST, facts(**changes)), preflight.Needs())
+    assert expected in problem
+
+
+def test_unreachable_host_and_table():
+    probe = preflight.Probe(HOST, None, "ssh: connect to host node port 22: Connection refused")
+    needs = preflight.Needs(processes_per_host=4)
+    assert preflight.problems(probe, needs) == [
+        "unreachable over ssh: ssh: connect to host node port 22: Connection refused"
+    ]
+    rows = preflight.table([probe, preflight.Probe(HOST, facts(gpus=8), key_added=True)], needs)
+    assert rows[0].split()[:3] == ["host", "python", "ringleader"]
+    assert "Connection refused" in rows[1]
+    assert "4 processes per host but 8 GPUs found" in rows[2]
+    assert "host key accepted on first use" in rows[2]
+
+
+def test_probe_hosts_runs_the_probe_program_and_reads_its_answer(tmp_path):
+    """The real probe program, run by a local shell in place of ssh."""
+
+    def local(argv, timeout):
+        return subprocess.run(["sh", "-c", argv[-1]], capture_output=True, timeout=timeout)
+
+    needs = preflight.Needs(cwd=str(tmp_path), job_root=str(tmp_path / "jobs"))
+    names = ["no-such-distribution-xyz"]
+    (probe,) = preflight.probe_hosts([HOST], SshOptions(), needs, names, 60, run=local)
+    assert probe.error is None
+    assert probe.facts is not None
+    assert probe.facts.python_version.startswith(needs.python)
+    assert probe.facts.versions == {"no-such-distribution-xyz": None}
+    assert Path(probe.facts.python).name.startswith("python")
+    assert probe.facts.cwd_exists
+    assert probe.facts.free_bytes > 0
+
+
+def test_probe_timeout_counts_as_unreachable():
+    def slow(argv, timeout):
+        raise subprocess.TimeoutExpired(argv, timeout)
+
+    (probe,) = preflight.probe_hosts([HOST], SshOptions(), preflight.Needs(), [], 3, run=slow)
+    assert probe.facts is None
+    assert probe.error == "no answer within 3 s (--preflight-timeout)"
+
+
+# ------------------------------------------------------------------------------ the job itself
+
+
+def cluster_job(**changes):
+    values = dict(
+        hosts=parse_hostfile("b slots=2\na slots=2\n", "hosts", "box"),
+        command=("python", "train.py", "--epochs", "2"),
+        cwd="/work",
+        processes_per_host=2,
+        job_id="cluster-1",
+    )
+    values.update(changes)
+    return run.ClusterJob(**values)
+
+
+def test_every_host_gets_a_job_config_the_entry_point_accepts():
+    raw = run.cluster_hyperparameters(cluster_job(settings={"sigterm_grace": "5"}))
+    topology = parse_topology({}, {"hosts": ["a", "b"], "current_host": "b"})
+    config = parse_job_config(topology, raw, {})
+    assert config.command == ("python", "train.py", "--epochs", "2")
+    assert config.code_dir == "/work"
+    assert config.distribution == "mpi"
+    assert config.ranks_per_host(0) == 2
+    assert config.timeouts.sigterm_grace == 5
+    assert config.user_hyperparameters == {}
+    torch = parse_job_config(
+        topology, run.cluster_hyperparameters(cluster_job(distribution="torch_distributed")), {}
+    )
+    assert torch.distribution == "torch_distributed"
+    assert torch.ranks_per_host(0) == 2
+
+
+def test_ringleader_command_must_be_a_list_of_strings():
+    topology = parse_topology({}, {"hosts": ["a"], "current_host": "a"})
+    with pytest.raises(ConfigError) as error:
+        parse_job_config(topology, {"ringleader_command": json.dumps("python x.py")}, {})
+    assert error.value.field == "ringleader_command"
+
+
+def test_exit_code_is_the_leaders_unless_its_connection_failed():
+    assert run.job_exit_code(3, [3, 3]) == 3
+    assert run.job_exit_code(0, [0, 255]) == 0
+    assert run.job_exit_code(255, [255, 75, 0]) == 75
+    assert run.job_exit_code(255, [255, 0]) == exitcodes.HOST_LOST
+
+
+def test_stop_grace_is_the_ranks_grace_capped():
+    assert run.stop_grace({}) == 12.0
+    assert run.stop_grace({"sigterm_grace": "3"}) == 3.0
+    assert run.stop_grace({"sigterm_grace": "x"}) == 12.0
+
+
+def test_mpirun_passes_the_job_locations_to_every_rank():
+    plan = MpiPlan(("a", "b"), 2, None, (), ("python", "x.py"), exported=paths.RANK_VARIABLES)
+    argv = build_mpirun_argv(plan)
+    tail = argv[argv.index("-x") : argv.index("python")]
+    assert tail == [part for name in paths.RANK_VARIABLES for part in ("-x", name)]
+
+
+# ---------------------------------------------------------------------------------------- agent
+
+
+def test_agent_job_round_trip_and_layout(tmp_path):
+    job = agent.AgentJob("j1", str(tmp_path / "j1"), ("a", "b"), "b", {"x": '"1"'}, 5.0)
+    assert agent.AgentJob.from_json(job.to_json()) == job
+    agent.lay_out(job)
+    config = tmp_path / "j1" / "ml" / "input" / "config"
+    assert json.loads((config / "resourceconfig.json").read_text()) == {
+        "current_host": "b",
+        "hosts": ["a", "b"],
+    }
+    assert json.loads((config / "hyperparameters.json").read_text()) == {"x": '"1"'}
+    assert (tmp_path / "j1" / "run" / "python").resolve() == Path(sys.executable).resolve()
+    env = agent.job_environment(job, {"HOME": "/root"})
+    assert env[paths.ML_ROOT_VARIABLE] == str(tmp_path / "j1" / "ml")
+    assert env[paths.JOB_MARK_VARIABLE] == "j1"
+    assert env["HOME"] == "/root"
+
+
+def test_sweep_ends_every_process_with_the_mark_and_nothing_else():
+    mark = f"test-{os.getpid()}"
+    ignores_sigterm = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    marked = subprocess.Popen(
+        [sys.executable, "-c", ignores_sigterm],
+        env=dict(os.environ, **{paths.JOB_MARK_VARIABLE: mark}),
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        assert marked.stdout.readline() == b"ready\n"
+        assert [p.pid for p in agent.marked_processes(mark)] == [marked.pid]
+        assert agent.sweep(mark, 0.5) == 1  # SIGTERM is ignored: it takes the SIGKILL
+        assert not psutil.pid_exists(marked.pid) or marked.poll() is not None
+        assert agent.marked_processes(mark) == []
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+# --------------------------------------------------------------------------------------- wheels
+
+
+def test_ringleader_packs_into_an_installable_wheel():
+    name, data = wheels.pack("ringleader")
+    assert name.startswith("ringleader-") and name.endswith("-py3-none-any.whl")
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        names = archive.namelist()
+        assert "ringleader/tools/cluster/agent.py" in names
+        assert not any("__pycache__" in n for n in names)
+        info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+        record = archive.read(f"{info}/RECORD").decode().splitlines()
+        for line in record:
+            path, digest, _ = line.rsplit(",", 2)
+            if digest:
+                expected = base64.urlsafe_b64encode(hashlib.sha256(archive.read(path)).digest())
+                assert digest == "sha256=" + expected.rstrip(b"=").decode()
+        assert (
+            "ringleader = ringleader.tools.cli:main"
+            in archive.read(f"{info}/entry_points.txt").decode()
+        )
+
+
+def test_requirement_closure_includes_the_dependencies():
+    closure = wheels.requirement_closure("ringleader")
+    assert closure[0] == "ringleader"
+    assert {"boto3", "botocore", "psutil"} <= set(closure)
+
+
+# ------------------------------------------------------------------------------- exec and sync
+
+
+def test_fanout_exit_code_and_table():
+    a, b = ClusterHost("a", "a", 1, "h:1"), ClusterHost("bb", "bb", 1, "h:2")
+    results = [fanout.HostResult(a, 0, 1.0), fanout.HostResult(b, 3, 2.5, "boom")]
+    assert fanout.overall_exit_code(results) == 3
+    assert fanout.overall_exit_code(results[:1]) == 0
+    table = fanout.result_table(results)
+    assert table[2].split() == ["bb", "3", "2.5", "boom"]
+
+
+def test_rsync_sends_the_directory_contents_resumably():
+    argv = fanout.rsync_argv(SshOptions(), "data", "node", "/data")
+    assert argv[0] == "rsync"
+    assert "--partial" in argv
+    assert argv[-2:] == ["data/", "node:/data"]
+    assert argv[argv.index("-e") + 1].startswith("ssh -o BatchMode=yes")
+
+
+def test_s3_sync_copies_only_what_is_missing(tmp_path):
+    (tmp_path / "a.bin").write_bytes(b"12345")
+    (tmp_path / "b.bin").write_bytes(b"1")
+    objects = [("p/a.bin", 5), ("p/b.bin", 3), ("p/sub/c.bin", 1), ("p/", 0)]
+    assert s3sync.missing(objects, "p/", tmp_path) == ["p/b.bin", "p/sub/c.bin"]
+    with pytest.raises(ValueError, match="leaves"):
+        s3sync.missing([("p/../x", 1)], "p/", tmp_path)
+
+
+# ---------------------------------------------------------------------------- the command line
+
+
+def cluster_args(*argv):
+    from ringleader.tools.cli import build_parser
+
+    return build_parser().parse_args(["cluster", *argv])
+
+
+def resolves_all_but(bad):
+    def resolve(name, port):
+        if name == bad:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return []
+
+    return resolve
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "Configuration error in --hostfile: cannot read"),
+        ("", "no hosts"),
+        ("a\na\n", "hosts:2 host"),
+        ("a slots=0\n", "hosts:1 slots"),
+        ("a slots=abc\n", "hosts:1 slots"),
+        ("a\nghost slots=2\n", "hosts:2 host: cannot resolve 'ghost'"),
+    ],
+)
+def test_bad_hostfiles_exit_78_before_anything_starts(tmp_path, capsys, content, expected):
+    from ringleader.tools.cluster import cli
+
+    hostfile = tmp_path / "hosts"
+    if content is not None:
+        hostfile.write_text(content)
+    args = cluster_args("run", "--hostfile", str(hostfile), "--", "python", "x.py")
+    with pytest.raises(ConfigError) as error:
+        cli.read_hosts(args, resolves_all_but("ghost"))
+        raise AssertionError("no error")
+    assert expected in str(error.value).replace(str(hostfile), "hosts")
+    # through the command: the same message, exit 78 (a missing file needs no resolver)
+    if content is None or "ghost" not in content:
+        assert args.func(args) == exitcodes.CONFIG_ERROR
+        assert "ringleader cluster: Configuration error" in capsys.readouterr().err
+
+
+def test_more_processes_than_slots_exits_78(tmp_path, capsys):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("localhost slots=2\n")
+    args = cluster_args("run", "--hostfile", str(hostfile), "--processes-per-host", "4", "--", "x")
+    assert args.func(args) == exitcodes.CONFIG_ERROR
+    assert (
+        "--processes-per-host: 4 is more than the 2 slots of localhost" in capsys.readouterr().err
+    )
+
+
+def test_missing_command_exits_78(tmp_path, capsys):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("localhost\n")
+    args = cluster_args("exec", "--hostfile", str(hostfile))
+    assert args.func(args) == exitcodes.CONFIG_ERROR
+    assert "COMMAND: missing" in capsys.readouterr().err
