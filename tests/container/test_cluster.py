@@ -93,7 +93,7 @@ class Instances:
             info = tarfile.TarInfo(file_name)
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
-        self.sh(name, f"mkdir -p {directory}")
+        self.nodes[name].exec_run(["mkdir", "-p", directory])
         self.nodes[name].put_archive(directory, buffer.getvalue())
 
     def sh(self, name: str, script: str) -> tuple[int, str]:

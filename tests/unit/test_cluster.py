@@ -261,7 +261,9 @@ def test_agent_job_round_trip_and_layout(tmp_path):
         "hosts": ["a", "b"],
     }
     assert json.loads((config / "hyperparameters.json").read_text()) == {"x": '"1"'}
-    assert (tmp_path / "j1" / "run" / "python").resolve() == Path(sys.executable).resolve()
+    python = str(tmp_path / "j1" / "run" / "python")
+    found = subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True)
+    assert found.stdout.decode().strip() == sys.prefix  # the same Python, venv included
     env = agent.job_environment(job, {"HOME": "/root"})
     assert env[paths.ML_ROOT_VARIABLE] == str(tmp_path / "j1" / "ml")
     assert env[paths.JOB_MARK_VARIABLE] == "j1"

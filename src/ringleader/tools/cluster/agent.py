@@ -12,6 +12,7 @@ the job's mark in their environment, which also finds the ranks mpirun started t
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -76,11 +77,13 @@ def lay_out(job: AgentJob) -> None:
     write_atomically(config / "resourceconfig.json", json.dumps(resource))
     write_atomically(config / "hyperparameters.json", json.dumps(dict(job.hyperparameters)))
     write_atomically(config / "inputdataconfig.json", "{}")
-    # The ranks' interpreter at one path on every host, whichever Python each host uses.
-    python = root / "run" / "python"
-    with contextlib.suppress(FileNotFoundError):
-        python.unlink()
-    python.symlink_to(sys.executable)
+    # The ranks' interpreter at one path on every host, whichever Python each host uses. A
+    # script, not a symlink: a venv's Python finds its packages only when started by its path.
+    write_atomically(
+        root / "run" / "python",
+        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n',
+        mode=0o755,
+    )
 
 
 def marked_processes(mark: str) -> list[psutil.Process]:

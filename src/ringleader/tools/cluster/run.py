@@ -241,10 +241,40 @@ class ClusterRun:
             pump = threading.Thread(target=self._relay, args=(host, agent), daemon=True)
             pump.start()
             pumps.append(pump)
-        codes = {name: agent.wait() for name, agent in self._agents.items()}
+        leader = sorted(job.names)[0]
+        codes = {leader: self._agents[leader].wait()}
+        # The leader has told every host the verdict; one that does not end within the
+        # finish timeout and the grace is stopped, then cut off.
+        deadline = time.monotonic() + Timeouts().finish + grace
+        for name, agent in self._agents.items():
+            if name != leader:
+                codes[name] = self._wait_or_stop(name, agent, deadline, grace)
         for pump in pumps:
             pump.join(timeout=5)
-        return codes
+        return {name: codes[name] for name in job.names}
+
+    def _wait_or_stop(
+        self, name: str, agent: "subprocess.Popen[bytes]", deadline: float, grace: float
+    ) -> int:
+        try:
+            return agent.wait(timeout=max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            self.console.line(f"==> {name} did not end after the job's verdict: stopping it")
+        self._tell(agent, STOP)
+        try:
+            return agent.wait(timeout=grace + 5)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            return agent.wait()
+
+    @staticmethod
+    def _tell(agent: "subprocess.Popen[bytes]", line: str) -> None:
+        try:
+            assert agent.stdin is not None
+            agent.stdin.write(f"{line}\n".encode())
+            agent.stdin.flush()
+        except (OSError, ValueError):
+            pass
 
     def _relay(self, host: ClusterHost, agent: "subprocess.Popen[bytes]") -> None:
         assert agent.stdout is not None
@@ -263,15 +293,10 @@ class ClusterRun:
                 "Ctrl-C again to cut the connections, which stops them too)"
             )
         for agent in list(self._agents.values()):
-            try:
-                if graceful:
-                    assert agent.stdin is not None
-                    agent.stdin.write(f"{STOP}\n".encode())
-                    agent.stdin.flush()
-                else:
-                    agent.kill()
-            except (OSError, ValueError):
-                pass
+            if graceful:
+                self._tell(agent, STOP)
+            else:
+                agent.kill()
 
     # -------------------------------------------------------------------------------- results
     def _fetch_results(self, codes: Mapping[str, int]) -> None:
