@@ -267,7 +267,7 @@ def test_kill_9_of_the_leaders_ringleader_leaves_nothing_running(instances: Inst
     )
     try:
         wait_for_line(process, "rank 5 sleeping", 120)
-        assert instances.sh("node1", "pkill -9 -f 'ringleader cluster run'")[0] == 0
+        assert instances.sh("node1", "pkill -9 -f '[r]ingleader cluster run'")[0] == 0
         left = instances.wait_until_clean(NO_JOB_PROCESS_WITHIN)
         assert left == {}, left
     finally:
@@ -293,7 +293,7 @@ def test_ctrl_c_stops_the_job_everywhere(instances: Instances) -> None:
         ]
     )
     wait_for_line(process, "rank 5 sleeping", 120)
-    assert instances.sh("node1", "pkill -INT -f 'ringleader cluster run'")[0] == 0
+    assert instances.sh("node1", "pkill -INT -f '[r]ingleader cluster run'")[0] == 0
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 143, output
     assert "Ctrl-C: stopping the job" in output
@@ -332,7 +332,7 @@ def test_sync_a_thousand_files_resumes_after_an_interruption(instances: Instance
     sync = ["cluster", "sync", "--hostfile", "hosts", "/work/data", "/data"]
     process = instances.start(sync)
     wait_for_line(process, "%", 120)
-    instances.sh("node1", "pkill -9 -f 'ringleader cluster sync'; pkill -9 rsync")
+    instances.sh("node1", "pkill -9 -f '[r]ingleader cluster sync'; pkill -9 -x rsync")
     process.wait(timeout=30)
     _, before = instances.sh("node2", "find /data -type f 2>/dev/null | wc -l")
     code, output = instances.ringleader(sync, timeout=300)

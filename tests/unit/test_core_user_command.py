@@ -1,12 +1,14 @@
 """The user's command line, as SageMaker builds it."""
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from ringleader.core.errors import ConfigError
-from ringleader.launch.user_command import build_user_command
+from ringleader.launch.user_command import build_user_command, has_mpi4py, mpi4py_command
 
 
 def test_python_script_uses_the_given_interpreter(tmp_path):
@@ -71,3 +73,29 @@ def test_a_module_runs_with_python_dash_m() -> None:
     assert command == ["py", "-m", "pkg.train", "--lr", "1"]
     under_mpi = build_user_command(Path("x"), [], "py", mpi4py_run=True, module="pkg.train")
     assert under_mpi == ["py", "-m", "mpi4py", "-m", "pkg.train"]
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (["python", "train.py", "--x"], ["python", "-m", "mpi4py", "train.py", "--x"]),
+        (
+            ["/opt/venv/bin/python3.11", "-m", "pkg.train"],
+            ["/opt/venv/bin/python3.11", "-m", "mpi4py", "-m", "pkg.train"],
+        ),
+        (["python3", "-c", "print(1)"], None),
+        (["python"], None),
+        (["bash", "train.py"], None),
+        (["./train.sh"], None),
+        (["pythonista", "x.py"], None),
+    ],
+)
+def test_whole_commands_run_under_mpi4py_only_when_python_runs_a_script(command, expected):
+    assert mpi4py_command(command) == expected
+
+
+def test_has_mpi4py_asks_the_users_interpreter(tmp_path):
+    (tmp_path / "mpi4py.py").write_text("")  # importable from the working directory
+    assert has_mpi4py(sys.executable, str(tmp_path), 60)
+    assert not has_mpi4py(sys.executable, "/", 60) or importlib.util.find_spec("mpi4py")
+    assert not has_mpi4py(str(tmp_path / "no-such-python"), str(tmp_path), 60)

@@ -1,6 +1,8 @@
 """The command line of the user's program, as SageMaker runs it."""
 
 import os
+import re
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,3 +36,32 @@ def build_user_command(
             f"{program.name!r} is neither a .py/.sh script nor an executable file",
         )
     return [str(program), *user_args]
+
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+
+
+def mpi4py_command(command: Sequence[str]) -> list[str] | None:
+    """A whole command line (`ringleader_command`) of the form `python X.py ...` or `python -m
+    mod ...` run under mpi4py, as scripts are; None for any other command."""
+    if len(command) < 2 or not _PYTHON.fullmatch(Path(command[0]).name):
+        return None
+    if command[1] != "-m" and not command[1].endswith(".py"):
+        return None
+    return [command[0], "-m", "mpi4py", *command[1:]]
+
+
+def has_mpi4py(python: str, cwd: str, timeout: float) -> bool:
+    """Whether the user's interpreter can import mpi4py (it may not be ours)."""
+    try:
+        found = subprocess.run(
+            [python, "-c", "import mpi4py"],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return found.returncode == 0

@@ -52,7 +52,7 @@ from ringleader.launch.strategy import (
     spawn_plan,
     tf_tasks_per_host,
 )
-from ringleader.launch.user_command import build_user_command
+from ringleader.launch.user_command import build_user_command, has_mpi4py, mpi4py_command
 from ringleader.output import log
 from ringleader.output.metrics import MetricRecorder
 from ringleader.output.printer import OutputPrinter, OutputRelay
@@ -170,18 +170,24 @@ class EntryPoint:
             and topology.current_host in topology.participants
         ):
             check_tf_ports(config)  # before the hello: a problem is reported with it
-        if config.command:
-            return list(config.command)
-        user_command = build_user_command(
-            config.program_path,
-            hostenv.user_args(config),
-            mpi4py_run=config.mpi4py_run
+        mpi4py_run = (
+            config.mpi4py_run
             and config.distribution == MPI
             and config.topology.current_host in config.topology.participants
             and not single
-            and mpi4py_available(),
-            module=config.module,
         )
+        if config.command:
+            user_command = list(config.command)
+            wrapped = mpi4py_command(user_command) if mpi4py_run else None
+            if wrapped and has_mpi4py(user_command[0], config.code_dir, config.timeouts.startup):
+                user_command = wrapped
+        else:
+            user_command = build_user_command(
+                config.program_path,
+                hostenv.user_args(config),
+                mpi4py_run=mpi4py_run and mpi4py_available(),
+                module=config.module,
+            )
         sagemaker = {**hostenv.sagemaker_env_vars(config, self._files), **config.horovod_env}
         hostenv.write_host_env(paths.HOST_ENV_FILE, hostenv.host_environment(os.environ, sagemaker))
         return user_command
