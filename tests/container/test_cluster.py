@@ -2,18 +2,16 @@
 started with only their sshd (no SageMaker environment); the job is launched from inside the
 first one, as a user would from the leader instance."""
 
-import io
 import subprocess
-import tarfile
 import time
-import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import docker
 import docker.errors
 import pytest
 
 from tests.container.conftest import IMAGE
+from tests.container.instances import Instances
 
 pytestmark = pytest.mark.container
 
@@ -51,98 +49,15 @@ dist.destroy_process_group()
 NO_JOB_PROCESS_WITHIN = 15.0  # the issue's bound for "nothing left behind"
 
 
-class Instances:
-    """N containers named node1..nodeN that reach each other by name over ssh."""
-
-    def __init__(
-        self, client: docker.DockerClient, image: str, count: int, without_sshd: Sequence[str] = ()
-    ) -> None:
-        self.client, self.tag = client, uuid.uuid4().hex[:8]
-        labels = {"ringleader.job": f"cluster-test-{self.tag}"}
-        self.network = client.networks.create(f"rlc-{self.tag}", labels=labels)
-        self.nodes = {}
-        for index in range(1, count + 1):
-            name = f"node{index}"
-            self.nodes[name] = client.containers.run(
-                image,
-                name=f"rlc-{self.tag}-{name}",
-                hostname=name,
-                entrypoint=(
-                    ["sleep", "infinity"]
-                    if name in without_sshd
-                    else ["/usr/sbin/sshd", "-D", "-e"]
-                ),
-                detach=True,
-                labels=labels,
-                network=self.network.name,
-            )
-            self.network.disconnect(self.nodes[name])
-            self.network.connect(self.nodes[name], aliases=[name])
-        for name in self.nodes:
-            self.put(name, "/work/job.py", JOB)
-            self.put(name, "/work/torch_job.py", TORCH_JOB)
-            self.put(name, "/work/hosts", self.hostfile(self.nodes).encode())
-
-    def hostfile(self, names: Sequence[str], slots: int = 2) -> str:
-        return "# test cluster\n" + "".join(f"{name} slots={slots}\n" for name in names)
-
-    def put(self, name: str, path: str, data: bytes) -> None:
-        directory, _, file_name = path.rpartition("/")
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as archive:
-            info = tarfile.TarInfo(file_name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-        self.nodes[name].exec_run(["mkdir", "-p", directory])
-        self.nodes[name].put_archive(directory, buffer.getvalue())
-
-    def sh(self, name: str, script: str) -> tuple[int, str]:
-        code, output = self.nodes[name].exec_run(["sh", "-c", script], workdir="/work")
-        return code, output.decode(errors="replace")
-
-    def start(self, args: Sequence[str], name: str = "node1") -> "subprocess.Popen[str]":
-        """`ringleader ...` inside a node, output streamed to us."""
-        return subprocess.Popen(
-            ["docker", "exec", "-w", "/work", self.nodes[name].name, "ringleader", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-
-    def ringleader(self, args: Sequence[str], timeout: float = 240) -> tuple[int, str]:
-        process = self.start(args)
-        output, _ = process.communicate(timeout=timeout)
-        return process.returncode, output
-
-    def job_processes(self) -> dict[str, list[str]]:
-        """Per node, every process but sshd, the shell asking and ps itself."""
-        found = {}
-        for name in self.nodes:
-            _, output = self.sh(name, "ps -eo pid=,args=")
-            found[name] = [
-                line.strip()
-                for line in output.splitlines()
-                if line.strip() and not any(word in line for word in ("sshd", "ps -eo", "sh -c ps"))
-            ]
-        return found
-
-    def wait_until_clean(self, timeout: float) -> dict[str, list[str]]:
-        deadline = time.monotonic() + timeout
-        while True:
-            left = {name: procs for name, procs in self.job_processes().items() if procs}
-            if not left or time.monotonic() > deadline:
-                return left
-            time.sleep(0.2)
-
-    def remove(self) -> None:
-        for container in self.nodes.values():
-            container.remove(force=True)
-        self.network.remove()
+def with_jobs(cluster: Instances) -> Instances:
+    cluster.put_everywhere("/work/job.py", JOB)
+    cluster.put_everywhere("/work/torch_job.py", TORCH_JOB)
+    return cluster
 
 
 @pytest.fixture
 def instances(docker_client: docker.DockerClient) -> Iterator[Instances]:
-    cluster = Instances(docker_client, IMAGE, 3)
+    cluster = with_jobs(Instances(docker_client, IMAGE, 3))
     yield cluster
     cluster.remove()
 
@@ -203,7 +118,7 @@ def test_failing_rank_is_the_jobs_code_and_named(instances: Instances) -> None:
 
 
 def test_torch_distributed_job(docker_client: docker.DockerClient, horovod_image: str) -> None:
-    cluster = Instances(docker_client, horovod_image, 3)
+    cluster = with_jobs(Instances(docker_client, horovod_image, 3))
     try:
         code, output = cluster.ringleader(
             [
@@ -227,7 +142,7 @@ def test_torch_distributed_job(docker_client: docker.DockerClient, horovod_image
 
 
 def test_unreachable_host_is_named_and_nothing_launched(docker_client: docker.DockerClient) -> None:
-    instances = Instances(docker_client, IMAGE, 3, without_sshd=("node3",))
+    instances = with_jobs(Instances(docker_client, IMAGE, 3, without_sshd=("node3",)))
     try:
         check_unreachable(instances)
     finally:
