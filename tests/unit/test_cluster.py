@@ -14,12 +14,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ringleader.aws.download import missing
 from ringleader.config.job import parse_job_config
 from ringleader.config.topology import parse_topology
 from ringleader.core import exitcodes, paths
 from ringleader.core.errors import ConfigError
 from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv
-from ringleader.tools.cluster import agent, fanout, preflight, run, s3sync, wheels
+from ringleader.tools.cluster import agent, fanout, preflight, run, wheels
 from ringleader.tools.cluster.hostfile import (
     ClusterHost,
     parse_host_list,
@@ -348,9 +349,9 @@ def test_s3_sync_copies_only_what_is_missing(tmp_path):
     (tmp_path / "a.bin").write_bytes(b"12345")
     (tmp_path / "b.bin").write_bytes(b"1")
     objects = [("p/a.bin", 5), ("p/b.bin", 3), ("p/sub/c.bin", 1), ("p/", 0)]
-    assert s3sync.missing(objects, "p/", tmp_path) == ["p/b.bin", "p/sub/c.bin"]
+    assert missing(objects, "p/", tmp_path) == ["p/b.bin", "p/sub/c.bin"]
     with pytest.raises(ValueError, match="leaves"):
-        s3sync.missing([("p/../x", 1)], "p/", tmp_path)
+        missing([("p/../x", 1)], "p/", tmp_path)
 
 
 # ---------------------------------------------------------------------------- the command line

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from ringleader import __version__
 from ringleader.tools.cluster import cli as cluster_cli
+from ringleader.tools.local.errors import UsageError
 from ringleader.tools.local.plan import (
     DISTRIBUTIONS,
     LocalJobSpec,
-    UsageError,
     parse_instance_groups,
     parse_key_values,
     parse_script_args,

@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-class UsageError(Exception):
-    """Bad `ringleader local` arguments; the message says which and what was expected."""
-
+from ringleader.tools.local.errors import UsageError
+from ringleader.tools.local.options import DEFAULT_SHM, Channel, parse_size
 
 DISTRIBUTIONS = (
     "mpi",
@@ -55,6 +53,18 @@ class LocalJobSpec:
     env_overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     config_overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     absent_hosts: frozenset[str] = frozenset()
+    # What a real job needs beyond its code (see tools/local/options.py).
+    channels: tuple[Channel, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)  # for every host
+    host_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # for one host each
+    gpus: str | None = None  # all | per-host | N
+    shm_size: str = DEFAULT_SHM
+    cpus: float | None = None
+    memory: str | None = None
+    checkpoint_dir: Path | None = None  # per-host subdirectories unless shared_checkpoints
+    shared_checkpoints: bool = False
+    output_uri: str | None = None  # a path on this machine or s3://
+    keep: bool = False  # leave the containers (and network) for inspection
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,23 @@ def validate(spec: LocalJobSpec) -> None:
     module = spec.entry_point.startswith("-m ")  # a module, found on the path when it runs
     if not module and not (spec.source_dir / spec.entry_point).is_file():
         raise UsageError(f"--entry-point: {spec.entry_point!r} not found in {spec.source_dir}")
+    _validate_resources(spec)
+
+
+def _validate_resources(spec: LocalJobSpec) -> None:
+    for channel in spec.channels:
+        if not channel.from_s3 and not Path(channel.source).exists():
+            raise UsageError(f"--input: {channel.name}={channel.source}: no such file or directory")
+    parse_size("--shm-size", spec.shm_size)
+    if spec.memory is not None:
+        parse_size("--memory", spec.memory)
+    if spec.cpus is not None and spec.cpus <= 0:
+        raise UsageError(f"--cpus: expected a positive number, got {spec.cpus:g}")
+    if spec.shared_checkpoints and spec.checkpoint_dir is None:
+        raise UsageError("--shared-checkpoints: needs --checkpoint-dir")
+    uri = spec.output_uri or ""
+    if "://" in uri and not uri.lower().startswith(("s3://", "file://")):
+        raise UsageError(f"--output-uri: expected a path or s3://bucket/prefix, got {uri!r}")
 
 
 def _validate_groups(spec: LocalJobSpec) -> None:
@@ -173,6 +200,8 @@ def sagemaker_hyperparameters(spec: LocalJobSpec, cpus: int) -> dict[str, str]:
     if spec.distribution_groups:
         values["sagemaker_distribution_instance_groups"] = list(spec.distribution_groups)
     values.update({f"ringleader_{key}": value for key, value in spec.settings.items()})
+    if spec.output_uri is not None:
+        values["ringleader_output_uri"] = output_uri_inside(spec.output_uri)
     values.update(spec.hyperparameters)
     return {key: json.dumps(value) for key, value in values.items()}
 
@@ -200,7 +229,11 @@ def plan_hosts(spec: LocalJobSpec, job_id: str, names: Sequence[str], cpus: int)
                 container_name=f"{job_id}-{name}",
                 resource_config=resource_config,
                 hyperparameters=hyperparameters,
-                environment=dict(spec.env_overrides.get(name, {})),
+                environment={
+                    **spec.env,
+                    **spec.host_env.get(name, {}),
+                    **spec.env_overrides.get(name, {}),
+                },
             )
         )
     return plans
@@ -255,3 +288,11 @@ def parse_key_values(option: str, items: Sequence[str]) -> dict[str, str]:
 
 def job_id() -> str:
     return f"rl-{secrets.token_hex(3)}"
+
+
+def output_uri_inside(uri: str) -> str:
+    """--output-uri as the containers see it: s3:// as given; a path on this machine is mounted
+    at the same absolute path in every container."""
+    if uri.lower().startswith("s3://"):
+        return uri
+    return str(Path(uri.removeprefix("file://")).resolve())

@@ -20,11 +20,11 @@ import docker
 import docker.errors
 
 from ringleader.output.lines import LineSplitter
+from ringleader.tools.local.errors import UsageError
 from ringleader.tools.local.plan import (
     YIELD_OPTION,
     HostPlan,
     LocalJobSpec,
-    UsageError,
     host_names,
     job_id,
     leader_host,
