@@ -9,6 +9,16 @@ from pathlib import Path
 from ringleader import __version__
 from ringleader.tools.cluster import cli as cluster_cli
 from ringleader.tools.local.errors import UsageError
+from ringleader.tools.local.options import (
+    DEFAULT_SHM,
+    available_gpus,
+    gpu_plan,
+    gpus_per_host,
+    parse_channels,
+    parse_env,
+    parse_env_file,
+    parse_host_env,
+)
 from ringleader.tools.local.plan import (
     DISTRIBUTIONS,
     LocalJobSpec,
@@ -125,6 +135,75 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         action="store_true",
         help="name hosts algo-N-xxxxx like the SageMaker SDK's local mode",
     )
+    data = parser.add_argument_group("data, environment and resources (as SageMaker gives them)")
+    data.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=PATH|s3://...",
+        help="a data channel at /opt/ml/input/data/NAME on every host (SM_CHANNEL_NAME): a "
+        "directory or file here (mounted read-only), or s3://bucket/prefix (downloaded once "
+        "into ~/.cache/ringleader/channels, then mounted); repeatable",
+    )
+    data.add_argument(
+        "--input-mode",
+        action="append",
+        default=[],
+        metavar="NAME=file|pipe",
+        help="pipe: stream the channel into the FIFO /opt/ml/input/data/NAME_0 (NAME_1, ... for "
+        "later epochs), as SageMaker's Pipe mode",
+    )
+    data.add_argument(
+        "--input-sharding",
+        action="append",
+        default=[],
+        metavar="NAME=replicated|by-host",
+        help="by-host: each host gets a disjoint share of the channel's files (ShardedByS3Key)",
+    )
+    data.add_argument(
+        "--content-type", action="append", default=[], metavar="NAME=TYPE", help="ContentType"
+    )
+    data.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="for every host"
+    )
+    data.add_argument(
+        "--env-file", action="append", default=[], type=Path, help="KEY=VALUE lines, every host"
+    )
+    data.add_argument(
+        "--host-env",
+        action="append",
+        default=[],
+        metavar="algo-N:KEY=VALUE",
+        help="a variable for one host only",
+    )
+    data.add_argument(
+        "--gpus",
+        help="all (every host sees every GPU), N (each host gets N) or per-host (the machine's "
+        "GPUs split between the hosts); processes per host default to each host's GPUs",
+    )
+    data.add_argument(
+        "--shm-size",
+        default=DEFAULT_SHM,
+        help=f"/dev/shm per host (default {DEFAULT_SHM}: Docker's 64m breaks PyTorch DataLoader "
+        "workers and NCCL)",
+    )
+    data.add_argument("--cpus", type=float, help="CPUs per host (docker --cpus)")
+    data.add_argument("--memory", help="memory per host, e.g. 4g (docker --memory)")
+    data.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        help="mounted at /opt/ml/checkpoints: DIR/<host> per host, or DIR itself with "
+        "--shared-checkpoints",
+    )
+    data.add_argument("--shared-checkpoints", action="store_true")
+    data.add_argument(
+        "--output-uri",
+        help="where each host's output.tar.gz and model.tar.gz go at the end: a path on this "
+        "machine or s3://bucket/prefix (endpoint and credentials with --env)",
+    )
+    data.add_argument(
+        "--keep", action="store_true", help="leave the containers and network for inspection"
+    )
     parser.add_argument(
         "script_args", nargs=argparse.REMAINDER, help="-- then the script's --name value arguments"
     )
@@ -140,15 +219,27 @@ def _run_local(args: argparse.Namespace) -> int:
         hyperparameters.update(parse_script_args(script_args))
         groups = parse_instance_groups(args.instance_groups) if args.instance_groups else ()
         default_hosts = sum(count for _, count in groups) if groups else 3
+        hosts = args.hosts if args.hosts is not None else default_hosts
+        env: dict[str, str] = {}
+        for env_file in args.env_file:
+            try:
+                env.update(parse_env_file(env_file.read_text(), str(env_file)))
+            except OSError as error:
+                raise UsageError(f"--env-file: cannot read {env_file}: {error.strerror}") from None
+        env.update(parse_env(args.env))
+        processes_per_host = args.processes_per_host
+        if args.gpus is not None and processes_per_host is None:
+            available = available_gpus()
+            processes_per_host = gpus_per_host(gpu_plan(args.gpus, available, hosts), available)
         spec = LocalJobSpec(
-            hosts=args.hosts if args.hosts is not None else default_hosts,
+            hosts=hosts,
             instance_groups=groups,
             distribution_groups=tuple(
                 name.strip() for name in (args.distribution_groups or "").split(",") if name
             ),
             source_dir=args.source_dir,
             entry_point=args.entry_point,
-            processes_per_host=args.processes_per_host,
+            processes_per_host=processes_per_host,
             distribution=_distribution(args),
             mpi_options=args.mpi_options,
             hyperparameters=hyperparameters,
@@ -156,6 +247,19 @@ def _run_local(args: argparse.Namespace) -> int:
             image=args.image,
             random_suffix=args.random_suffix,
             output_dir=args.output,
+            channels=parse_channels(
+                args.input, args.input_mode, args.input_sharding, args.content_type
+            ),
+            env=env,
+            host_env=parse_host_env(args.host_env, [f"algo-{n}" for n in range(1, hosts + 1)]),
+            gpus=args.gpus,
+            shm_size=args.shm_size,
+            cpus=args.cpus,
+            memory=args.memory,
+            checkpoint_dir=args.checkpoint_dir,
+            shared_checkpoints=args.shared_checkpoints,
+            output_uri=args.output_uri,
+            keep=args.keep,
         )
         return LocalJob(spec, sys.stdout).run().exit_code
     except UsageError as error:

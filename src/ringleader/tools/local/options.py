@@ -1,6 +1,8 @@
-"""What `ringleader local` gives each host beyond its configuration (pure): data channels as
-SageMaker lays them out, environment variables, GPUs, shared memory, CPU and memory limits."""
+"""What `ringleader local` gives each host beyond its configuration: data channels as
+SageMaker lays them out, environment variables, GPUs, shared memory, CPU and memory limits.
+Pure, apart from counting the machine's GPUs."""
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -211,3 +213,11 @@ def resource_warnings(
             f"the machine's {machine_memory / (1 << 30):.1f} GiB"
         )
     return warnings
+
+
+def available_gpus() -> int:
+    """The GPUs of this machine (NVIDIA's driver lists one directory per GPU)."""
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0

@@ -210,7 +210,7 @@ def plan_hosts(spec: LocalJobSpec, job_id: str, names: Sequence[str], cpus: int)
     hyperparameters = sagemaker_hyperparameters(spec, cpus)
     groups = group_hosts(spec.instance_groups, names)
     plans = []
-    for name in names:
+    for index, name in enumerate(names, start=1):
         resource_config: dict[str, Any] = {
             "current_host": name,
             "hosts": list(names),
@@ -231,7 +231,7 @@ def plan_hosts(spec: LocalJobSpec, job_id: str, names: Sequence[str], cpus: int)
                 hyperparameters=hyperparameters,
                 environment={
                     **spec.env,
-                    **spec.host_env.get(name, {}),
+                    **spec.host_env.get(f"algo-{index}", {}),  # named without a suffix
                     **spec.env_overrides.get(name, {}),
                 },
             )

@@ -20,7 +20,15 @@ import docker
 import docker.errors
 
 from ringleader.output.lines import LineSplitter
+from ringleader.tools.local.data import HostData, cache_root, fetch_s3_channel
 from ringleader.tools.local.errors import UsageError
+from ringleader.tools.local.options import (
+    available_gpus,
+    gpu_plan,
+    input_data_config,
+    parse_size,
+    resource_warnings,
+)
 from ringleader.tools.local.plan import (
     YIELD_OPTION,
     HostPlan,
@@ -28,6 +36,7 @@ from ringleader.tools.local.plan import (
     host_names,
     job_id,
     leader_host,
+    output_uri_inside,
     oversubscribed,
     plan_hosts,
     validate,
@@ -88,6 +97,10 @@ class LocalJob:
                 f"{spec.hosts} host(s) x {spec.processes_per_host or 1} rank(s) on {cpus} core(s): "
                 f"ranks yield while they wait ({YIELD_OPTION})"
             )
+        memory = parse_size("--memory", spec.memory) if spec.memory else None
+        machine_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        for warning in resource_warnings(spec.hosts, spec.cpus, memory, cpus, machine_memory):
+            self._print.note(f"warning: {warning}")
         self.hosts = plan_hosts(spec, self.job_id, names, cpus)
         self._width = max(len(name) for name in names)
         self._containers: dict[str, str] = {}  # host -> container id
@@ -96,6 +109,8 @@ class LocalJob:
         self._log_streams: list[threading.Thread] = []
         self._network: Any = None
         self._config_root = Path(tempfile.mkdtemp(prefix=f"{self.job_id}-config-"))
+        self._data: dict[str, HostData] = {}
+        self._gpu_plan = gpu_plan(spec.gpus, available_gpus(), spec.hosts)
         self.output_dir = spec.output_dir.resolve() / self.job_id
 
     @property
@@ -113,6 +128,7 @@ class LocalJob:
         }
         try:
             self._check_image()
+            self._prepare_data()
             self._create()
             results = self._wait_all(self._start())
             return self._finish(results)
@@ -137,6 +153,67 @@ class LocalJob:
                 f"--image: {self.spec.image} is not built; run `make image` first"
             ) from None
 
+    def _prepare_data(self) -> None:
+        """Channels on this machine first: a download or a missing file fails before any
+        container exists."""
+        roots: dict[str, Path] = {}
+        for channel in self.spec.channels:
+            if channel.from_s3:
+                roots[channel.name] = fetch_s3_channel(
+                    channel, {**os.environ, **self.spec.env}, cache_root(), self._print.note
+                )
+            else:
+                roots[channel.name] = Path(channel.source).resolve()
+        for index, host in enumerate(self.hosts):
+            data = HostData(self._config_root / "data" / host.name, index, len(self.hosts))
+            for channel in self.spec.channels:
+                data.add(channel, roots[channel.name])
+            self._data[host.name] = data
+
+    def _binds(self, host: HostPlan, config_dir: Path, output: Path) -> dict[str, Any]:
+        spec = self.spec
+        binds: dict[str, Any] = {
+            str(config_dir): {"bind": "/opt/ml/input/config", "mode": "ro"},
+            str(spec.source_dir.resolve()): {"bind": "/opt/ml/code", "mode": "ro"},
+            str(output / "output"): {"bind": "/opt/ml/output", "mode": "rw"},
+            str(output / "model"): {"bind": "/opt/ml/model", "mode": "rw"},
+        }
+        data = self._data.get(host.name)
+        if data is not None and spec.channels:
+            binds[str(data.directory)] = {"bind": "/opt/ml/input/data", "mode": "rw"}
+            for source, inside in data.mounts.items():
+                binds[source] = {"bind": inside, "mode": "ro"}
+        if spec.checkpoint_dir is not None:
+            checkpoints = spec.checkpoint_dir.resolve()
+            if not spec.shared_checkpoints:
+                checkpoints = checkpoints / host.name
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            binds[str(checkpoints)] = {"bind": "/opt/ml/checkpoints", "mode": "rw"}
+        if spec.output_uri is not None and not spec.output_uri.lower().startswith("s3://"):
+            path = output_uri_inside(spec.output_uri)
+            Path(path).mkdir(parents=True, exist_ok=True)
+            binds[path] = {"bind": path, "mode": "rw"}
+        return binds
+
+    def _resources(self, index: int) -> dict[str, Any]:
+        """Docker's host configuration for one host: shared memory, GPUs, CPU and memory."""
+        spec = self.spec
+        resources: dict[str, Any] = {"shm_size": parse_size("--shm-size", spec.shm_size)}
+        gpus = self._gpu_plan[index]
+        if isinstance(gpus, list):
+            resources["device_requests"] = [
+                docker.types.DeviceRequest(device_ids=gpus, capabilities=[["gpu"]])
+            ]
+        elif gpus is not None:
+            resources["device_requests"] = [
+                docker.types.DeviceRequest(count=gpus, capabilities=[["gpu"]])
+            ]
+        if spec.cpus is not None:
+            resources["nano_cpus"] = int(spec.cpus * 1e9)
+        if spec.memory is not None:
+            resources["mem_limit"] = parse_size("--memory", spec.memory)
+        return resources
+
     def _create(self) -> None:
         api = self._client.api
         network_name = f"{self.job_id}-net"
@@ -152,12 +229,7 @@ class LocalJob:
             output = self.output_dir / host.name
             (output / "output").mkdir(parents=True, exist_ok=True)
             (output / "model").mkdir(parents=True, exist_ok=True)
-            binds = {
-                str(config_dir): {"bind": "/opt/ml/input/config", "mode": "ro"},
-                str(self.spec.source_dir.resolve()): {"bind": "/opt/ml/code", "mode": "ro"},
-                str(output / "output"): {"bind": "/opt/ml/output", "mode": "rw"},
-                str(output / "model"): {"bind": "/opt/ml/model", "mode": "rw"},
-            }
+            binds = self._binds(host, config_dir, output)
             endpoint = api.create_endpoint_config(aliases=[host.name])
             container = api.create_container(
                 self.spec.image,
@@ -166,7 +238,11 @@ class LocalJob:
                 name=host.container_name,
                 hostname=host.name,
                 environment=host.environment,
-                host_config=api.create_host_config(binds=binds, network_mode=network_name),
+                host_config=api.create_host_config(
+                    binds=binds,
+                    network_mode=network_name,
+                    **self._resources(self.hosts.index(host)),
+                ),
                 networking_config=api.create_networking_config({network_name: endpoint}),
                 labels={"ringleader.job": self.job_id},
             )
@@ -177,7 +253,9 @@ class LocalJob:
         config_dir.mkdir(parents=True)
         (config_dir / "resourceconfig.json").write_text(json.dumps(host.resource_config))
         (config_dir / "hyperparameters.json").write_text(json.dumps(host.hyperparameters))
-        (config_dir / "inputdataconfig.json").write_text("{}")
+        (config_dir / "inputdataconfig.json").write_text(
+            json.dumps(input_data_config(self.spec.channels))
+        )
         for file_name, text in self.spec.config_overrides.get(host.name, {}).items():
             (config_dir / file_name).write_text(text)
         return config_dir
@@ -194,6 +272,8 @@ class LocalJob:
             streamer.start()
 
         self._in_parallel(start, list(self._containers))
+        for data in self._data.values():
+            data.start()
         return self._started_at
 
     def _stream_logs(self, host: str) -> None:
@@ -296,6 +376,18 @@ class LocalJob:
         return LocalJobResult(self.job_id, exit_code, tuple(rows), self.output_dir)
 
     def _cleanup(self) -> None:
+        for data in self._data.values():
+            data.stop()
+        if self.spec.keep and self._containers:
+            self._print.note(
+                f"kept {len(self._containers)} container(s) and network {self.job_id}-net "
+                f"(--keep): docker ps -a --filter label=ringleader.job={self.job_id}; remove "
+                f"them with docker rm -f $(docker ps -aq --filter label=ringleader.job="
+                f"{self.job_id}) && docker network rm {self.job_id}-net && rm -r "
+                f"{self._config_root}"
+            )
+            return
+
         def remove(host: str) -> None:
             with contextlib.suppress(docker.errors.APIError):
                 self._client.api.remove_container(self._containers[host], force=True)
