@@ -228,9 +228,10 @@ def _run_local(args: argparse.Namespace) -> int:
                 raise UsageError(f"--env-file: cannot read {env_file}: {error.strerror}") from None
         env.update(parse_env(args.env))
         processes_per_host = args.processes_per_host
-        if args.gpus is not None and processes_per_host is None:
+        if args.gpus is not None:  # checked here: no container starts for a machine without
             available = available_gpus()
-            processes_per_host = gpus_per_host(gpu_plan(args.gpus, available, hosts), available)
+            per_host = gpus_per_host(gpu_plan(args.gpus, available, hosts), available)
+            processes_per_host = processes_per_host or per_host
         spec = LocalJobSpec(
             hosts=hosts,
             instance_groups=groups,
