@@ -1,7 +1,8 @@
 """job.json: the leader's summary of the job (one writer, one reader).
 
     {"exit_code": int, "failure": str|null, "hosts": [str], "world_size": int,
-     "root_cause": rank record|null, "ranks": [rank record]}
+     "root_cause": rank record|null, "ranks": [rank record],
+     "timeline": [{"host": str, "phase": str, "at": float}]}
 
 A rank record is what ringleader.core.records.RankRecord writes (times in epoch seconds).
 The leader writes the file once, at the end of the job (`write_job_file`, called by
@@ -19,6 +20,7 @@ from typing import Any
 
 from ringleader.core.files import write_atomically
 from ringleader.core.records import RankRecord
+from ringleader.core.timeline import Mark
 
 
 class JobFileError(ValueError):
@@ -34,6 +36,7 @@ class JobSummary:
     root_cause: RankRecord | None
     ranks: tuple[RankRecord, ...]  # as written; read back sorted by (rank, host)
     problems: tuple[str, ...] = ()  # when read: the rank records that could not be read
+    timeline: tuple[Mark, ...] = ()  # every host's launcher phases (ringleader.core.timeline)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -43,6 +46,7 @@ class JobSummary:
             "world_size": self.world_size,
             "root_cause": self.root_cause.to_json() if self.root_cause else None,
             "ranks": [record.to_json() for record in self.ranks],
+            "timeline": [mark.to_json() for mark in self.timeline],
         }
 
 
@@ -91,6 +95,13 @@ def parse_job_file(text: str) -> JobSummary:
             problems.append(f"root_cause: {error}")
     hosts = data.get("hosts") or []
     world_size = data.get("world_size")
+    timeline = []
+    raw_timeline = data.get("timeline") or []
+    for item in raw_timeline if isinstance(raw_timeline, list) else ():
+        try:
+            timeline.append(Mark.from_json(item))
+        except (KeyError, TypeError, ValueError):
+            problems.append(f"a timeline entry cannot be read: {item!r:.80}")
     return JobSummary(
         exit_code=exit_code,
         failure=failure if isinstance(failure, str) and failure else None,
@@ -99,6 +110,7 @@ def parse_job_file(text: str) -> JobSummary:
         root_cause=root_cause,
         ranks=tuple(sorted(ranks, key=lambda r: (r.rank, r.host))),
         problems=tuple(problems),
+        timeline=tuple(sorted(timeline, key=lambda mark: mark.at)),
     )
 
 

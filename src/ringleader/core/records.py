@@ -18,6 +18,7 @@ class RankRecord:
     # The exception a torch `@record`-decorated main wrote (type: message, then last frames).
     error: tuple[str, ...] = ()
     role: str | None = None  # what the rank is for, when it has a role (TensorFlow: ps:1)
+    first_output_at: float | None = None  # time.time() of its first output line
 
     @property
     def failed(self) -> bool:
@@ -52,6 +53,9 @@ class RankRecord:
             stderr_tail=tuple(str(line) for line in data.get("stderr_tail", ())),
             error=tuple(str(line) for line in data.get("error", ())),
             role=None if data.get("role") is None else str(data["role"]),
+            first_output_at=(
+                None if data.get("first_output_at") is None else float(data["first_output_at"])
+            ),
         )
 
 

@@ -1,6 +1,7 @@
 """The job's result files: /opt/ml/output/failure or /opt/ml/output/success, and job.json."""
 
 import contextlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -9,6 +10,9 @@ from ringleader.core.files import write_atomically
 from ringleader.core.jobfile import JobSummary, write_job_file
 from ringleader.core.outcome import Outcome
 from ringleader.core.records import RankRecord
+from ringleader.core.timeline import Mark, chrome_trace
+
+TRACE_FILE = "launcher_trace.json"  # beside job.json: opens in Perfetto / chrome://tracing
 
 
 def write_result(exit_code: int, failure: str | None, output_dir: Path = paths.OUTPUT_DIR) -> None:
@@ -31,8 +35,10 @@ def write_job_summary(
     records: Sequence[RankRecord],
     hosts: Sequence[str],
     world_size: int,
+    timeline: Sequence[Mark] = (),
 ) -> None:
-    """job.json on the leader: the outcome and every rank's record, for reports and tools."""
+    """job.json on the leader: the outcome, every rank's record and every host's launcher
+    phases, for reports and tools; beside it the phases as a Chrome trace."""
     summary = JobSummary(
         exit_code=outcome.exit_code,
         failure=outcome.failure,
@@ -40,5 +46,9 @@ def write_job_summary(
         world_size=world_size,
         root_cause=outcome.root_cause,
         ranks=tuple(records),
+        timeline=tuple(timeline),
     )
     write_job_file(path, summary)
+    if timeline:
+        trace = chrome_trace(timeline, records)
+        write_atomically(path.with_name(TRACE_FILE), json.dumps(trace, separators=(",", ":")))

@@ -7,6 +7,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import IO
 
@@ -32,6 +33,7 @@ class RankOutput:
         self._channel: Channel | None = None
         self._queue: queue.Queue[tuple[str, list[str]] | None] = queue.Queue(maxsize=1_000)
         self._sender = threading.Thread(target=self._send_loop, daemon=True)
+        self.first_output_at: float | None = None  # for the launcher's timeline
 
     def start(self, channel: Channel | None) -> None:
         self._channel = channel
@@ -39,6 +41,8 @@ class RankOutput:
 
     def put(self, stream: str, lines: list[str]) -> None:
         """Lines in order, as they were read from one of the child's streams."""
+        if self.first_output_at is None and lines:
+            self.first_output_at = time.time()
         self._queue.put((stream, lines))
 
     def close(self, timeout: float) -> None:

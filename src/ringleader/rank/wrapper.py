@@ -70,6 +70,7 @@ class RankSupervisor:
         self.host, self.rank, self._grace, self.role = host, rank, grace, role
         self._stray_grace = stray_grace  # for processes the rank left behind when it ended
         self._child: subprocess.Popen[bytes] | None = None
+        self._output: RankOutput | None = None
         self._terminated = threading.Event()
         # Reentrant: the SIGTERM handler may run on the main thread while run() holds it.
         self._lock = threading.RLock()
@@ -183,6 +184,7 @@ class RankSupervisor:
             stderr_tail=tail,
             error=error,
             role=self.role,
+            first_output_at=self._output.first_output_at if self._output is not None else None,
         )
 
 

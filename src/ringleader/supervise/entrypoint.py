@@ -7,6 +7,7 @@ whose logic lives in their own modules.
 
 import concurrent.futures
 import contextlib
+import functools
 import importlib.util
 import os
 import signal
@@ -18,6 +19,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import psutil
 
 from ringleader.config import horovod
 from ringleader.config.job import (
@@ -35,9 +38,11 @@ from ringleader.config.job import (
 )
 from ringleader.config.topology import Topology, leader_hint
 from ringleader.core import exitcodes, paths
+from ringleader.core import timeline as phases
 from ringleader.core.errors import ConfigError, JobError
 from ringleader.core.outcome import Outcome, truncate
 from ringleader.core.results import write_job_summary, write_result
+from ringleader.core.timeline import Timeline
 from ringleader.launch import hostenv
 from ringleader.launch.process import Launcher
 from ringleader.launch.spawn import SpawnSpec
@@ -88,6 +93,7 @@ class EntryPoint:
         self._clock = SystemClock()
         self._stop = threading.Event()
         self._host = socket.gethostname()
+        self._timeline = Timeline()  # this host's launcher phases (the leader's: every host's)
 
     def on_signal(self, _signum: int, _frame: object) -> None:
         self._stop.set()
@@ -103,6 +109,7 @@ class EntryPoint:
             return Outcome(error.exit_code, truncate(str(error)))
         self._host = topology.current_host
         log.set_host(self._host)
+        self._timeline.mark(self._host, phases.ENTRY, psutil.Process().create_time())
         try:
             config = load_job_config(topology, os.environ, self._files)
             usercode.prepare(config, self._stop)  # fetch, extract, pip install, check
@@ -112,6 +119,7 @@ class EntryPoint:
                 artifacts.check_output_uri(config.output_uri)  # a missing bucket fails now
         except ConfigError as error:
             return self._config_failure(topology, error)
+        self._timeline.mark(self._host, phases.CONFIG)
         topology = config.topology  # with instance groups: the distribution's leader leads
         single = config.distribution == NO_DISTRIBUTION or (
             len(topology.hosts) == 1 and config.distribution == MPI
@@ -213,6 +221,7 @@ class EntryPoint:
             log=log.log,
             local=agent,
             link=server,
+            timeline=self._timeline,
         )
 
     def _lead(
@@ -233,19 +242,33 @@ class EntryPoint:
         if server is not None and uses_ssh and self._own_sshd:
             try:
                 start_sshd(paths.SSHD_NOTIFY_SOCKET, config.timeouts.startup)
+                self._timeline.mark(self._host, phases.SSHD)
             except JobError as error:
                 outcome = Outcome(error.exit_code, truncate(f"Host {self._host}: {error}"))
             else:
                 outcome = leader.run(strategy)
         else:
             outcome = leader.run(strategy)
+        self._timeline.mark(self._host, phases.VERDICT)
         for line in printer.close() + horovod.keep_files(config.kept_files):
             log.log(line)
-        write_job_summary(
-            paths.JOB_FILE, outcome, leader.records, config.topology.hosts, leader.world_size
+        write_summary = functools.partial(
+            write_job_summary,
+            paths.JOB_FILE,
+            outcome,
+            leader.records,
+            config.topology.hosts,
+            leader.world_size,
         )
+        marks = [*self._timeline.marks(), *phases.rank_marks(leader.records)]
+        write_summary(marks)
         write_result(outcome.exit_code, outcome.failure)
+        if (summary := phases.summary_line(marks)) is not None:
+            log.log(summary)
         leader.tell_workers(outcome)
+        # Again with the workers' confirmations: the first write must not wait for them.
+        self._timeline.mark(self._host, phases.EXITED)
+        write_summary([*self._timeline.marks(), *phases.rank_marks(leader.records)])
         return outcome
 
     def _run_leader(
@@ -288,6 +311,7 @@ class EntryPoint:
         try:
             if config.distribution == MPI and self._own_sshd:
                 start_sshd(paths.SSHD_NOTIFY_SOCKET, timeouts.startup)
+                self._timeline.mark(self._host, phases.SSHD)
             prepared.result()
         except JobError as error:
             settings = ReportingSettings(timeouts, config.control_port)
@@ -312,12 +336,14 @@ class EntryPoint:
                 )
             write_result(outcome.exit_code, outcome.failure)
             return outcome
+        self._timeline.mark(self._host, phases.CONNECTED)
         link = LeaderLink(
             self._host,
             control,
             pulse,
             Liveness(timeouts.pulse_interval, timeouts.leader_loss),
             self._events,
+            self._timeline.marks(),
         )
         relay.attach(link.channel)
 

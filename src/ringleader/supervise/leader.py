@@ -14,9 +14,11 @@ from typing import Protocol
 
 from ringleader.config.job import Timeouts
 from ringleader.core import exitcodes
+from ringleader.core import timeline as phases
 from ringleader.core.errors import JobError, StartupError
 from ringleader.core.outcome import HostLoss, JobFacts, Outcome, decide
 from ringleader.core.records import RankRecord
+from ringleader.core.timeline import Timeline
 from ringleader.launch.spawn import first_failure
 from ringleader.launch.strategy import LaunchPlan, LaunchStrategy
 from ringleader.supervise.eventloop import Clock, EventSource, earliest
@@ -82,6 +84,7 @@ class LeaderParts:
     log: Logger
     local: LocalRanks | None = None
     link: WorkerLink | None = None
+    timeline: Timeline = field(default_factory=Timeline)  # the launcher's phases, every host
 
 
 class JobStopped(Exception):
@@ -128,6 +131,7 @@ class Leader:
         self._clock = parts.clock
         self._log = parts.log
         self.records: tuple[RankRecord, ...] = ()  # every rank's record, once the job ended
+        self.timeline = parts.timeline
         self.world_size = 0
         self._settled: set[str] = set()  # workers that will not need the final exit message
 
@@ -158,6 +162,7 @@ class Leader:
         if problems:
             raise StartupError("ssh to worker host(s) failed: " + "; ".join(problems))
         self._log("all workers are up")
+        self.timeline.mark(self._host, phases.WORKERS_UP, self._clock.time())
 
     def _collect_hellos(
         self, pool: concurrent.futures.Executor
@@ -177,11 +182,12 @@ class Leader:
                 )
             if isinstance(event, WorkerHello) and event.host in pending:
                 pending.discard(event.host)
+                self.timeline.extend(event.marks)
                 if event.error_code is not None:
                     self._settled.add(event.host)
                     raise _HostError(event.host, event.error_code, event.error_message or "")
                 if self._parts.check_ssh is not None:
-                    checks.append(pool.submit(self._parts.check_ssh, event.host, timeout))
+                    checks.append(pool.submit(self._check_ssh, event.host, timeout))
             elif isinstance(event, WorkerLost) and event.host in self._workers:
                 self._settled.add(event.host)
                 raise StartupError(
@@ -190,6 +196,13 @@ class Leader:
             elif isinstance(event, SigtermReceived):
                 raise JobStopped(event.host, self._clock.time())
         return checks
+
+    def _check_ssh(self, host: str, timeout: float) -> str | None:
+        assert self._parts.check_ssh is not None
+        problem = self._parts.check_ssh(host, timeout)
+        if problem is None:
+            self.timeline.mark(host, phases.SSH_CHECKED, self._clock.time())
+        return problem
 
     def _supervise(self, plan: LaunchPlan) -> Outcome:
         """Run the launcher to the job's end. mpirun ends the job when it exits; spawned
@@ -212,6 +225,7 @@ class Leader:
         if self._parts.link is not None:
             self._parts.link.broadcast(launched)
         launcher = self._parts.start_launcher(plan.argv, plan.env)
+        self.timeline.mark(self._host, phases.LAUNCHED, self._clock.time())
         # The job ends when this host's launcher and every other host's own launcher (spawned
         # ranks, or the plain hosts of a heterogeneous cluster) have exited or the host was lost.
         waits_for = set(spawn.launching_hosts) - {self._host} if spawn is not None else set()
@@ -387,6 +401,8 @@ class Leader:
                 isinstance(event, WorkerHello) and event.error_code is not None
             ):
                 pending.discard(event.host)
+                if isinstance(event, WorkerBye):
+                    self.timeline.mark(event.host, phases.VERDICT_RECEIVED, self._clock.time())
         self._log("every worker has the exit code")
 
 

@@ -16,11 +16,12 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ringleader.core.records import RankRecord
+from ringleader.core.timeline import Mark
 from ringleader.wire.events import (
     Event,
     RankEnded,
@@ -190,7 +191,7 @@ class ControlServer:
             if isinstance(error, dict):
                 self._events.put(WorkerHello(host, int(error["code"]), str(error["message"])))
             else:
-                self._events.put(WorkerHello(host))
+                self._events.put(WorkerHello(host, marks=_marks(hello.get("timeline"))))
             if final is not None:
                 channel.send(final)
             while True:
@@ -273,8 +274,13 @@ def connect_to_leader(
     return None
 
 
-def hello_message(host: str, error: tuple[int, str] | None = None) -> dict[str, Any]:
+def hello_message(
+    host: str, error: tuple[int, str] | None = None, marks: Sequence[Mark] = ()
+) -> dict[str, Any]:
+    """A worker's first message; `marks`: its timeline so far."""
     message: dict[str, Any] = {"type": "hello", "host": host}
+    if marks:
+        message["timeline"] = [mark.to_json() for mark in marks]
     if error is not None:
         message["error"] = {"code": error[0], "message": error[1]}
     return message
@@ -282,3 +288,12 @@ def hello_message(host: str, error: tuple[int, str] | None = None) -> dict[str, 
 
 def pulse_hello(host: str) -> dict[str, Any]:
     return {"type": PULSE_HELLO, "host": host}
+
+
+def _marks(value: Any) -> tuple[Mark, ...]:
+    """A hello's timeline; what cannot be read is left out (it is only for the timeline)."""
+    marks = []
+    for item in value if isinstance(value, list) else ():
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            marks.append(Mark.from_json(item))
+    return tuple(marks)

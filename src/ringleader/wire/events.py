@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 
 from ringleader.core.records import RankRecord
+from ringleader.core.timeline import Mark
 from ringleader.wire.protocol import Message
 
 
@@ -40,6 +41,7 @@ class WorkerHello:
     host: str
     error_code: int | None = None
     error_message: str | None = None
+    marks: tuple[Mark, ...] = ()  # the worker's timeline until it said hello
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ LeaderLost event. Sending never raises: a broken link shows up as LeaderLost.
 import contextlib
 import queue
 import threading
+from collections.abc import Sequence
 
+from ringleader.core.timeline import Mark
 from ringleader.wire.control import LEADER_TIMEOUT_SETTING, Liveness, hello_message, pulse_hello
 from ringleader.wire.events import Event, LeaderLost, LeaderMessage
 from ringleader.wire.protocol import Channel, ChannelClosed, Message, ProtocolError
@@ -22,13 +24,14 @@ class LeaderLink:
         pulse: Channel,
         liveness: Liveness,
         events: "queue.Queue[Event]",
+        marks: Sequence[Mark] = (),
     ) -> None:
         """Say hello on both connections and start watching the leader."""
         self.channel = control
         self._events = events
         self._lost = threading.Lock()
         self._closed = threading.Event()
-        self.send(hello_message(host))
+        self.send(hello_message(host, marks=marks))
         with contextlib.suppress(ChannelClosed):
             pulse.send(pulse_hello(host))
         self._pulse = PulseProcess(
