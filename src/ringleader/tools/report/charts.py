@@ -12,6 +12,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from ringleader.core import timeline as phases
 from ringleader.tools.report import jobinfo
 from ringleader.tools.report.autotune import AutotuneLog
 from ringleader.tools.report.metrics import Metric
@@ -27,6 +28,21 @@ TOP_TENSORS = 20
 
 OK, FAILED, ROOT_CAUSE, STOPPED = "#2e8b57", "#e8833a", "#c0392b", "#9aa5b1"
 BAR, ACTIVITY, ACCENT = "#3b6ea8", "#8fb3d9", "#c0392b"
+PHASE_COLORS = (
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#76b7b2",
+    "#59a14f",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
+    "#86bcb6",
+    "#d37295",
+    "#fabfd2",
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +73,8 @@ def render_all(report: Report, out_dir: Path) -> list[Chart]:
     charts: list[Chart] = []
     start = report.start_time
     job = report.job
+    if job is not None and job.timeline:
+        charts.append(_launcher(job.timeline, out_dir))
     if job is not None and job.ranks:
         charts.append(_ranks(report, out_dir))
     used: set[str] = set()
@@ -74,6 +92,38 @@ def render_all(report: Report, out_dir: Path) -> list[Chart]:
         if log.value.samples:
             charts.append(_autotune(log.value, i, f"autotune{suffix}.png", out_dir))
     return charts
+
+
+def _launcher(marks: Sequence[phases.Mark], out_dir: Path) -> Chart:
+    """A Gantt chart of the launcher: a row per host, a bar per phase (the time it took to
+    reach it), colored by phase."""
+    spans = phases.spans(marks)
+    hosts = list(dict.fromkeys(mark.host for mark in marks))
+    origin = min(mark.at for mark in marks)
+    colors = {phase: PHASE_COLORS[i % len(PHASE_COLORS)] for i, phase in enumerate(phases.PHASES)}
+    figure = _figure(_label_height(len(hosts), per_row=0.45))
+    axes = figure.add_subplot()
+    rows = {host: len(hosts) - 1 - index for index, host in enumerate(hosts)}  # leader on top
+    for span in spans:
+        axes.barh(
+            rows[span.host],
+            max(span.seconds, 0.002),
+            left=span.start - origin,
+            color=colors.get(span.phase, BAR),
+            height=0.6,
+        )
+    axes.set_yticks([rows[host] for host in hosts], hosts)
+    axes.set_xlabel("seconds since the first host's entry point started")
+    axes.set_title("Launcher: how long each host took to reach each phase")
+    used = [phase for phase in phases.PHASES if any(span.phase == phase for span in spans)]
+    figure.legend(
+        handles=[Patch(color=colors[phase], label=phase) for phase in used],
+        loc="outside lower center",
+        ncols=4,
+        fontsize=8,
+        frameon=False,
+    )
+    return _save(figure, out_dir, Chart("launcher", "launcher.png", "Launcher timeline"))
 
 
 def _ranks(report: Report, out_dir: Path) -> Chart:

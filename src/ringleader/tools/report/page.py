@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
 
+from ringleader.core import timeline as phases
 from ringleader.tools.report import jobinfo
 from ringleader.tools.report.autotune import AutotuneLog
 from ringleader.tools.report.charts import Chart
@@ -129,6 +130,26 @@ def _cause(report: Report) -> str:
         parts.append(f"<h3>Last stderr lines of rank {root.rank}</h3>{_pre(root.stderr_tail)}")
     parts.append("</section>")
     return "".join(parts)
+
+
+def _launcher(report: Report, charts: Mapping[str, Chart]) -> str:
+    job = report.job
+    if job is None or not job.timeline:
+        return ""
+    summary = phases.summary_line(job.timeline)
+    origin = min(mark.at for mark in job.timeline)
+    rows = [
+        (_e(mark.host), _e(mark.phase), _e(f"+{mark.at - origin:.3f} s")) for mark in job.timeline
+    ]
+    table = _table(("host", "phase", "reached"), rows, numeric=(2,))
+    return (
+        '<section id="launcher"><h2>Launcher timeline</h2>'
+        + (f"<p>{_e(summary)}</p>" if summary else "")
+        + _img(charts, "launcher")
+        + "<p>The same phases, with every rank, are in <code>launcher_trace.json</code> "
+        "beside job.json (open it in Perfetto or chrome://tracing).</p>"
+        + f"<details><summary>every phase of every host</summary>{table}</details></section>"
+    )
 
 
 def _ranks(report: Report, charts: Mapping[str, Chart]) -> str:
@@ -354,6 +375,7 @@ def render_page(report: Report, charts: Sequence[Chart]) -> str:
     by_key = {chart.key: chart for chart in charts}
     sections = [
         _cause(report),
+        _launcher(report, by_key),
         _ranks(report, by_key),
         _metrics(report, by_key),
         *(_timeline(t.path, t.value, i, by_key) for i, t in enumerate(report.timelines, 1)),
@@ -362,6 +384,7 @@ def render_page(report: Report, charts: Sequence[Chart]) -> str:
     ]
     nav_items = [
         ("cause", "Failure cause", bool(report.outcome.failure)),
+        ("launcher", "Launcher", report.job is not None and bool(report.job.timeline)),
         ("ranks", "Ranks", report.job is not None and bool(report.job.ranks)),
         ("metrics", "Metrics", bool(report.metrics.metrics)),
         ("timeline-1", "Timeline", bool(report.timelines)),
