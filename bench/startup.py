@@ -1,13 +1,17 @@
-"""Startup and failure-propagation benchmark: ringleader vs sagemaker-training's `train`.
+"""Startup and failure-propagation benchmark: ringleader vs an expert's bare mpirun vs
+sagemaker-training's `train`.
 
-Both run in the same image (ringleader:latest), on the same fake hosts, with the same probe job
+All run in the same image (ringleader:latest), on the same fake hosts, with the same probe job
 (bench/probe/probe.py: one second of work per rank, 2 ranks per host). For each host count it
 prints, side by side:
   startup   first `docker start` -> user code running on every rank
   teardown  last rank's exit -> last container's exit (successful job)
   failure   rank 1 exits 3 -> every container has exited, and the exit codes they reported
+"bare" (bench/probe/bare_mpirun.sh): the containers run only sshd; the first one waits until it
+can ssh to the others and runs mpirun of the probe, as an expert would by hand.
 
-Usage: .venv/bin/python bench/startup.py [--hosts 2 4 8] [--runners ringleader toolkit]
+Usage: .venv/bin/python bench/startup.py [--hosts 2 4 8] [--runners ringleader bare toolkit]
+       [--toolkit-hosts 2 4 16]
 The toolkit's failure runs take minutes (its workers poll); --skip-toolkit-failure skips them.
 """
 
@@ -26,7 +30,11 @@ from ringleader.tools.local.run import LocalJob, LocalJobResult
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
 FAIL_RANK = 1
-ENTRYPOINTS = {"ringleader": None, "toolkit": ("train",)}
+ENTRYPOINTS = {
+    "ringleader": None,
+    "bare": ("/bin/sh", "/opt/ml/code/bare_mpirun.sh"),
+    "toolkit": ("train",),
+}
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,10 @@ def run(runner: str, hosts: int, fail: bool, workdir: Path) -> Measurement:
         entry_point="probe.py",
         hyperparameters=hyperparameters,
         output_dir=workdir,
-        command=() if ENTRYPOINTS[runner] else ("train",),
+        # bare: the probe's arguments on mpirun's command line, as typed by hand
+        command=tuple(f"--{k}={v}" for k, v in hyperparameters.items())
+        if runner == "bare"
+        else (() if ENTRYPOINTS[runner] else ("train",)),
         entrypoint=ENTRYPOINTS[runner],
     )
     out = io.StringIO()
@@ -70,6 +81,12 @@ def run(runner: str, hosts: int, fail: bool, workdir: Path) -> Measurement:
     return Measurement(startup, teardown, failure, tuple(h.exit_code for h in result.hosts))
 
 
+def _ratio(ours: float | None, bare: float | None) -> str:
+    if ours is None or bare is None:
+        return "n/a"
+    return f"{ours:.2f} / {bare:.2f} = {ours / bare:.2f}x" if bare > 0 else f"{ours:.2f} / 0"
+
+
 def fmt(value: float | None) -> str:
     return "   n/a" if value is None else f"{value:6.2f}"
 
@@ -79,11 +96,17 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--runners", nargs="+", default=list(ENTRYPOINTS), choices=ENTRYPOINTS)
     parser.add_argument("--skip-toolkit-failure", action="store_true")
+    parser.add_argument(
+        "--toolkit-hosts", type=int, nargs="*", help="host counts for the toolkit (default all)"
+    )
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="rl-bench-") as workdir:
         for hosts in args.hosts:
             for runner in args.runners:
+                toolkit_hosts = args.toolkit_hosts
+                if runner == "toolkit" and toolkit_hosts is not None and hosts not in toolkit_hosts:
+                    continue
                 print(f"... {runner}: {hosts} hosts, successful job", file=sys.stderr, flush=True)
                 ok = run(runner, hosts, False, Path(workdir))
                 failed = None
@@ -106,6 +129,20 @@ def main() -> int:
             f"{fmt(failed.failure if failed else None):>9}  {codes}"
         )
     by_key = {(hosts, runner): (ok, failed) for hosts, runner, ok, failed in rows}
+    print()
+    print(
+        "| hosts | startup ringleader/bare | teardown ringleader/bare | failure ringleader/bare |"
+    )
+    print("|---|---|---|---|")
+    for hosts in args.hosts:
+        ours, bare = by_key.get((hosts, "ringleader")), by_key.get((hosts, "bare"))
+        if ours and bare:
+            cells = [
+                _ratio(ours[0].startup, bare[0].startup),
+                _ratio(ours[0].teardown, bare[0].teardown),
+                _ratio(ours[1].failure if ours[1] else None, bare[1].failure if bare[1] else None),
+            ]
+            print(f"| {hosts} | " + " | ".join(cells) + " |")
     for hosts in args.hosts:
         ours, theirs = by_key.get((hosts, "ringleader")), by_key.get((hosts, "toolkit"))
         if ours and theirs and ours[0].teardown and theirs[0].teardown:
