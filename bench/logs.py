@@ -24,7 +24,7 @@ import docker
 from ringleader.tools.local.plan import LocalJobSpec
 from ringleader.tools.local.run import LocalJob
 
-JOBS = Path(__file__).resolve().parent / "jobs"
+PROBES = Path(__file__).resolve().parent / "probe"
 RANKS = 6
 # ringleader's tag, or mpirun's --tag-output tag, then the job's own line
 LINE = re.compile(rb"(?:\[algo-\d rank (\d+)\] |\[1,(\d+)\]<stdout>:)R(\d+) L(\d+) x* END(\d+)$")
@@ -63,12 +63,13 @@ def measure(raw: bool, lines: int, long_every: int, workdir: Path) -> Result:
     spec = LocalJobSpec(
         hosts=3,
         processes_per_host=2,
-        source_dir=JOBS,
+        source_dir=PROBES,
         entry_point="print_lines.py",
         hyperparameters={} if raw else {"lines": str(lines), "long-every": str(long_every)},
         output_dir=workdir,
-        command=args if raw else ("train",),
-        entrypoint=("/bin/sh", "/opt/ml/code/raw_mpirun.sh") if raw else None,
+        command=("print_lines.py", *args) if raw else ("train",),
+        entrypoint=("/bin/sh", "/opt/ml/code/bare_mpirun.sh") if raw else None,
+        env={"MPIRUN_OPTIONS": "--tag-output"} if raw else {},
     )
     sink = TimedSink()
     LocalJob(spec, sink, docker.from_env()).run()

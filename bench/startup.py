@@ -63,7 +63,7 @@ def run(runner: str, hosts: int, fail: bool, workdir: Path) -> Measurement:
         hyperparameters=hyperparameters,
         output_dir=workdir,
         # bare: the probe's arguments on mpirun's command line, as typed by hand
-        command=tuple(f"--{k}={v}" for k, v in hyperparameters.items())
+        command=("probe.py", *(f"--{k}={v}" for k, v in hyperparameters.items()))
         if runner == "bare"
         else (() if ENTRYPOINTS[runner] else ("train",)),
         entrypoint=ENTRYPOINTS[runner],

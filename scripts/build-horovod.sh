@@ -126,4 +126,5 @@ step_build() {
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}')): $(docker run --rm --entrypoint python "$IMAGE" -c 'import torch, horovod; print(f"torch {torch.__version__}, horovod {horovod.__version__}")')"
 }
 
+declare -A STEP_ALIASES=([all]="wheelhouse build")
 run_steps "$@"

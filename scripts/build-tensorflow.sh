@@ -61,4 +61,5 @@ step_build() {
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}'))"
 }
 
+declare -A STEP_ALIASES=([all]="wheelhouse build")
 run_steps "$@"

@@ -77,25 +77,30 @@ build_image() {
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
-# run_steps ARG...: the steps named (wheelhouse, build; default both), each a step_NAME function.
+# run_steps ARG...: the steps named (default: all), each a step_NAME function of the script;
+# STEP_ALIASES, an associative array the script declares, names groups of steps ("all" among
+# them). Each step runs once, in the order named.
 run_steps() {
-    local -a steps=()
+    local -a steps=() expanded=()
     local arg s total_start=$SECONDS
     for arg in "${@:-all}"; do
-        case $arg in
-            all) steps+=(wheelhouse build) ;;
-            wheelhouse | build) steps+=("$arg") ;;
-            -h | --help | help)
-                usage
-                exit 0
-                ;;
-            *)
-                usage >&2
-                die "unknown step: $arg"
-                ;;
-        esac
+        if [[ $arg == -h || $arg == --help || $arg == help ]]; then
+            usage
+            exit 0
+        elif [[ -n ${STEP_ALIASES[$arg]:-} ]]; then
+            read -ra expanded <<<"${STEP_ALIASES[$arg]}"
+            steps+=("${expanded[@]}")
+        elif declare -F "step_$arg" >/dev/null; then
+            steps+=("$arg")
+        else
+            usage >&2
+            die "unknown step: $arg"
+        fi
     done
+    local -A done_steps=()
     for s in "${steps[@]}"; do
+        [[ -z ${done_steps[$s]:-} ]] || continue
+        done_steps[$s]=1
         "step_$s"
     done
     log "$(basename "$0") done (${steps[*]}) in $((SECONDS - total_start))s"

@@ -285,30 +285,10 @@ step_venv() {
 }
 
 # ----------------------------------------------------------------------------------------- main
-steps=()
-for arg in "${@:-all}"; do
-    case $arg in
-        all) steps+=(docker base wheelhouse build browser sdk3 venv) ;;
-        image) steps+=(docker base wheelhouse build) ;;
-        build) steps+=(docker base build) ;;
-        base) steps+=(docker base) ;;
-        docker | wheelhouse | browser | sdk3 | venv) steps+=("$arg") ;;
-        -h | --help | help)
-            usage
-            exit 0
-            ;;
-        *)
-            usage >&2
-            die "unknown step: $arg"
-            ;;
-    esac
-done
-
-declare -A done_steps=()
-total_start=$SECONDS
-for s in "${steps[@]}"; do
-    [[ -z ${done_steps[$s]:-} ]] || continue
-    done_steps[$s]=1
-    "step_$s"
-done
-log "setup done (${steps[*]}) in $((SECONDS - total_start))s"
+declare -A STEP_ALIASES=(
+    [all]="docker base wheelhouse build browser sdk3 venv"
+    [image]="docker base wheelhouse build"
+    [build]="docker base build"
+    [base]="docker base"
+)
+run_steps "$@"

@@ -1,11 +1,14 @@
 #!/bin/sh
-# Baseline for bench/startup.py: what an expert types on plain containers. Every container runs
-# only sshd; the first host waits until it can ssh to the others, then runs mpirun of the same
-# probe (under `python -m mpi4py`, so a rank's non-zero exit aborts the job instead of hanging
-# in MPI_Finalize), then stops the others' sshd so their containers exit. Arguments go to the probe.
+# The expert's baseline for the benchmarks: `bare_mpirun.sh PROGRAM ARG...` as the entry point
+# of plain containers. Every container runs only sshd; the first host waits until it can ssh to
+# the others, then runs mpirun of PROGRAM (in /opt/ml/code, under `python -m mpi4py`, so a
+# rank's non-zero exit aborts the job instead of hanging in MPI_Finalize) with 2 ranks per host
+# and $MPIRUN_OPTIONS, then stops the others' sshd so their containers exit.
 hosts=$(python3 -c 'import json; print(" ".join(json.load(open("/opt/ml/input/config/resourceconfig.json"))["hosts"]))')
 first=${hosts%% *}
 if [ "$(hostname)" != "$first" ]; then exec /usr/sbin/sshd -D; fi
+program=$1
+shift
 /usr/sbin/sshd
 list=""
 count=0
@@ -19,8 +22,9 @@ for host in $hosts; do
     sleep 0.1
   done
 done
-mpirun --allow-run-as-root -np "$count" -H "$list" -bind-to none -map-by slot \
-  /opt/ringleader/venv/bin/python -m mpi4py /opt/ml/code/probe.py "$@"
+# shellcheck disable=SC2086 # MPIRUN_OPTIONS holds several options
+mpirun --allow-run-as-root -np "$count" -H "$list" -bind-to none -map-by slot $MPIRUN_OPTIONS \
+  /opt/ringleader/venv/bin/python -m mpi4py "/opt/ml/code/$program" "$@"
 code=$?
 for host in $hosts; do [ "$host" = "$first" ] || ssh "$host" pkill -x sshd; done
 exit "$code"

@@ -9,7 +9,7 @@ from tests.container.conftest import REPO
 
 pytestmark = pytest.mark.container
 
-JOBS = REPO / "bench" / "jobs"
+JOBS = REPO / "bench" / "probe"
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 LINE = re.compile(r"^algo-1 \| \[(algo-\d) rank (\d+)\] R(\d+) L(\d+) (x*) END(\d+)$")
 LOSS = '[{"Name": "loss", "Regex": "loss=([0-9.]+)"}]'
