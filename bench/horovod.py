@@ -1,0 +1,89 @@
+"""The training hot path: Horovod samples/s through ringleader vs the same command under an
+expert's bare mpirun (bench/probe/bare_mpirun.sh) on the same fake hosts (ringleader:horovod,
+3 x 2 by default), runs alternating so both see the same machine. Both run the ranks with the
+same MPI options (ringleader local adds `--mca mpi_yield_when_idle 1` when the ranks outnumber
+the cores; the bare runs get it too, so only the launcher differs).
+
+Usage: .venv/bin/python bench/horovod.py [--hosts 3] [--steps 600] [--rounds 3]
+"""
+
+import argparse
+import io
+import os
+import re
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+import docker
+
+from ringleader.tools.local.plan import YIELD_OPTION, LocalJobSpec, oversubscribed
+from ringleader.tools.local.run import LocalJob
+
+REPO = Path(__file__).resolve().parents[1]
+IMAGE = "ringleader:horovod"
+PER_HOST = 2
+DONE = re.compile(r"done: \d+ steps on \d+ ranks in [0-9.]+ s \(([0-9.]+) samples/s\)")
+
+
+def samples_per_second(runner: str, args: argparse.Namespace, source: Path, out: Path) -> float:
+    script_args = {"steps": str(args.steps), "log-interval": str(args.steps)}
+    spec = LocalJobSpec(
+        hosts=args.hosts,
+        processes_per_host=PER_HOST,
+        source_dir=source,
+        entry_point="horovod_train.py",
+        image=IMAGE,
+        output_dir=out,
+    )
+    yield_option = oversubscribed(spec, os.cpu_count() or 1)
+    if runner == "ringleader":
+        spec = LocalJobSpec(**{**spec.__dict__, "hyperparameters": script_args})
+    else:
+        command = ("horovod_train.py", *(f"--{k}={v}" for k, v in script_args.items()))
+        spec = LocalJobSpec(
+            **{
+                **spec.__dict__,
+                "entrypoint": ("/bin/sh", "/opt/ml/code/bare_mpirun.sh"),
+                "command": command,
+                "env": {"MPIRUN_OPTIONS": YIELD_OPTION if yield_option else ""},
+            }
+        )
+    text = io.StringIO()
+    result = LocalJob(spec, text, docker.from_env()).run()
+    found = DONE.search(text.getvalue())
+    if result.exit_code != 0 or found is None:
+        raise SystemExit(f"{runner} failed ({result.exit_code}):\n{text.getvalue()[-3000:]}")
+    return float(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--hosts", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rl-bench-hvd-") as workdir:
+        source = Path(workdir) / "code"
+        source.mkdir()
+        shutil.copy(REPO / "examples" / "horovod_train.py", source)
+        shutil.copy(REPO / "bench" / "probe" / "bare_mpirun.sh", source)
+        samples: dict[str, list[float]] = {"ringleader": [], "bare": []}
+        for round_ in range(1, args.rounds + 1):
+            for runner in samples:
+                value = samples_per_second(runner, args, source, Path(workdir) / "out")
+                samples[runner].append(value)
+                print(f"round {round_} {runner}: {value:.1f} samples/s", flush=True)
+    ours, bare = (statistics.median(samples[name]) for name in ("ringleader", "bare"))
+    print(f"\n{args.hosts} x {PER_HOST} ranks, {args.steps} steps, median of {args.rounds}:")
+    print("| runner | samples/s | runs |")
+    print("|---|---|---|")
+    for name, values in samples.items():
+        runs = ", ".join(f"{value:.0f}" for value in values)
+        print(f"| {name} | {statistics.median(values):.1f} | {runs} |")
+    print(f"ringleader / bare = {ours / bare:.3f} (target at least 0.99)")
+
+
+if __name__ == "__main__":
+    main()
