@@ -321,7 +321,13 @@ class Leader:
     def _conclude(
         self, run: _Run, launcher_code: int, launcher: RunningLauncher, launcher_name: str
     ) -> Outcome:
-        deadline = self._clock.monotonic() + RECORD_SETTLE_SECONDS
+        # After a loss, a host whose ranks stay silent may be lost too (a partition silences
+        # every host at once, and busy machines notice each silence at its own time): wait
+        # until it would count as lost, so the verdict names every lost host.
+        settle = RECORD_SETTLE_SECONDS
+        if run.lost:
+            settle = max(settle, self._timeouts.leader_loss)
+        deadline = self._clock.monotonic() + settle
         while run.unreported([host for host in self._hosts if host not in run.lost]):
             event = self._events.next(deadline)
             if event is None:
