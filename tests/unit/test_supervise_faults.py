@@ -314,7 +314,7 @@ def test_leader_partitioned_loses_every_worker_with_one_code() -> None:
 
 
 def test_partition_noticed_seconds_apart_still_names_every_lost_host() -> None:
-    """On a busy machine the second silence is noticed late (3 s here): the verdict waits for
+    """On a busy machine the second silence is noticed late (6 s here): the verdict waits for
     it, bounded by the leader timeout, instead of naming one host only."""
     rig = LeaderRig()
     rig.hellos()
@@ -322,7 +322,7 @@ def test_partition_noticed_seconds_apart_still_names_every_lost_host() -> None:
     reason = "no pulse for 10 s (ringleader_leader_timeout)"
     rig.events.at(12.0, WorkerLost("algo-2", reason, 1002.5))
     rig.events.at(12.1, *(RankEnded(record(r, 143, terminated=True)) for r in (0, 1)))
-    rig.events.at(15.0, WorkerLost("algo-3", reason, 1002.0))
+    rig.events.at(18.0, WorkerLost("algo-3", reason, 1002.0))
     outcome = rig.run()
     assert outcome.exit_code == 75
     assert first_line(outcome).startswith("Hosts lost: ")
