@@ -31,7 +31,11 @@ demo: image venv  ## 3 fake hosts x 2 processes running examples/mpi_allreduce.p
 image-tensorflow: image  ## ringleader:tensorflow = the image + TensorFlow 2.21 (CPU), ~2 min
 	scripts/build-tensorflow.sh
 
-test: setup image-horovod image-tensorflow  ## lint, type check and the whole test suite (unit + real containers)
+.PHONY: image-mxnet
+image-mxnet: image  ## ringleader:mxnet = the image + MXNet 1.9.1 (CPU) + Horovod 0.28.1 for MXNet (cold ~7 min)
+	FRAMEWORK=mxnet scripts/build-horovod.sh
+
+test: setup image-horovod image-tensorflow image-mxnet  ## lint, type check and the whole test suite (unit + real containers)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

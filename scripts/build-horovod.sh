@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Build ringleader:horovod: ringleader:latest plus PyTorch (CPU) and Horovod, idempotently.
+# Build ringleader:horovod (ringleader:latest plus PyTorch (CPU) and Horovod) or, with
+# FRAMEWORK=mxnet, ringleader:mxnet (plus MXNet 1.9.1 and Horovod built for MXNet), idempotently.
 #
 #   scripts/build-horovod.sh              both steps: wheelhouse, build
-#   scripts/build-horovod.sh wheelhouse   only the host wheelhouse build/wheelhouse-horovod/
+#   scripts/build-horovod.sh wheelhouse   only the host wheelhouse build/wheelhouse-<framework>/
 #   scripts/build-horovod.sh build        only the docker build (needs the wheelhouse)
+#   FRAMEWORK=mxnet scripts/build-horovod.sh
 #
-# Needs ringleader:latest (`make image`). No PyPI inside the build: the host downloads the torch
-# wheel (torch==2.13.0, the CPU build), the Horovod 0.28.1 sdist and every wheel either needs into
-# build/wheelhouse-horovod/{wheels,sdist}, which is the whole docker build context.
-# Dockerfile.horovod builds a Horovod wheel in a throw-away stage (Debian's cmake, g++,
-# python3-dev; Horovod's C++ standard patched from 14 to 17, which PyTorch >= 2.1 needs) and
-# installs it with torch into ringleader's venv. The compile stage starts from the base image, not
-# from ringleader:latest, so a change to ringleader does not recompile Horovod (about 5 minutes on
+# Needs ringleader:latest (`make image`). No PyPI inside the build: the host downloads the
+# framework's wheels (torch==2.13.0, the CPU build; or mxnet==1.9.1 with numpy 1.23.5 and scipy
+# 1.11.4, the last versions it imports with: it uses numpy.bool, gone in numpy 1.24), the Horovod
+# 0.28.1 sdist and every wheel either needs into build/wheelhouse-<framework>/{wheels,sdist},
+# which is the whole docker build context. Dockerfile.horovod (Dockerfile.mxnet) builds a Horovod
+# wheel in a throw-away stage (Debian's cmake, g++, python3-dev; for PyTorch Horovod's C++
+# standard patched from 14 to 17, which PyTorch >= 2.1 needs) and installs it with the framework
+# into ringleader's venv. The compile stage starts from the base image, not from
+# ringleader:latest, so a change to ringleader does not recompile Horovod (about 5 minutes on
 # 2 cores); only the install (about a minute) is redone.
 #
 # Environment:
-#   IMAGE=ringleader:horovod           tag to build
-#   RINGLEADER_IMAGE=ringleader:latest image to add PyTorch and Horovod to
+#   FRAMEWORK=pytorch                  pytorch (ringleader:horovod) or mxnet (ringleader:mxnet)
+#   IMAGE                              tag to build (default by FRAMEWORK, as above)
+#   RINGLEADER_IMAGE=ringleader:latest image to add the framework and Horovod to
 #   BASE_IMAGE                         base of the compile stage; default: debian:bookworm-slim
 #                                      if present, else ringleader/base:bookworm (what
 #                                      scripts/setup.sh built ringleader:latest from)
@@ -28,23 +33,39 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-IMAGE=${IMAGE:-ringleader:horovod}
+FRAMEWORK=${FRAMEWORK:-pytorch}
 RINGLEADER_IMAGE=${RINGLEADER_IMAGE:-ringleader:latest}
 PYTHON=${PYTHON:-python3}
-WHEELHOUSE=build/wheelhouse-horovod
-LOG=build/docker-build-horovod.log
-
-TORCH_VERSION=2.13.0
 HOROVOD_VERSION=0.28.1
-# What the compile stage and the final image install: torch and its dependencies; Horovod's
-# install_requires (setup.py's require_list, cffi included because PyTorch support is on), which
-# its setup_requires also wants present at build time (else setuptools would try to download
-# them); setuptools and wheel to build it without build isolation; numpy so torch finds it.
-REQUIREMENTS=(
-    "torch==$TORCH_VERSION"
-    cloudpickle psutil pyyaml packaging "cffi>=1.4.0"
-    setuptools wheel numpy
-)
+TORCH_VERSION=2.13.0
+MXNET_VERSION=1.9.1
+# What the compile stage and the final image install: the framework and its dependencies;
+# Horovod's install_requires (setup.py's require_list, cffi included), which its setup_requires
+# also wants present at build time (else setuptools would try to download them); setuptools and
+# wheel to build it without build isolation.
+HOROVOD_NEEDS=(cloudpickle psutil pyyaml packaging "cffi>=1.4.0" setuptools wheel)
+case $FRAMEWORK in
+    pytorch)
+        IMAGE=${IMAGE:-ringleader:horovod}
+        DOCKERFILE=Dockerfile.horovod
+        REQUIREMENTS=("torch==$TORCH_VERSION" "${HOROVOD_NEEDS[@]}" numpy)
+        FRAMEWORK_ARGS=(--build-arg TORCH_VERSION="$TORCH_VERSION")
+        CHECK='import torch, horovod; print(f"torch {torch.__version__}, horovod {horovod.__version__}")'
+        ;;
+    mxnet)
+        IMAGE=${IMAGE:-ringleader:mxnet}
+        DOCKERFILE=Dockerfile.mxnet
+        REQUIREMENTS=("mxnet==$MXNET_VERSION" numpy==1.23.5 scipy==1.11.4 "${HOROVOD_NEEDS[@]}")
+        FRAMEWORK_ARGS=(--build-arg MXNET_VERSION="$MXNET_VERSION")
+        CHECK='import mxnet, horovod; print(f"mxnet {mxnet.__version__}, horovod {horovod.__version__}")'
+        ;;
+    *)
+        printf 'build-horovod.sh: error: FRAMEWORK must be pytorch or mxnet, not %s\n' "$FRAMEWORK" >&2
+        exit 1
+        ;;
+esac
+WHEELHOUSE=build/wheelhouse-$([[ $FRAMEWORK == pytorch ]] && echo horovod || echo "$FRAMEWORK")
+LOG=build/docker-build-$(basename "$IMAGE" | tr ':' '-').log
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # shellcheck source=scripts/lib-images.sh
@@ -63,15 +84,14 @@ step_wheelhouse() {
     local stamp=$WHEELHOUSE/.key key tmp start=$SECONDS
     key=$(wheelhouse_key)
     if [[ ${REBUILD_WHEELS:-} != 1 && -f $stamp && $(<"$stamp") == "$key" ]] &&
-        compgen -G "$WHEELHOUSE/wheels/torch-$TORCH_VERSION*.whl" >/dev/null &&
         [[ -f $WHEELHOUSE/sdist/horovod-$HOROVOD_VERSION.tar.gz ]]; then
-        log "Horovod wheelhouse is up to date ($WHEELHOUSE)"
+        log "$FRAMEWORK + Horovod wheelhouse is up to date ($WHEELHOUSE)"
         return 0
     fi
     mkdir -p build
     tmp=$(mktemp -d build/.wheelhouse-horovod.XXXXXX)
     chmod 755 "$tmp"
-    log "Downloading torch==$TORCH_VERSION (CPU) and the wheels it and Horovod need into $WHEELHOUSE/wheels (cp311, manylinux x86_64)"
+    log "Downloading ${REQUIREMENTS[0]} and the wheels it and Horovod need into $WHEELHOUSE/wheels (cp311, manylinux x86_64)"
     download_wheels "$tmp/wheels" "${REQUIREMENTS[@]}"
     log "Downloading the Horovod $HOROVOD_VERSION sdist into $WHEELHOUSE/sdist"
     # (pip prepares the sdist's metadata in an isolated build environment on the host; nothing is
@@ -82,7 +102,7 @@ step_wheelhouse() {
         rm -rf "$tmp"
         die "pip download of the horovod sdist failed"
     fi
-    if ! compgen -G "$tmp/wheels/torch-$TORCH_VERSION+cpu-*.whl" >/dev/null; then
+    if [[ $FRAMEWORK == pytorch ]] && ! compgen -G "$tmp/wheels/torch-$TORCH_VERSION+cpu-*.whl" >/dev/null; then
         local found
         found=$(cd "$tmp/wheels" && ls torch-*)
         rm -rf "$tmp"
@@ -92,7 +112,7 @@ step_wheelhouse() {
     rm -rf "$WHEELHOUSE"
     mv "$tmp" "$WHEELHOUSE"
     printf '%s\n' "$key" >"$stamp"
-    log "Horovod wheelhouse ready in $((SECONDS - start))s: $(find "$WHEELHOUSE/wheels" -name '*.whl' | wc -l) wheels + sdist, $(du -sh "$WHEELHOUSE" | cut -f1)"
+    log "$FRAMEWORK + Horovod wheelhouse ready in $((SECONDS - start))s: $(find "$WHEELHOUSE/wheels" -name '*.whl' | wc -l) wheels + sdist, $(du -sh "$WHEELHOUSE" | cut -f1)"
 }
 
 # ---------------------------------------------------------------------------------------- build
@@ -119,11 +139,11 @@ step_build() {
     local -a extra=()
     [[ ${NO_CACHE:-} != 1 ]] || extra+=(--no-cache)
     # The context is the wheelhouse only: nothing else is sent to the daemon.
-    build_image "$IMAGE" "$LOG" -f Dockerfile.horovod "${extra[@]}" \
+    build_image "$IMAGE" "$LOG" -f "$DOCKERFILE" "${extra[@]}" \
         --build-arg BASE_IMAGE="$base" --build-arg RINGLEADER_IMAGE="$RINGLEADER_IMAGE" \
-        --build-arg TORCH_VERSION="$TORCH_VERSION" --build-arg HOROVOD_VERSION="$HOROVOD_VERSION" \
+        "${FRAMEWORK_ARGS[@]}" --build-arg HOROVOD_VERSION="$HOROVOD_VERSION" \
         "$WHEELHOUSE"
-    log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}')): $(docker run --rm --entrypoint python "$IMAGE" -c 'import torch, horovod; print(f"torch {torch.__version__}, horovod {horovod.__version__}")')"
+    log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}')): $(docker run --rm --entrypoint python "$IMAGE" -c "$CHECK")"
 }
 
 declare -A STEP_ALIASES=([all]="wheelhouse build")

@@ -28,6 +28,8 @@ IMAGE = os.environ.get("RINGLEADER_IMAGE", "ringleader:latest")
 HOROVOD_IMAGE = os.environ.get("RINGLEADER_HOROVOD_IMAGE", "ringleader:horovod")
 # TensorFlow: parameter_server and multi_worker_mirrored_strategy (`make image-tensorflow`)
 TENSORFLOW_IMAGE = os.environ.get("RINGLEADER_TENSORFLOW_IMAGE", "ringleader:tensorflow")
+# MXNet 1.9.1 and Horovod built for it: the seeds' Gluon job (`make image-mxnet`)
+MXNET_IMAGE = os.environ.get("RINGLEADER_MXNET_IMAGE", "ringleader:mxnet")
 
 
 def ready_docker_client(image: str = IMAGE) -> docker.DockerClient:
@@ -65,6 +67,11 @@ def horovod_image(docker_client: docker.DockerClient) -> str:
 @pytest.fixture(scope="session")
 def tensorflow_image(docker_client: docker.DockerClient) -> str:
     return built_image(docker_client, TENSORFLOW_IMAGE, "image-tensorflow")
+
+
+@pytest.fixture(scope="session")
+def mxnet_image(docker_client: docker.DockerClient) -> str:
+    return built_image(docker_client, MXNET_IMAGE, "image-mxnet")
 
 
 class Capture(io.StringIO):
