@@ -7,6 +7,7 @@ import tarfile
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import docker
 
@@ -20,7 +21,17 @@ class Instances:
         self.client, self.tag = client, uuid.uuid4().hex[:8]
         labels = {"ringleader.job": f"cluster-test-{self.tag}"}
         self.network = client.networks.create(f"rlc-{self.tag}", labels=labels)
-        self.nodes = {}
+        self.nodes: dict[str, Any] = {}
+        try:
+            self._start(image, count, without_sshd, labels)
+        except BaseException:
+            self.remove()  # nothing of a half-made cluster is left running
+            raise
+
+    def _start(
+        self, image: str, count: int, without_sshd: Sequence[str], labels: dict[str, str]
+    ) -> None:
+        client = self.client
         for index in range(1, count + 1):
             name = f"node{index}"
             self.nodes[name] = client.containers.run(

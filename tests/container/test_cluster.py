@@ -2,6 +2,7 @@
 started with only their sshd (no SageMaker environment); the job is launched from inside the
 first one, as a user would from the leader instance."""
 
+import contextlib
 import subprocess
 import time
 from collections.abc import Iterator
@@ -49,17 +50,24 @@ dist.destroy_process_group()
 NO_JOB_PROCESS_WITHIN = 15.0  # the issue's bound for "nothing left behind"
 
 
-def with_jobs(cluster: Instances) -> Instances:
-    cluster.put_everywhere("/work/job.py", JOB)
-    cluster.put_everywhere("/work/torch_job.py", TORCH_JOB)
-    return cluster
+@contextlib.contextmanager
+def cluster_of(
+    client: docker.DockerClient, image: str, without_sshd: tuple[str, ...] = ()
+) -> Iterator[Instances]:
+    """3 instances with the test jobs in /work, removed afterwards whatever happened."""
+    cluster = Instances(client, image, 3, without_sshd)
+    try:
+        cluster.put_everywhere("/work/job.py", JOB)
+        cluster.put_everywhere("/work/torch_job.py", TORCH_JOB)
+        yield cluster
+    finally:
+        cluster.remove()
 
 
 @pytest.fixture
 def instances(docker_client: docker.DockerClient) -> Iterator[Instances]:
-    cluster = with_jobs(Instances(docker_client, IMAGE, 3))
-    yield cluster
-    cluster.remove()
+    with cluster_of(docker_client, IMAGE) as cluster:
+        yield cluster
 
 
 def wait_for_line(process: "subprocess.Popen[str]", text: str, timeout: float) -> list[str]:
@@ -118,8 +126,7 @@ def test_failing_rank_is_the_jobs_code_and_named(instances: Instances) -> None:
 
 
 def test_torch_distributed_job(docker_client: docker.DockerClient, horovod_image: str) -> None:
-    cluster = with_jobs(Instances(docker_client, horovod_image, 3))
-    try:
+    with cluster_of(docker_client, horovod_image) as cluster:
         code, output = cluster.ringleader(
             [
                 "cluster",
@@ -137,16 +144,11 @@ def test_torch_distributed_job(docker_client: docker.DockerClient, horovod_image
         for rank in range(6):
             assert f"rank {rank} of 6 local {rank % 2}: sum 15" in output
         assert cluster.wait_until_clean(NO_JOB_PROCESS_WITHIN) == {}
-    finally:
-        cluster.remove()
 
 
 def test_unreachable_host_is_named_and_nothing_launched(docker_client: docker.DockerClient) -> None:
-    instances = with_jobs(Instances(docker_client, IMAGE, 3, without_sshd=("node3",)))
-    try:
+    with cluster_of(docker_client, IMAGE, without_sshd=("node3",)) as instances:
         check_unreachable(instances)
-    finally:
-        instances.remove()
 
 
 def check_unreachable(instances: Instances) -> None:
