@@ -82,6 +82,11 @@ def main() -> None:
                 f"epoch {epoch} loss={mean_loss.asscalar():.4f} accuracy={accuracy.asscalar():.3f}",
                 flush=True,
             )
+    # MXNet runs operations asynchronously: finish this rank's, then wait for every rank's,
+    # before any of them exits (an exiting rank shuts Horovod down under the others' feet, and
+    # MXNet's exit hook then fails with "Horovod has been shut down").
+    mx.nd.waitall()
+    hvd.allreduce(mx.nd.zeros((1,), ctx=ctx), name="done").wait_to_read()
     if rank == 0:
         model_dir = Path(args.model_dir)
         model_dir.mkdir(parents=True, exist_ok=True)
