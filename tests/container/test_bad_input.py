@@ -140,6 +140,29 @@ CASES = {
         "Configuration error in resourceconfig.json instance_groups: host(s) ['algo-3'] are in "
         "no instance group",
     ),
+    "a distribution instance group with no hosts": (
+        {
+            "config_overrides": {
+                host: {
+                    "resourceconfig.json": json.dumps(
+                        {
+                            "current_host": host,
+                            "hosts": HOSTS,
+                            "current_group_name": "train",
+                            "instance_groups": [
+                                {"instance_group_name": "train", "hosts": HOSTS},
+                                {"instance_group_name": "spare", "hosts": []},
+                            ],
+                        }
+                    )
+                }
+                for host in HOSTS
+            },
+            "hyperparameters": {"sagemaker_distribution_instance_groups": ["spare"]},
+        },
+        "Configuration error in sagemaker_distribution_instance_groups: the instance group "
+        "'spare' has no hosts",
+    ),
     "invalid interface name": (
         {
             "env_overrides": on_every_host(

@@ -251,13 +251,16 @@ def test_sync_a_thousand_files_resumes_after_an_interruption(instances: Instance
     wait_for_line(process, "%", 120)
     instances.sh("node1", "pkill -9 -f '[r]ingleader cluster sync'; pkill -9 -x rsync")
     process.wait(timeout=30)
-    _, before = instances.sh("node2", "find /data -type f 2>/dev/null | wc -l")
+    checksum = "cd {} && find . -type f | sort | xargs md5sum | md5sum"
+    _, expected = instances.sh("node1", checksum.format("/work/data"))
+    _, interrupted = instances.sh("node2", checksum.format("/data") + " 2>/dev/null")
+    assert interrupted != expected, "the interruption left nothing to resume"
     code, output = instances.ringleader(sync, timeout=300)
     assert code == 0, output
-    _, expected = instances.sh(
-        "node1", "cd /work/data && find . -type f | sort | xargs md5sum | md5sum"
-    )
     for name in ("node2", "node3"):
-        _, found = instances.sh(name, "cd /data && find . -type f | sort | xargs md5sum | md5sum")
-        assert found == expected, name
-    print(f"files on node2 before the re-run: {before.strip()} of 1001")
+        assert instances.sh(name, checksum.format("/data"))[1] == expected, name
+    # a third run finds everything in place and sends no file at all
+    code, output = instances.ringleader(sync, timeout=300)
+    assert code == 0, output
+    for name in ("node2", "node3"):
+        assert f"[{name}] Number of regular files transferred: 0" in output, output

@@ -6,6 +6,7 @@ the main task ended; a dying one is the root cause."""
 
 import json
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -130,9 +131,13 @@ def test_docker_stop_stops_every_task_with_sigterm(
     start_job: Callable[..., JobRun], ps_job, docker_client: docker.DockerClient
 ) -> None:
     run = start_long_ps_job(start_job, ps_job)
+    stopped = time.monotonic()
     docker_client.api.stop(run.container_id("algo-3"), timeout=40)
     run.join(timeout=90)
+    took = time.monotonic() - stopped
     assert run.codes() == dict.fromkeys(HOSTS, 143), run.output
+    # within ringleader's SIGTERM grace (30 s by default): no task was left for SIGKILL
+    assert took < 30, f"every host exited {took:.1f} s after docker stop"
     assert run.failure("algo-1").startswith("Job stopped by SIGTERM received on host algo-3")
 
 

@@ -326,3 +326,48 @@ def test_a_rank_aborting_while_mpirun_stops_it_is_still_the_root_cause():
         RankRecord(4, "algo-3", 1, None, 0.0, 10.1, False, shut_down),
     ]
     assert root_cause(records).rank == 0
+
+
+MXNET_ATEXIT_SHUTDOWN = (
+    "Exception ignored in atexit callback: <function _notify_shutdown at 0x7fea13f03ce0>",
+    "Traceback (most recent call last):",
+    '  File "/venv/lib/python3.11/site-packages/mxnet/base.py", line 592, in _notify_shutdown',
+    "    check_call(_LIB.MXNotifyShutdown())",
+    "mxnet.base.MXNetError: MXNetError: Horovod has been shut down. This was caused by ...",
+)
+
+
+def test_the_failing_rank_own_atexit_shutdown_report_does_not_make_it_a_bystander():
+    """MXNet + Horovod: the rank that exits 7 shuts Horovod down, then MXNet's atexit hook
+    reports "Horovod has been shut down" as an ignored exception in that same rank."""
+    failing = rec(
+        3, 7, 11.0, tail=("rank 3 failing on purpose with code 7", *MXNET_ATEXIT_SHUTDOWN)
+    )
+    bystanders = [
+        rec(
+            r,
+            1,
+            10.0 + r / 10,
+            tail=(
+                "    raise get_last_ffi_error()",
+                "mxnet.base.MXNetError: MXNetError: Horovod has been shut down. This was ...",
+                *MXNET_ATEXIT_SHUTDOWN,
+            ),
+        )
+        for r in (0, 2, 4, 5)
+    ]
+    outcome = decide(JobFacts(records=(*bystanders, failing), world_size=6, launcher_exit_code=1))
+    assert outcome.exit_code == 7
+    assert outcome.root_cause == failing
+
+
+def test_an_ignored_exception_without_traceback_is_skipped_but_later_lines_count():
+    from ringleader.core.outcome import exit_relevant_lines
+
+    lines = [
+        "Exception ignored in: <function Thing.__del__ at 0x1>",
+        "RuntimeError: Horovod has been shut down",
+        "  indented line after the report",
+        "HorovodInternalError: Horovod has been shut down.",
+    ]
+    assert exit_relevant_lines(lines) == lines[2:]

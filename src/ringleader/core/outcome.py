@@ -67,9 +67,42 @@ class Outcome:
 COLLATERAL_MARKERS = ("Horovod has been shut down",)
 
 
+# Python's report of an exception that did not end the process (an atexit hook, a __del__): the
+# traceback that follows, up to its exception line, says nothing about why the rank exited.
+IGNORED_EXCEPTION_PREFIX = "Exception ignored in"
+
+
 def blames_another_rank(record: RankRecord) -> bool:
-    """It failed with a known "another rank failed first" message."""
-    return any(marker in line for line in record.stderr_tail for marker in COLLATERAL_MARKERS)
+    """It failed with a known "another rank failed first" message.
+
+    A marker inside an "Exception ignored in ..." block does not count: the failing rank itself
+    prints one when its exit shuts Horovod down before MXNet's atexit hook runs.
+    """
+    return any(
+        marker in line
+        for line in exit_relevant_lines(record.stderr_tail)
+        for marker in COLLATERAL_MARKERS
+    )
+
+
+def exit_relevant_lines(lines: Sequence[str]) -> list[str]:
+    """The lines of a stderr tail less the "Exception ignored in" reports Python prints for
+    exceptions that did not end the process (the report, its traceback and its exception line)."""
+    kept: list[str] = []
+    in_ignored = in_traceback = False
+    for line in lines:
+        if line.startswith(IGNORED_EXCEPTION_PREFIX):
+            in_ignored, in_traceback = True, False
+            continue
+        if in_ignored:
+            if line.startswith("Traceback (most recent call last)"):
+                in_traceback = True
+            elif not in_traceback or not line.startswith(" "):
+                # the exception line ends the report (or there was no traceback at all)
+                in_ignored = in_traceback = False
+            continue
+        kept.append(line)
+    return kept
 
 
 def suspicion(record: RankRecord) -> int:

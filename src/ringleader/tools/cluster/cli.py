@@ -59,6 +59,12 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     )
     run.add_argument("--min-free-gb", type=float, default=1.0, help="free disk each host needs")
     run.add_argument(
+        "--preflight-timeout",
+        type=float,
+        default=30.0,
+        help="seconds each host's preflight check may take before it counts as unreachable",
+    )
+    run.add_argument(
         "--setting",
         action="append",
         default=[],
@@ -172,6 +178,7 @@ def _run(args: argparse.Namespace) -> int:
             ssh=_ssh(args),
             bootstrap=args.bootstrap,
             min_free_bytes=int(args.min_free_gb * (1 << 30)),
+            preflight_timeout=args.preflight_timeout,
         )
     )
     return ClusterRun(job).run()
