@@ -1,6 +1,6 @@
 """TensorFlow through ringleader vs the same processes started by hand with the same TF_CONFIG:
-same image (ringleader:tensorflow), same fake hosts, same scripts (examples/tf_ps_train.py with
-TF2 chief roles, examples/tf_mwms_train.py), runs alternating.
+same image (ringleader:tensorflow), same fake hosts, same scripts (examples/tf_ps_train.py in
+SageMaker's master layout and with TF2 chief roles, examples/tf_mwms_train.py), runs alternating.
 
 For each run: steps/s as the script reports it (the chief, or worker 0), and the time from the
 main task's end (the chief; for MWMS the last worker) to every container exited. By hand, each
@@ -38,6 +38,12 @@ SCRIPTS = {
     "parameter_server": "tf_ps_train.py",
     "multi_worker_mirrored_strategy": "tf_mwms_train.py",
 }
+# (label, distribution, ringleader_tf_roles)
+CONFIGURATIONS = (
+    ("parameter_server (master)", "parameter_server", tfconfig.MASTER_ROLES),
+    ("parameter_server (chief)", "parameter_server", tfconfig.CHIEF_ROLES),
+    ("multi_worker_mirrored_strategy", "multi_worker_mirrored_strategy", tfconfig.CHIEF_ROLES),
+)
 
 
 @dataclass(frozen=True)
@@ -46,12 +52,14 @@ class Measurement:
     teardown: float | None  # main task's end -> every container exited; None: never by itself
 
 
-def by_hand_commands(distribution: str, names: list[str], script_args: list[str]) -> dict:
+def by_hand_commands(
+    distribution: str, roles: str, names: list[str], script_args: list[str]
+) -> dict:
     """host -> (TF_CONFIG of its task, shell command) as a person would start them."""
     commands = {}
     ports = tfconfig.TfPorts()
     for name in names:
-        tasks = tfconfig.host_tasks(distribution, names, name, tfconfig.CHIEF_ROLES, ports)
+        tasks = tfconfig.host_tasks(distribution, names, name, roles, ports)
         tasks.sort(key=lambda task: task.runs_script)  # the script last, in the foreground
         parts = []
         for task in tasks:
@@ -66,7 +74,9 @@ def by_hand_commands(distribution: str, names: list[str], script_args: list[str]
     return commands
 
 
-def run(runner: str, distribution: str, steps: int, source: Path, workdir: Path) -> Measurement:
+def run(
+    runner: str, distribution: str, roles: str, steps: int, source: Path, workdir: Path
+) -> Measurement:
     names = host_names(HOSTS, random_suffix=False)
     script_args = ["--steps", str(steps), "--log-interval", str(steps)]
     common = {"hosts": HOSTS, "source_dir": source, "image": IMAGE, "output_dir": workdir}
@@ -76,12 +86,12 @@ def run(runner: str, distribution: str, steps: int, source: Path, workdir: Path)
             **common,
             entry_point="tf_probe.py",
             distribution=distribution,
-            settings={"tf_roles": "chief"},
+            settings={"tf_roles": roles},
             hyperparameters={"steps": str(steps), "log-interval": str(steps)},
             env_overrides=probe,
         )
     else:
-        commands = by_hand_commands(distribution, names, script_args)
+        commands = by_hand_commands(distribution, roles, names, script_args)
         spec = LocalJobSpec(
             **common,
             entry_point="tf_probe.py",
@@ -137,15 +147,15 @@ def main() -> int:
         shutil.copy(BENCH / "probe" / "tf_probe.py", source)
         for script in SCRIPTS.values():
             shutil.copy(BENCH.parent / "examples" / script, source)
-        for distribution in SCRIPTS:
+        for label, distribution, roles in CONFIGURATIONS:
             results: dict[str, list[Measurement]] = {runner: [] for runner in runners}
             for round_number in range(1, args.rounds + 1):
                 for runner in runners:
-                    print(f"... {distribution} round {round_number}: {runner}", file=sys.stderr)
+                    print(f"... {label} round {round_number}: {runner}", file=sys.stderr)
                     results[runner].append(
-                        run(runner, distribution, args.steps, source, Path(tmp) / "out")
+                        run(runner, distribution, roles, args.steps, source, Path(tmp) / "out")
                     )
-            rows.append((distribution, results))
+            rows.append((label, results))
     print(f"TensorFlow on {HOSTS} hosts, {args.steps} steps, {args.rounds} runs each (median)")
     print(f"{'distribution':<32}{'runner':<12}{'steps/s':>9}{'teardown s':>12}  runs (steps/s)")
     for distribution, results in rows:
