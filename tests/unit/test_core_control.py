@@ -536,3 +536,30 @@ def test_a_silent_peer_whose_kernel_still_answers_gets_more_time_then_is_lost():
     assert "although its network stack answers" in reason
     assert f"{FROZEN_FACTOR:g} x ringleader_leader_timeout" in reason
     assert waited >= FROZEN_FACTOR * 0.3 - 0.05
+
+
+def test_the_peer_kernel_answers_keepalive_probes_while_we_send_nothing():
+    """A pulse process starved of CPU sends nothing to acknowledge; the kernel's keepalive
+    probes still get the peer's ACKs, so last_ack_age stays fresh (it only ages without)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    asked = Channel(socket.create_connection(server.getsockname()))
+    asked_peer, _ = server.accept()
+    silent = Channel(socket.create_connection(server.getsockname()))
+    silent_peer, _ = server.accept()
+    try:
+        asked.ask_peer_kernel_when_idle(1)
+        for channel in (asked, silent):
+            channel.send_frame(b"x")  # acknowledged at once; then nothing more is sent
+        sent = time.monotonic()
+        deadline = sent + 15.0
+        answered = False
+        while not answered and time.monotonic() < deadline:
+            # an ACK newer than our only send can only answer a keepalive probe
+            answered = time.monotonic() - sent - (asked.last_ack_age() or 0.0) > 0.5
+            time.sleep(0.05)
+        assert answered, f"no keepalive answer in 15 s (ACK age {asked.last_ack_age()})"
+        elapsed = time.monotonic() - sent
+        assert (silent.last_ack_age() or 0.0) >= elapsed - 0.5  # the control: it only aged
+    finally:
+        for closable in (asked, silent, asked_peer, silent_peer, server):
+            closable.close()

@@ -6,6 +6,10 @@ pulses on another, in a process of their own (ringleader.wire.pulse_process). No
 travels on this connection, so a pulse never waits behind megabytes of rank output in a send
 buffer, behind the leader printing, or behind JSON work and the GIL: a host is declared lost
 only when its pulses really stopped (or its connection closed).
+
+Silence alone is not loss: while the peer's kernel acknowledges our pulses, or the keepalive
+probes our kernel sends when the link is idle (which need no CPU time of ours), the peer host
+is up and only starved, and it gets FROZEN_FACTOR timeouts before it counts as lost.
 """
 
 import collections
@@ -42,6 +46,10 @@ class Pulse:
         self._reported = threading.Lock()
         self.last_heard = time.time()
         self._gaps: collections.deque[float] = collections.deque(maxlen=100_000)
+        # Without this, a pulse process starved of CPU sends nothing for the peer to
+        # acknowledge, and its watcher, once it runs again, mistakes a live peer for a
+        # partitioned one (seen with busy-polling ranks on 2 cores).
+        channel.ask_peer_kernel_when_idle(interval)
         threading.Thread(target=self._send_loop, name="pulse-send", daemon=True).start()
         threading.Thread(target=self._watch_loop, name="pulse-watch", daemon=True).start()
 

@@ -124,6 +124,20 @@ class Channel:
         self._scanned = 0
         return line
 
+    def ask_peer_kernel_when_idle(self, idle_seconds: float) -> None:
+        """Have our kernel probe the peer's TCP stack (keepalive) after `idle_seconds` without
+        traffic, whether or not this process gets the CPU: the peer's answers keep
+        last_ack_age fresh even while our own pulses could not be sent. The kernel never ends
+        the connection by itself first (at most 127 unanswered probes, 1 s apart); the
+        pulse watcher decides."""
+        with contextlib.suppress(OSError, AttributeError):
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            self._sock.setsockopt(
+                socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, max(1, round(idle_seconds))
+            )
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 127)
+
     def last_ack_age(self) -> float | None:
         """Seconds since the peer's TCP stack last acknowledged anything we sent (Linux
         TCP_INFO's tcpi_last_ack_recv), or None where that is not known."""
