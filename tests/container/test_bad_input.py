@@ -18,6 +18,26 @@ def hyperparameters_file(values: dict[str, str]) -> dict[str, dict[str, str]]:
     return {host: {"hyperparameters.json": text} for host in HOSTS}
 
 
+def instance_groups_file(groups: dict[str, list[str]]) -> dict[str, dict[str, str]]:
+    """resourceconfig.json on every host with these instance groups (group -> its hosts)."""
+    return {
+        host: {
+            "resourceconfig.json": json.dumps(
+                {
+                    "current_host": host,
+                    "hosts": HOSTS,
+                    "current_group_name": "train",
+                    "instance_groups": [
+                        {"instance_group_name": name, "hosts": members}
+                        for name, members in groups.items()
+                    ],
+                }
+            )
+        }
+        for host in HOSTS
+    }
+
+
 CASES = {
     "malformed SM_HOSTS": (
         {"env_overrides": on_every_host(SM_HOSTS='["algo-1", "algo-2"')},
@@ -120,44 +140,13 @@ CASES = {
         "groups disagree: {'data': 1, 'train': 2}",
     ),
     "a host in no instance group": (
-        {
-            "config_overrides": {
-                host: {
-                    "resourceconfig.json": json.dumps(
-                        {
-                            "current_host": host,
-                            "hosts": HOSTS,
-                            "current_group_name": "train",
-                            "instance_groups": [
-                                {"instance_group_name": "train", "hosts": ["algo-1", "algo-2"]}
-                            ],
-                        }
-                    )
-                }
-                for host in HOSTS
-            }
-        },
+        {"config_overrides": instance_groups_file({"train": ["algo-1", "algo-2"]})},
         "Configuration error in resourceconfig.json instance_groups: host(s) ['algo-3'] are in "
         "no instance group",
     ),
     "a distribution instance group with no hosts": (
         {
-            "config_overrides": {
-                host: {
-                    "resourceconfig.json": json.dumps(
-                        {
-                            "current_host": host,
-                            "hosts": HOSTS,
-                            "current_group_name": "train",
-                            "instance_groups": [
-                                {"instance_group_name": "train", "hosts": HOSTS},
-                                {"instance_group_name": "spare", "hosts": []},
-                            ],
-                        }
-                    )
-                }
-                for host in HOSTS
-            },
+            "config_overrides": instance_groups_file({"train": HOSTS, "spare": []}),
             "hyperparameters": {"sagemaker_distribution_instance_groups": ["spare"]},
         },
         "Configuration error in sagemaker_distribution_instance_groups: the instance group "
