@@ -32,6 +32,7 @@ pytestmark = pytest.mark.container
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 DATA = "/opt/ml/output/data"
 YIELD = "--mca mpi_yield_when_idle 1"
+BUSY_POLL = "--mca mpi_yield_when_idle 0"  # what a plain `docker run` gets: waiting ranks spin
 MPI_OPTIONS = (
     f"-x HOROVOD_TIMELINE={DATA}/timeline.json -x HOROVOD_AUTOTUNE=1 "
     f"-x HOROVOD_AUTOTUNE_LOG={DATA}/autotune_log.csv {YIELD}"
@@ -210,19 +211,20 @@ def test_failing_horovod_rank_is_the_root_cause(failed_job):
 def test_failing_rank_under_an_output_flood_is_named_every_time(
     attempt: int, docker_client: docker.DockerClient, horovod_image: str, tmp_path: Path
 ) -> None:
-    """Horovod ranks on 2 cores, every rank printing 200 lines per step, rank 3 exits 3 at
-    step 50: no host is ever taken for lost, and rank 3 is the cause, every time.
+    """Horovod ranks busy-polling on 2 cores (6 of them, as a plain `docker run` gets them),
+    every rank printing 200 lines per step, rank 3 exits 3 at step 50: no host is ever taken
+    for lost, and rank 3 is the cause, every time.
 
-    With `mpi_yield_when_idle` as the other Horovod tests use it: with busy-polling ranks (6 on
-    2 cores) pulses and even TCP acknowledgements between fake hosts stalled for 10 s in about
-    1 of 10 runs (a known open problem, see the README's failure model)."""
+    Before the pulse connection asked the peer's kernel by keepalive, a pulse process starved
+    of CPU sent nothing to acknowledge and took a live peer for a partitioned one in about 1
+    of 10 such runs."""
     capture = Capture()
     spec = make_spec(
         tmp_path,
         image=horovod_image,
         entry_point="horovod_train.py",
         hyperparameters={"fail-rank": "3", "fail-code": "3", "fail-step": "50", "flood": "200"},
-        mpi_options=YIELD,
+        mpi_options=BUSY_POLL,
         settings={"startup_timeout": "60"},
     )
     job = LocalJob(spec, capture, docker_client)
