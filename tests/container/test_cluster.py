@@ -193,6 +193,27 @@ def test_kill_9_of_the_leaders_ringleader_leaves_nothing_running(instances: Inst
         process.wait()
 
 
+def test_a_dropped_ssh_connection_to_a_member_ends_the_job_everywhere(
+    instances: Instances,
+) -> None:
+    """The leader's ssh connection that runs node2's agent drops: node2's agent sees its input
+    end and ends its whole process tree; the leader takes node2 for lost; nothing is left."""
+    process = instances.start(
+        ["cluster", "run", "--hostfile", "hosts", "--", "python", "job.py", "sleep"]
+    )
+    try:
+        wait_for_line(process, "rank 5 sleeping", 120)
+        drop = "pkill -9 -f '^ssh .* node2 -- .*ringleader[.]tools[.]cluster[.]agent'"
+        assert instances.sh("node1", drop)[0] == 0
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode == 75, output  # a host lost, on the command too
+        left = instances.wait_until_clean(NO_JOB_PROCESS_WITHIN)
+        assert left == {}, left
+    finally:
+        process.kill()
+        process.wait()
+
+
 def test_ctrl_c_stops_the_job_everywhere(instances: Instances) -> None:
     process = instances.start(
         [

@@ -5,6 +5,7 @@ import hashlib
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -294,6 +295,22 @@ def test_sweep_ends_every_process_with_the_mark_and_nothing_else():
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.mark.parametrize(
+    ("stdin", "signal_sent"),
+    [("stop\n", signal.SIGTERM), ("", signal.SIGHUP)],
+    ids=["the leader asks: SIGTERM", "input ends (leader or ssh gone): SIGHUP"],
+)
+def test_agent_stops_the_entry_point_by_how_its_input_ended(tmp_path, stdin, signal_sent):
+    job = agent.AgentJob("j1", str(tmp_path / "j1"), ("a",), "a", {}, 5.0)
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        agent.Agent(job, io.StringIO(stdin), io.BytesIO())._watch_stdin(child)
+        assert child.wait(timeout=10) == -signal_sent
+    finally:
+        child.kill()
+        child.wait()
 
 
 # --------------------------------------------------------------------------------------- wheels

@@ -4,8 +4,9 @@
 It lays out the job's directory as SageMaker would (input/config, output, model), runs the
 container entry point's supervision in a child (`ringleader.tools.cluster.host`) and relays its
 output. stdin stays open for the whole job: "stop" or end of file (Ctrl-C on the leader, its
-ringleader killed, the ssh connection gone) stops the job here with SIGTERM, and every process
-of the job still alive on this host `grace` seconds later is killed. Processes are recognised by
+ringleader killed, the ssh connection gone) stops the job here: "stop" with SIGTERM, end of
+file with SIGHUP (this host is lost to the job), and every process of the job still alive on
+this host `grace` seconds later is killed. Processes are recognised by
 the job's mark in their environment, which also finds the ranks mpirun started through sshd.
 """
 
@@ -147,12 +148,19 @@ class Agent:
             pass
 
     def _watch_stdin(self, child: "subprocess.Popen[bytes]") -> None:
+        asked = False
         for line in self._stdin:
             if line.strip() == STOP:
+                asked = True
                 break
         self._stopped.set()
+        # "stop" is the leader's Ctrl-C, a stop from outside: the entry point stops the job
+        # gracefully (143 everywhere). End of input means the leader's ringleader or this host's
+        # ssh connection is gone, which no one asked for: this host is lost to the job, so its
+        # supervision ends at once (a hang-up) and the leader reports the host lost (75) instead
+        # of a SIGTERM that never came; the sweep after it still gives the ranks SIGTERM first.
         with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signal.SIGTERM)  # the entry point stops the job gracefully
+            child.send_signal(signal.SIGTERM if asked else signal.SIGHUP)
         if not _wait(child, self._job.grace):
             sweep(self._job.job, 0.0)
             with contextlib.suppress(ProcessLookupError):
