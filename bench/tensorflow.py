@@ -119,9 +119,15 @@ def run(
                 except docker.errors.NotFound:
                     break
                 if state["Status"] == "exited":
-                    for name in names[1:]:  # servers never end: a person has to stop them
-                        client.api.kill(ids[name])
-                    killed = True
+                    # servers never end: a person has to stop them (in SageMaker's master
+                    # layout a host whose worker script ended has exited by itself)
+                    for name in names[1:]:
+                        try:
+                            client.api.kill(ids[name])
+                            killed = True
+                        except docker.errors.APIError as error:
+                            if error.status_code != 409:  # 409: it is not running
+                                raise
                     break
             time.sleep(0.2)
     thread.join(900)
