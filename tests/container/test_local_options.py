@@ -1,6 +1,7 @@
 """`ringleader local` as a real training launcher: data channels, environment, shared memory,
 checkpoints and output URIs, checked from inside the ranks of real 3-host jobs."""
 
+import ipaddress
 import json
 import re
 import socket
@@ -146,7 +147,9 @@ def moto_on_docker0(docker_client: docker.DockerClient) -> Iterator[str]:
     containers reach it there, nothing else does."""
     from moto.server import ThreadedMotoServer
 
-    gateway = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    config = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    # A fresh daemon may report only the subnet; the bridge's address is then its first host.
+    gateway = config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
     with socket.socket() as probe:
         probe.bind((gateway, 0))
         port = probe.getsockname()[1]
