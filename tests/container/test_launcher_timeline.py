@@ -16,9 +16,24 @@ from tests.report.test_report_browser import near, screenshot
 
 pytestmark = pytest.mark.container
 
-EVERY_HOST = (phases.ENTRY, phases.CONFIG, phases.SSHD, phases.FIRST_RANK, phases.LAST_RANK_ENDED)
-LEADER = (*EVERY_HOST, phases.WORKERS_UP, phases.LAUNCHED, phases.VERDICT, phases.EXITED)
-WORKER = (*EVERY_HOST, phases.CONNECTED, phases.SSH_CHECKED, phases.VERDICT_RECEIVED)
+EVERY_HOST = (
+    phases.ENTRY,
+    phases.CONFIG,
+    phases.SSHD,
+    phases.WRAPPER_STARTED,
+    phases.FIRST_RANK,
+    phases.FIRST_OUTPUT,
+    phases.LAST_RANK_ENDED,
+    phases.EXITED,
+)
+LEADER = (*EVERY_HOST, phases.WORKERS_UP, phases.LAUNCHED, phases.VERDICT)
+WORKER = (
+    *EVERY_HOST,
+    phases.CONNECTED,
+    phases.SSH_CHECKED,
+    phases.MPI_DAEMON_UP,
+    phases.VERDICT_RECEIVED,
+)
 CONFIG_ORANGE = (0xF2, 0x8E, 0x2B)  # PHASE_COLORS[1]: the "configuration read" bars
 
 
@@ -38,7 +53,7 @@ def test_every_phase_of_every_host_and_the_gantt_chart(run_job, tmp_path: Path) 
         assert set(expected) <= set(found), (host, found)
         # Phases reached by the host itself come in the documented order (the leader's view
         # of a worker, its ssh check, may come before or after the worker's own steps).
-        own = [phase for phase in found if phase in EVERY_HOST]
+        own = [phase for phase in found if phase in EVERY_HOST or phase == phases.MPI_DAEMON_UP]
         assert in_order(own), (host, found)
     leader = [mark.phase for mark in summary.timeline if mark.host == "algo-1"]
     assert in_order([p for p in leader if p in LEADER]), leader

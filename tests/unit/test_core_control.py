@@ -8,9 +8,11 @@ import time
 import pytest
 
 from ringleader.core.records import RankRecord
+from ringleader.core.timeline import Mark
 from ringleader.wire.control import (
     ControlServer,
     Liveness,
+    bye_message,
     connect_to_leader,
     hello_message,
     pulse_hello,
@@ -150,6 +152,13 @@ def test_rank_events_are_relayed(leader):
     assert next_event(leader.events) == RankEnded(record)
     assert next_event(leader.events) == SigtermReceived("algo-2")
     assert next_event(leader.events) == WorkerBye("algo-2")
+
+
+def test_a_bye_carries_the_workers_last_timeline_marks(leader):
+    channel = leader.join("algo-2")
+    marks = (Mark("algo-2", "verdict received", 12.5), Mark("algo-2", "exited", 12.75))
+    channel.send(bye_message("algo-2", marks))
+    assert next_event(leader.events) == WorkerBye("algo-2", marks)
 
 
 def test_output_frames_are_handed_on_still_encoded_and_in_order(leader):

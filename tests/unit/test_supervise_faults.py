@@ -426,10 +426,23 @@ def test_worker_follows_the_leaders_verdict_and_says_bye_after_writing_files() -
     rig.events.at(2.0, RankEnded(record(2, 0)))
     rig.events.at(3.0, LeaderMessage({"type": "exit", "code": 3, "failure": "Rank 4 ...\n"}))
     rig.events.at(3.1, LeaderLost("control connection closed (connection closed)"))
-    outcome = rig.run()
+
+    def write_files(written: Outcome) -> None:
+        rig.written.append(written)
+        rig.clock.now += 0.25  # writing the result files takes time
+
+    outcome = rig.worker.run(write_files)
     assert outcome == Outcome(3, "Rank 4 ...\n")
     assert rig.written == [outcome]
-    assert rig.link.sent[-1] == {"type": "bye", "host": "algo-2"}
+    # The bye carries the worker's own marks: verdict received, and done once files are written.
+    assert rig.link.sent[-1] == {
+        "type": "bye",
+        "host": "algo-2",
+        "timeline": [
+            {"host": "algo-2", "phase": "verdict received", "at": 1003.0},
+            {"host": "algo-2", "phase": "exited", "at": 1003.25},
+        ],
+    }
     assert {"type": "rank-start", "rank": 2, "host": "algo-2"} in rig.link.sent
 
 

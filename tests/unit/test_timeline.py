@@ -13,7 +13,18 @@ from ringleader.core.timeline import Mark, Timeline
 RECORDS = (
     RankRecord(0, "algo-1", 0, None, 103.0, 110.0, False, (), first_output_at=103.5),
     RankRecord(1, "algo-1", 0, None, 103.2, 110.5, False, (), first_output_at=103.4),
-    RankRecord(2, "algo-2", 0, None, 104.0, 110.2, False, ()),
+    RankRecord(
+        2,
+        "algo-2",
+        0,
+        None,
+        104.0,
+        110.2,
+        False,
+        (),
+        daemon_started_at=103.3,
+        wrapper_started_at=103.6,
+    ),
 )
 MARKS = [
     Mark("algo-1", phases.ENTRY, 100.0),
@@ -46,9 +57,15 @@ def test_rank_marks_per_host():
         Mark("algo-1", phases.FIRST_RANK, 103.0),
         Mark("algo-1", phases.FIRST_OUTPUT, 103.4),
         Mark("algo-1", phases.LAST_RANK_ENDED, 110.5),
+        Mark("algo-2", phases.MPI_DAEMON_UP, 103.3),
+        Mark("algo-2", phases.WRAPPER_STARTED, 103.6),
         Mark("algo-2", phases.FIRST_RANK, 104.0),
         Mark("algo-2", phases.LAST_RANK_ENDED, 110.2),
     ]
+
+
+def test_a_rank_record_keeps_its_launch_times_through_json():
+    assert RankRecord.from_json(json.loads(json.dumps(RECORDS[2].to_json()))) == RECORDS[2]
 
 
 def test_spans_and_summary_name_the_slowest_host_and_phase():
@@ -93,3 +110,9 @@ def test_an_unreadable_timeline_entry_is_a_problem_not_a_failure():
     read = parse_job_file(text)
     assert read.timeline == (MARKS[0],)
     assert read.problems and "timeline" in read.problems[0]
+
+
+def test_every_phase_has_a_colour_of_its_own_in_the_gantt_chart():
+    from ringleader.tools.report.charts import PHASE_COLORS
+
+    assert len(set(PHASE_COLORS)) >= len(phases.PHASES)

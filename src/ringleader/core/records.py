@@ -19,6 +19,10 @@ class RankRecord:
     error: tuple[str, ...] = ()
     role: str | None = None  # what the rank is for, when it has a role (TensorFlow: ps:1)
     first_output_at: float | None = None  # time.time() of its first output line
+    # When the process that launched the wrapper (mpirun's daemon; mpirun on its own host) and
+    # the wrapper itself were created: the launch fan-out and the wrapper's Python start-up.
+    daemon_started_at: float | None = None
+    wrapper_started_at: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -53,10 +57,14 @@ class RankRecord:
             stderr_tail=tuple(str(line) for line in data.get("stderr_tail", ())),
             error=tuple(str(line) for line in data.get("error", ())),
             role=None if data.get("role") is None else str(data["role"]),
-            first_output_at=(
-                None if data.get("first_output_at") is None else float(data["first_output_at"])
-            ),
+            first_output_at=_optional_time(data, "first_output_at"),
+            daemon_started_at=_optional_time(data, "daemon_started_at"),
+            wrapper_started_at=_optional_time(data, "wrapper_started_at"),
         )
+
+
+def _optional_time(data: dict[str, Any], key: str) -> float | None:
+    return None if data.get(key) is None else float(data[key])
 
 
 def signal_name(number: int) -> str:

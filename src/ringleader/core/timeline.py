@@ -19,6 +19,8 @@ CONNECTED = "connected to the leader"
 SSH_CHECKED = "ssh check passed"
 WORKERS_UP = "all workers up"
 LAUNCHED = "launcher started"
+MPI_DAEMON_UP = "MPI daemon up"  # mpirun's daemon (orted) on a host it reaches over ssh
+WRAPPER_STARTED = "first rank wrapper started"
 FIRST_RANK = "first rank started"
 FIRST_OUTPUT = "first output"
 LAST_RANK_ENDED = "last rank ended"
@@ -33,6 +35,8 @@ PHASES = (
     SSH_CHECKED,
     WORKERS_UP,
     LAUNCHED,
+    MPI_DAEMON_UP,
+    WRAPPER_STARTED,
     FIRST_RANK,
     FIRST_OUTPUT,
     LAST_RANK_ENDED,
@@ -95,10 +99,18 @@ class Timeline:
 
 
 def rank_marks(records: Sequence[RankRecord]) -> list[Mark]:
-    """Per host: its first rank's start, first output and its last rank's end."""
+    """Per host, from its ranks' records: its MPI daemon's start (mpirun jobs), its first rank
+    wrapper's start, its first rank's start and first output, and its last rank's end (each
+    rank's own times stay in its record)."""
     marks = []
     for host in sorted({record.host for record in records}):
         mine = [record for record in records if record.host == host]
+        for phase, times in (
+            (MPI_DAEMON_UP, [record.daemon_started_at for record in mine]),
+            (WRAPPER_STARTED, [record.wrapper_started_at for record in mine]),
+        ):
+            if known := [at for at in times if at is not None]:
+                marks.append(Mark(host, phase, min(known)))
         marks.append(Mark(host, FIRST_RANK, min(record.started_at for record in mine)))
         outputs = [record.first_output_at for record in mine if record.first_output_at]
         if outputs:

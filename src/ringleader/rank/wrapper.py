@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import psutil
+
 from ringleader.core import exitcodes, paths
 from ringleader.core.records import RankRecord
 from ringleader.rank.capture import Pump, RankOutput
@@ -28,6 +30,7 @@ from ringleader.wire.protocol import Channel, ChannelClosed
 
 STDERR_TAIL_LINES = 20
 _MPI_PREFIXES = ("OMPI_", "PMIX_", "OPAL_", "ORTE_", "PRTE_")
+_MPI_DAEMONS = ("orted", "prted")  # Open MPI 4's daemon, and PRRTE's in Open MPI 5
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _REPORT_TIMEOUT = 10.0
 _PIPE_DRAIN_SECONDS = 2.0  # after the rank's tree ended, for the rest of its output
@@ -65,9 +68,11 @@ class RankSupervisor:
         grace: float,
         stray_grace: float = 0.5,
         role: str | None = None,
+        launch_times: tuple[float | None, float | None] = (None, None),
     ) -> None:
         self._command, self._env, self._cwd = list(command), dict(env), cwd
         self.host, self.rank, self._grace, self.role = host, rank, grace, role
+        self._launch_times = launch_times  # (MPI daemon, this wrapper) created at
         self._stray_grace = stray_grace  # for processes the rank left behind when it ended
         self._child: subprocess.Popen[bytes] | None = None
         self._output: RankOutput | None = None
@@ -185,7 +190,24 @@ class RankSupervisor:
             error=error,
             role=self.role,
             first_output_at=self._output.first_output_at if self._output is not None else None,
+            daemon_started_at=self._launch_times[0],
+            wrapper_started_at=self._launch_times[1],
         )
+
+
+def launch_times(own_env: Mapping[str, str]) -> tuple[float | None, float | None]:
+    """When the MPI daemon that started this wrapper (its parent on a host mpirun reaches over
+    ssh; mpirun's own host has none) and the wrapper itself were created, for the launcher's
+    timeline; None where it cannot be known."""
+    daemon: float | None = None
+    wrapper: float | None = None
+    with contextlib.suppress(psutil.Error):
+        own = psutil.Process()
+        wrapper = own.create_time()
+        parent = own.parent() if "OMPI_COMM_WORLD_RANK" in own_env else None
+        if parent is not None and parent.name() in _MPI_DAEMONS:
+            daemon = parent.create_time()
+    return daemon, wrapper
 
 
 def _connect_agent(path: str) -> Channel | None:
@@ -265,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.grace,
         args.abort_grace,
         own_env.get("RINGLEADER_ROLE") or None,
+        launch_times(own_env),
     )
 
     def on_signal(signum: int, _frame: object) -> None:

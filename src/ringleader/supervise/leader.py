@@ -408,7 +408,7 @@ class Leader:
             ):
                 pending.discard(event.host)
                 if isinstance(event, WorkerBye):
-                    self.timeline.mark(event.host, phases.VERDICT_RECEIVED, self._clock.time())
+                    self.timeline.extend(event.marks)
         self._log("every worker has the exit code")
 
 

@@ -11,7 +11,9 @@ from typing import Protocol
 
 from ringleader.config.job import Timeouts
 from ringleader.core import exitcodes
+from ringleader.core import timeline as phases
 from ringleader.core.outcome import Outcome, truncate
+from ringleader.core.timeline import Mark
 from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.strategy import LaunchPlan
 from ringleader.supervise.eventloop import Clock, EventSource, earliest
@@ -22,6 +24,7 @@ from ringleader.supervise.leader import (
     RunningLauncher,
     StartLauncher,
 )
+from ringleader.wire.control import bye_message
 from ringleader.wire.events import (
     LauncherExited,
     LeaderLost,
@@ -138,10 +141,16 @@ class Worker:
                     ),
                 )
             elif isinstance(event, LeaderMessage):
+                received = self._clock.time()
                 outcome = self._obey(event.message)
                 if outcome is not None:
                     on_outcome(outcome)  # files first, then bye, then let the leader go first
-                    link.send({"type": "bye", "host": self._host})
+                    # This host is done: what is left is the wait for the leader to go first.
+                    marks = (
+                        Mark(self._host, phases.VERDICT_RECEIVED, received),
+                        Mark(self._host, phases.EXITED, self._clock.time()),
+                    )
+                    link.send(bye_message(self._host, marks))
                     self._wait_for_leader_to_leave(timeouts.finish + timeouts.leader_loss)
                     return outcome
                 if event.message.get("type") == "launched":

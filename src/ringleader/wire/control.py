@@ -3,7 +3,7 @@
 Each worker opens two connections to the leader's control port. The control connection
 carries, worker -> leader: hello (sshd is up, or a configuration error), rank-start, output
 frames and rank-end relayed from its host agent, sigterm (SIGTERM arrived on that host), bye
-(exit code received); leader -> worker: launched, terminate (stop your ranks, with the grace to
+(exit code received; its last timeline marks); leader -> worker: launched, terminate (stop your ranks, with the grace to
 give them), exit (the job's exit code and failure text; reply bye, then exit). The pulse
 connection carries only pulses, both ways (ringleader.wire.liveness).
 
@@ -238,7 +238,7 @@ class ControlServer:
         elif kind == "ranks-exited":
             self._events.put(RanksExited(host, int(message["code"])))
         elif kind == "bye":
-            self._events.put(WorkerBye(host))
+            self._events.put(WorkerBye(host, _marks(message.get("timeline"))))
         else:
             self._log(f"ignored a message of unknown type {kind[:50]!r} from {host}")
 
@@ -284,6 +284,11 @@ def hello_message(
     if error is not None:
         message["error"] = {"code": error[0], "message": error[1]}
     return message
+
+
+def bye_message(host: str, marks: Sequence[Mark]) -> dict[str, Any]:
+    """A worker's last message: it has the verdict; `marks`: its timeline since the hello."""
+    return {"type": "bye", "host": host, "timeline": [mark.to_json() for mark in marks]}
 
 
 def pulse_hello(host: str) -> dict[str, Any]:

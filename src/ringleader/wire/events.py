@@ -55,6 +55,7 @@ class WorkerLost:
 @dataclass(frozen=True)
 class WorkerBye:
     host: str
+    marks: tuple[Mark, ...] = ()  # the worker's timeline since its hello (verdict, exited)
 
 
 @dataclass(frozen=True)
