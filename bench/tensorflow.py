@@ -2,8 +2,14 @@
 same image (ringleader:tensorflow), same fake hosts, same scripts (examples/tf_ps_train.py in
 SageMaker's master layout and with TF2 chief roles, examples/tf_mwms_train.py), runs alternating.
 
-For each run: steps/s as the script reports it (the chief, or worker 0), and the time from the
-main task's end (the chief; for MWMS the last worker) to every container exited. By hand, each
+For each run: the job's steps/s and the time from the main task's end (the chief; for MWMS the
+last worker) to every container exited. The job's steps/s comes from the rates the tasks that
+run the script report: in SageMaker's master layout master and workers each train their own
+share of the global steps, so their rates add up; with TF2 chief roles only the chief reports;
+with MWMS every worker takes every step together, so their rates are averaged. Every TensorFlow
+process of both runners gets one intra-op and one inter-op thread (TF_NUM_INTRAOP_THREADS,
+TF_NUM_INTEROP_THREADS): six processes on a 2-core machine, each with a thread per core by
+default, made the same runner vary by up to 30% between runs. By hand, each
 container's shell starts its parameter server in the background and execs its task; servers
 never end on their own, so after the chief's container exits the bench kills the others, as a
 person would have to (their teardown is reported as "never").
@@ -38,6 +44,7 @@ SCRIPTS = {
     "parameter_server": "tf_ps_train.py",
     "multi_worker_mirrored_strategy": "tf_mwms_train.py",
 }
+THREADS = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 # (label, distribution, ringleader_tf_roles)
 CONFIGURATIONS = (
     ("parameter_server (master)", "parameter_server", tfconfig.MASTER_ROLES),
@@ -80,7 +87,7 @@ def run(
     names = host_names(HOSTS, random_suffix=False)
     script_args = ["--steps", str(steps), "--log-interval", str(steps)]
     common = {"hosts": HOSTS, "source_dir": source, "image": IMAGE, "output_dir": workdir}
-    probe = {name: {"TF_PROBE_SCRIPT": SCRIPTS[distribution]} for name in names}
+    probe = {name: {"TF_PROBE_SCRIPT": SCRIPTS[distribution], **THREADS} for name in names}
     if runner == "ringleader":
         spec = LocalJobSpec(
             **common,
@@ -133,11 +140,20 @@ def run(
     thread.join(900)
     result = result_box["result"]
     output = out.getvalue()
-    rate = RATE.search(output)
+    rates = [float(value) for value in RATE.findall(output)]
     ends = [float(v) for v in re.findall(r"BENCH end \S+ (\d+\.\d{6})", output)]
     last_exit = max(host.finished_at for host in result.hosts)
     teardown = None if killed or not ends else last_exit - max(ends)
-    return Measurement(float(rate.group(1)) if rate else None, teardown)
+    return Measurement(job_rate(distribution, roles, rates), teardown)
+
+
+def job_rate(distribution: str, roles: str, rates: list[float]) -> float | None:
+    """The job's steps/s from the rates its tasks reported (see the module's docstring)."""
+    if not rates:
+        return None
+    if distribution == "parameter_server" and roles == tfconfig.MASTER_ROLES:
+        return sum(rates)
+    return statistics.mean(rates)
 
 
 def main() -> int:
