@@ -20,11 +20,13 @@ import io
 import re
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
 
+from ringleader.core import timeline as phases
+from ringleader.core.jobfile import read_job_file
 from ringleader.tools.local.plan import LocalJobSpec
 from ringleader.tools.local.run import LocalJob, LocalJobResult
 
@@ -43,6 +45,19 @@ class Measurement:
     teardown: float | None
     failure: float | None
     codes: tuple[int | None, ...]
+    phases: dict[str, float] = field(default_factory=dict)  # ringleader: see phase_times
+
+
+def phase_times(job_file: Path, origin: float) -> dict[str, float]:
+    """Per launcher phase: seconds from the first `docker start` until the last host reached
+    it (from the leader's job.json), in the order of the phases."""
+    if not job_file.is_file():
+        return {}
+    marks = read_job_file(job_file).timeline
+    latest: dict[str, float] = {}
+    for mark in marks:
+        latest[mark.phase] = max(latest.get(mark.phase, 0.0), mark.at - origin)
+    return {phase: latest[phase] for phase in phases.PHASES if phase in latest}
 
 
 def bench_times(output: str, kind: str) -> list[float]:
@@ -78,7 +93,14 @@ def run(runner: str, hosts: int, fail: bool, workdir: Path) -> Measurement:
     startup = max(starts) - first_start if len(starts) == world else None
     teardown = last_exit - max(ends) if not fail and len(ends) == world else None
     failure = last_exit - fails[0] if fail and fails else None
-    return Measurement(startup, teardown, failure, tuple(h.exit_code for h in result.hosts))
+    job_file = result.output_dir / result.hosts[0].name / "output" / "data" / "job.json"
+    return Measurement(
+        startup,
+        teardown,
+        failure,
+        tuple(h.exit_code for h in result.hosts),
+        phase_times(job_file, first_start) if runner == "ringleader" and not fail else {},
+    )
 
 
 def _ratio(ours: float | None, bare: float | None) -> str:
@@ -128,6 +150,14 @@ def main() -> int:
             f"{hosts:>5}  {runner:<10}  {fmt(ok.startup):>9}  {fmt(ok.teardown):>10}  "
             f"{fmt(failed.failure if failed else None):>9}  {codes}"
         )
+    print()
+    print("ringleader, successful job: seconds from the first docker start until the last host")
+    print("reached each phase of the launcher (job.json's timeline)")
+    for hosts, runner, ok, _ in rows:
+        if runner == "ringleader" and ok.phases:
+            print(f"  {hosts} hosts:")
+            for phase, seconds in ok.phases.items():
+                print(f"    {seconds:7.2f}  {phase}")
     by_key = {(hosts, runner): (ok, failed) for hosts, runner, ok, failed in rows}
     print()
     print(
