@@ -30,6 +30,7 @@ from ringleader.wire.events import (
 from ringleader.wire.leader_link import LeaderLink
 from ringleader.wire.liveness import Pulse
 from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
+from ringleader.wire.pulse_process import PulseHub
 
 WORKERS = ("algo-2", "algo-3")
 SLOW = Liveness(interval=60.0, timeout=600.0)  # pulses play no part
@@ -408,6 +409,7 @@ class Worker:
         self.events: queue.Queue = queue.Queue()
         self.link = LeaderLink(
             host,
+            "algo-1",
             leader.connect(),
             pulse if pulse is not None else leader.connect(),
             liveness,
@@ -572,3 +574,34 @@ def test_the_peer_kernel_answers_keepalive_probes_while_we_send_nothing():
     finally:
         for closable in (asked, silent, asked_peer, silent_peer, server):
             closable.close()
+
+
+def test_one_pulse_process_serves_every_peer_and_names_the_one_lost():
+    """The leader's pulse links to all its workers live in one child process: a peer that goes
+    away is reported under its own host, the others keep pulsing, and stopping the hub gives a
+    summary per host without reporting a loss."""
+    server = socket.create_server(("127.0.0.1", 0))
+    hub = PulseHub(FAST.interval, FAST.timeout, "test_timeout")
+    lost: queue.Queue = queue.Queue()
+    peers = {}
+    try:
+        for host in ("algo-2", "algo-3"):
+            ours = Channel(socket.create_connection(server.getsockname()))
+            theirs, _ = server.accept()
+            peers[host] = Pulse(Channel(theirs), FAST.interval, 5.0, "peer", lambda *_: None)
+            hub.watch(host, ours, lambda reason, _heard, host=host: lost.put((host, reason)))
+        time.sleep(10 * FAST.interval)  # pulses flow both ways on both links
+        assert lost.empty()
+        peers["algo-3"].stop()
+        host, reason = lost.get(timeout=10)
+        assert host == "algo-3" and "pulse connection closed" in reason, reason
+        time.sleep(10 * FAST.interval)
+        assert lost.empty(), "the live peer was reported lost"
+        summaries = hub.stop()
+        assert set(summaries) == {"algo-2", "algo-3"}
+        assert "pulses, gap p50" in summaries["algo-2"], summaries
+    finally:
+        hub.stop()
+        for pulse in peers.values():
+            pulse.stop()
+        server.close()

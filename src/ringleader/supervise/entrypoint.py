@@ -339,6 +339,7 @@ class EntryPoint:
         self._timeline.mark(self._host, phases.CONNECTED)
         link = LeaderLink(
             self._host,
+            topology.leader,
             control,
             pulse,
             Liveness(timeouts.pulse_interval, timeouts.leader_loss),

@@ -3,9 +3,10 @@
 Each worker opens two connections to the leader's control port. The control connection
 carries, worker -> leader: hello (sshd is up, or a configuration error), rank-start, output
 frames and rank-end relayed from its host agent, sigterm (SIGTERM arrived on that host), bye
-(exit code received; its last timeline marks); leader -> worker: launched, terminate (stop your ranks, with the grace to
-give them), exit (the job's exit code and failure text; reply bye, then exit). The pulse
-connection carries only pulses, both ways (ringleader.wire.liveness).
+(exit code received, with the worker's last timeline marks); leader -> worker: launched,
+terminate (stop your ranks, with the grace to give them), exit (the job's exit code and
+failure text; reply bye, then exit). The pulse connection carries only pulses, both ways
+(ringleader.wire.liveness), served on the leader by one pulse process for all workers.
 
 A connection is believed only when its first message names one of the job's workers and it
 comes from that worker's own address; anything else is refused and logged.
@@ -44,7 +45,7 @@ from ringleader.wire.protocol import (
     is_output,
     serve_connections,
 )
-from ringleader.wire.pulse_process import PulseProcess
+from ringleader.wire.pulse_process import PulseHub
 
 HELLO_TIMEOUT = 30.0  # a connection that says nothing for this long is dropped
 LEADER_TIMEOUT_SETTING = "ringleader_leader_timeout"
@@ -92,7 +93,7 @@ class ControlServer:
         self._lock = threading.Lock()
         self._workers: dict[str, Channel] = {}
         self._replaced: set[int] = set()  # id() of control channels a reconnect replaced
-        self._pulses: dict[str, PulseProcess] = {}
+        self._pulses = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
         self._final: Message | None = None
         self._server = socket.create_server(("", port), backlog=256)
         threading.Thread(
@@ -117,12 +118,8 @@ class ControlServer:
         close_listener(self._server)
         with self._lock:
             channels = list(self._workers.values())
-            pulses = dict(self._pulses)
-        for pulse in pulses.values():
-            pulse.request_stop()  # all at once: each then ends in parallel
-        for host, pulse in sorted(pulses.items()):
-            pulse.stop()
-            self._log(f"pulses from {host}: {pulse.gap_summary()}")
+        for host, summary in sorted(self._pulses.stop().items()):
+            self._log(f"pulses from {host}: {summary}")
         for channel in channels:
             channel.close()
 
@@ -167,14 +164,7 @@ class ControlServer:
         def lost(reason: str, last_heard: float) -> None:
             self._events.put(WorkerLost(host, reason, last_heard))
 
-        pulse = PulseProcess(
-            channel, self._liveness.interval, self._liveness.timeout, LEADER_TIMEOUT_SETTING, lost
-        )
-        with self._lock:
-            replaced = self._pulses.get(host)
-            self._pulses[host] = pulse
-        if replaced is not None:
-            replaced.stop()
+        self._pulses.watch(host, channel, lost)
 
     def _serve_worker(self, host: str, hello: Message, channel: Channel) -> None:
         with self._lock:

@@ -13,13 +13,14 @@ from ringleader.core.timeline import Mark
 from ringleader.wire.control import LEADER_TIMEOUT_SETTING, Liveness, hello_message, pulse_hello
 from ringleader.wire.events import Event, LeaderLost, LeaderMessage
 from ringleader.wire.protocol import Channel, ChannelClosed, Message, ProtocolError
-from ringleader.wire.pulse_process import PulseProcess
+from ringleader.wire.pulse_process import PulseHub
 
 
 class LeaderLink:
     def __init__(
         self,
         host: str,
+        leader: str,
         control: Channel,
         pulse: Channel,
         liveness: Liveness,
@@ -34,13 +35,9 @@ class LeaderLink:
         self.send(hello_message(host, marks=marks))
         with contextlib.suppress(ChannelClosed):
             pulse.send(pulse_hello(host))
-        self._pulse = PulseProcess(
-            pulse,
-            liveness.interval,
-            liveness.timeout,
-            LEADER_TIMEOUT_SETTING,
-            lambda reason, _last_heard: self._report_lost(reason),
-        )
+        self._leader = leader
+        self._pulse = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
+        self._pulse.watch(leader, pulse, lambda reason, _last_heard: self._report_lost(reason))
         threading.Thread(target=self._read, name="leader-reader", daemon=True).start()
 
     def send(self, message: Message) -> None:
@@ -50,9 +47,9 @@ class LeaderLink:
     def close(self) -> str:
         """Close both connections; how regularly the leader's pulses came."""
         self._closed.set()
-        self._pulse.stop()
+        summaries = self._pulse.stop()
         self.channel.close()
-        return self._pulse.gap_summary()
+        return summaries.get(self._leader, "no pulse summary")
 
     def _read(self) -> None:
         while True:

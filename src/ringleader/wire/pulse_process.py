@@ -1,13 +1,19 @@
-"""A pulse link run in a process of its own, so no busy thread of the host's entry point (rank
+"""Pulse links run in a process of their own, so no busy thread of the host's entry point (rank
 output relay, printing, JSON) can hold the GIL while a pulse is due or arriving.
 
-The parent hands the connected socket to `python -m ringleader.wire.pulse_process` and reads one
-line per event from the child's stdout: `lost<TAB>last_heard<TAB>reason` when the peer is gone,
-`summary<TAB>text` at the end. Closing the child's stdin (or the parent dying) ends the child.
+One child process serves every pulse connection of its parent: a worker's one link to its
+leader, or all of the leader's links to its workers (one process per worker cost the leader
+of a 32-host job 31 Python start-ups and as many resident interpreters).
+
+The parent hands each connected socket, named by its peer host, to
+`python -m ringleader.wire.pulse_process` over a Unix socket pair (SCM_RIGHTS), and reads one
+line per event from the child's stdout: `lost<TAB>host<TAB>last_heard<TAB>reason` when a peer
+is gone, `summary<TAB>host<TAB>text` for each peer at the end. Closing the socket pair (or the
+parent dying) ends the child.
 """
 
 import argparse
-import contextlib
+import functools
 import socket
 import subprocess
 import sys
@@ -17,79 +23,92 @@ from collections.abc import Sequence
 from ringleader.wire.liveness import OnLost, Pulse
 from ringleader.wire.protocol import Channel
 
-STOP_SECONDS = 2.0  # how long the child gets to report its summary and end once asked
+STOP_SECONDS = 2.0  # how long the child gets to report its summaries and end once asked
+_WATCH = "watch"
+_MESSAGE_BYTES = 4096
 
 
-class PulseProcess:
-    """The same contract as Pulse; the pulses themselves run in a child process."""
+class PulseHub:
+    """Pulse links to any number of peers (the contract of Pulse, per peer), in one child."""
 
-    def __init__(
-        self, channel: Channel, interval: float, timeout: float, setting: str, on_lost: OnLost
-    ) -> None:
-        self._on_lost = on_lost
-        self._summary = "no pulse summary"
+    def __init__(self, interval: float, timeout: float, setting: str) -> None:
+        self._on_lost: dict[str, OnLost] = {}
+        self._summaries: dict[str, str] = {}
+        self._lock = threading.Lock()
         self._ended = threading.Event()
-        fd = channel.fileno()
-        self._child = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ringleader.wire.pulse_process",
-                "--fd",
-                str(fd),
-                "--interval",
-                repr(interval),
-                "--timeout",
-                repr(timeout),
-                "--setting",
-                setting,
-            ],
-            pass_fds=(fd,),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        channel.release()  # the child owns the connection now
-        threading.Thread(target=self._read, name="pulse-process", daemon=True).start()
+        self._control, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with child_end:
+            self._child = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ringleader.wire.pulse_process",
+                    "--control-fd",
+                    str(child_end.fileno()),
+                    "--interval",
+                    repr(interval),
+                    "--timeout",
+                    repr(timeout),
+                    "--setting",
+                    setting,
+                ],
+                pass_fds=(child_end.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+            )
+        threading.Thread(target=self._read, name="pulse-hub", daemon=True).start()
 
-    def request_stop(self) -> None:
-        """Ask the child to end (see stop); returns at once."""
-        assert self._child.stdin is not None
-        with contextlib.suppress(OSError):
-            self._child.stdin.close()
+    def watch(self, host: str, channel: Channel, on_lost: OnLost) -> None:
+        """Pulse with `host` over `channel` (the child owns it from now on); a link to the same
+        host replaces the previous one, which ends without a loss being reported."""
+        with self._lock:
+            self._on_lost[host] = on_lost
+        try:
+            socket.send_fds(self._control, [f"{_WATCH}\t{host}".encode()], [channel.fileno()])
+        except OSError:
+            on_lost("the pulse process has ended", 0.0)
+        finally:
+            channel.release()
 
-    def stop(self) -> None:
-        """End the child (it closes the connection) without reporting a loss."""
-        self.request_stop()
+    def stop(self) -> dict[str, str]:
+        """End every link (the child closes the connections) without reporting a loss; how
+        regularly each peer's pulses came, by host."""
+        with self._lock:
+            self._on_lost.clear()
+        self._control.close()
         try:
             self._child.wait(timeout=STOP_SECONDS)
         except subprocess.TimeoutExpired:
             self._child.kill()
             self._child.wait()
         self._ended.wait(STOP_SECONDS)
-
-    def gap_summary(self) -> str:
-        return self._summary
+        with self._lock:
+            return dict(self._summaries)
 
     def _read(self) -> None:
         assert self._child.stdout is not None
         for raw in self._child.stdout:
             kind, _, rest = raw.decode(errors="replace").rstrip("\n").partition("\t")
+            host, _, rest = rest.partition("\t")
             if kind == "lost":
                 last_heard, _, reason = rest.partition("\t")
-                self._on_lost(reason, float(last_heard))
+                with self._lock:
+                    on_lost = self._on_lost.get(host)
+                if on_lost is not None:
+                    on_lost(reason, float(last_heard))
             elif kind == "summary":
-                self._summary = rest
+                with self._lock:
+                    self._summaries[host] = rest
         self._ended.set()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ringleader.wire.pulse_process")
-    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--interval", type=float, required=True)
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--setting", required=True)
     args = parser.parse_args(argv)
-    done = threading.Event()
     out_lock = threading.Lock()
 
     def report(line: str) -> None:
@@ -97,20 +116,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
 
-    def lost(reason: str, last_heard: float) -> None:
-        report(f"lost\t{last_heard!r}\t{reason}")
+    def lost(host: str, reason: str, last_heard: float) -> None:
+        report(f"lost\t{host}\t{last_heard!r}\t{reason}")
 
-    channel = Channel(socket.socket(fileno=args.fd))
-    pulse = Pulse(channel, args.interval, args.timeout, args.setting, lost)
-
-    def wait_for_parent() -> None:
-        sys.stdin.buffer.read()  # EOF: the parent asked us to stop, or died
-        done.set()
-
-    threading.Thread(target=wait_for_parent, daemon=True).start()
-    done.wait()
-    pulse.stop()
-    report(f"summary\t{pulse.gap_summary()}")
+    control = socket.socket(fileno=args.control_fd)
+    pulses: dict[str, Pulse] = {}
+    while True:
+        message, fds, _flags, _address = socket.recv_fds(control, _MESSAGE_BYTES, 1)
+        if not message:
+            break  # the parent asked us to stop, or died
+        kind, _, host = message.decode(errors="replace").partition("\t")
+        if kind != _WATCH or len(fds) != 1:
+            continue
+        replaced = pulses.pop(host, None)
+        if replaced is not None:
+            replaced.stop()
+        channel = Channel(socket.socket(fileno=fds[0]))
+        pulses[host] = Pulse(
+            channel, args.interval, args.timeout, args.setting, functools.partial(lost, host)
+        )
+    for pulse in pulses.values():
+        pulse.stop()
+    for host, pulse in sorted(pulses.items()):
+        report(f"summary\t{host}\t{pulse.gap_summary()}")
     return 0
 
 
