@@ -19,9 +19,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import psutil
-
 from ringleader.core import exitcodes, paths
+from ringleader.core.proctimes import process_name, process_started_at
 from ringleader.core.records import RankRecord
 from ringleader.rank.capture import Pump, RankOutput
 from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
@@ -199,15 +198,9 @@ def launch_times(own_env: Mapping[str, str]) -> tuple[float | None, float | None
     """When the MPI daemon that started this wrapper (its parent on a host mpirun reaches over
     ssh; mpirun's own host has none) and the wrapper itself were created, for the launcher's
     timeline; None where it cannot be known."""
-    daemon: float | None = None
-    wrapper: float | None = None
-    with contextlib.suppress(psutil.Error):
-        own = psutil.Process()
-        wrapper = own.create_time()
-        parent = own.parent() if "OMPI_COMM_WORLD_RANK" in own_env else None
-        if parent is not None and parent.name() in _MPI_DAEMONS:
-            daemon = parent.create_time()
-    return daemon, wrapper
+    parent = os.getppid()
+    under_daemon = "OMPI_COMM_WORLD_RANK" in own_env and process_name(parent) in _MPI_DAEMONS
+    return (process_started_at(parent) if under_daemon else None), process_started_at()
 
 
 def _connect_agent(path: str) -> Channel | None:

@@ -20,8 +20,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import psutil
-
 from ringleader.config import horovod
 from ringleader.config.job import (
     MPI,
@@ -41,6 +39,7 @@ from ringleader.core import exitcodes, paths
 from ringleader.core import timeline as phases
 from ringleader.core.errors import ConfigError, JobError
 from ringleader.core.outcome import Outcome, truncate
+from ringleader.core.proctimes import process_started_at
 from ringleader.core.results import write_job_summary, write_result
 from ringleader.core.timeline import Timeline
 from ringleader.launch import hostenv
@@ -109,7 +108,7 @@ class EntryPoint:
             return Outcome(error.exit_code, truncate(str(error)))
         self._host = topology.current_host
         log.set_host(self._host)
-        self._timeline.mark(self._host, phases.ENTRY, psutil.Process().create_time())
+        self._timeline.mark(self._host, phases.ENTRY, process_started_at())
         try:
             config = load_job_config(topology, os.environ, self._files)
             usercode.prepare(config, self._stop)  # fetch, extract, pip install, check
