@@ -11,12 +11,13 @@ prints, side by side:
 can ssh to the others and runs mpirun of the probe, as an expert would by hand.
 
 Usage: .venv/bin/python bench/startup.py [--hosts 2 4 8] [--runners ringleader bare toolkit]
-       [--toolkit-hosts 2 4 16]
+       [--toolkit-hosts 2 4 16] [--mpi-options '--mca plm_rsh_no_tree_spawn 1']
 The toolkit's failure runs take minutes (its workers poll); --skip-toolkit-failure skips them.
 """
 
 import argparse
 import io
+import os
 import re
 import sys
 import tempfile
@@ -27,7 +28,7 @@ import docker
 
 from ringleader.core import timeline as phases
 from ringleader.core.jobfile import read_job_file
-from ringleader.tools.local.plan import LocalJobSpec
+from ringleader.tools.local.plan import LocalJobSpec, mpi_options
 from ringleader.tools.local.run import LocalJob, LocalJobResult
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
@@ -66,10 +67,20 @@ def bench_times(output: str, kind: str) -> list[float]:
     return [float(match.group(1)) for match in pattern.finditer(output)]
 
 
-def run(runner: str, hosts: int, fail: bool, workdir: Path) -> Measurement:
+def run(runner: str, hosts: int, fail: bool, workdir: Path, options: str = "") -> Measurement:
     hyperparameters = {"work": "1"}
     if fail:
         hyperparameters["fail-rank"] = str(FAIL_RANK)
+    spec = LocalJobSpec(
+        hosts=hosts,
+        processes_per_host=2,
+        source_dir=PROBE_DIR,
+        entry_point="probe.py",
+        mpi_options=options,
+    )
+    # bare: mpirun gets the options ringleader would give it (the user's, and yielding ranks
+    # when the fake hosts oversubscribe the machine)
+    bare_options = mpi_options(spec, os.cpu_count() or 1)
     spec = LocalJobSpec(
         hosts=hosts,
         processes_per_host=2,
@@ -82,6 +93,8 @@ def run(runner: str, hosts: int, fail: bool, workdir: Path) -> Measurement:
         if runner == "bare"
         else (() if ENTRYPOINTS[runner] else ("train",)),
         entrypoint=ENTRYPOINTS[runner],
+        mpi_options=options,
+        env={"MPIRUN_OPTIONS": bare_options} if runner == "bare" else {},
     )
     out = io.StringIO()
     result: LocalJobResult = LocalJob(spec, out, docker.from_env()).run()
@@ -119,6 +132,11 @@ def main() -> int:
     parser.add_argument("--runners", nargs="+", default=list(ENTRYPOINTS), choices=ENTRYPOINTS)
     parser.add_argument("--skip-toolkit-failure", action="store_true")
     parser.add_argument(
+        "--mpi-options",
+        default="",
+        help="more mpirun options for ringleader and bare, e.g. '--mca plm_rsh_no_tree_spawn 1'",
+    )
+    parser.add_argument(
         "--toolkit-hosts", type=int, nargs="*", help="host counts for the toolkit (default all)"
     )
     args = parser.parse_args()
@@ -130,7 +148,7 @@ def main() -> int:
                 if runner == "toolkit" and toolkit_hosts is not None and hosts not in toolkit_hosts:
                     continue
                 print(f"... {runner}: {hosts} hosts, successful job", file=sys.stderr, flush=True)
-                ok = run(runner, hosts, False, Path(workdir))
+                ok = run(runner, hosts, False, Path(workdir), args.mpi_options)
                 failed = None
                 if not (runner == "toolkit" and args.skip_toolkit_failure):
                     print(
@@ -138,7 +156,7 @@ def main() -> int:
                         file=sys.stderr,
                         flush=True,
                     )
-                    failed = run(runner, hosts, True, Path(workdir))
+                    failed = run(runner, hosts, True, Path(workdir), args.mpi_options)
                 rows.append((hosts, runner, ok, failed))
     print(
         f"{'hosts':>5}  {'runner':<10}  {'startup s':>9}  {'teardown s':>10}  "
