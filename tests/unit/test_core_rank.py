@@ -43,6 +43,7 @@ class Wrapper:
         abort_grace=None,
         forwarded="",
         extra_env=None,
+        relay_ranks=None,
     ):
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -67,6 +68,8 @@ class Wrapper:
             argv += ["--abort-grace", str(abort_grace)]
         if forwarded:
             argv += ["--forwarded", forwarded]
+        if relay_ranks is not None:
+            argv += ["--relay-ranks", relay_ranks]
         argv += ["--", *command]
         self.process = subprocess.Popen(
             argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -209,6 +212,27 @@ def test_output_is_tagged_with_host_and_rank(workdir, agent):
     assert record.terminated is False
     assert record.stderr_tail == ("to err",)
     assert record.started_at <= record.ended_at
+
+
+def test_a_rank_not_relayed_keeps_its_output_in_its_log_only(workdir, agent):
+    """Ranks neither shown nor metered send the agent no output (the leader of a large job
+    would spend its CPU on them), but their start, end and stderr tail, and the log keeps all."""
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2", "PATH": "/usr/bin:/bin"})
+    code = "import sys; print('one'); print('two', file=sys.stderr); sys.exit(4)"
+    wrapper = Wrapper(workdir, python_command(code), rank=3, relay_ranks="0,2")
+    assert wrapper.wait() == 4
+    assert agent.lines(agent.stdout) == [] and agent.lines(agent.stderr) == []
+    assert sorted((workdir / "logs" / "algo-2" / "rank-3.log").read_text().split()) == [
+        "one",
+        "two",
+    ]
+    assert agent.events.get(timeout=5.0) == RankStarted(3, "algo-2")
+    record = ended_record(agent.events)
+    assert (record.exit_code, record.stderr_tail) == (4, ("two",))
+    assert record.first_output_at is not None
+    relayed = Wrapper(workdir, python_command("print('shown')"), rank=2, relay_ranks="0,2")
+    assert relayed.wait() == 0
+    assert agent.lines(agent.stdout) == [b"[algo-2 rank 2] shown\n"]
 
 
 def test_failing_child_exit_code_and_stderr_tail(workdir, agent):

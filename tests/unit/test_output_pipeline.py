@@ -5,9 +5,12 @@ import json
 
 import pytest
 
+from ringleader.config.job import parse_job_config
 from ringleader.config.metric_definitions import extract, literal_prefix, parse_definitions
 from ringleader.config.selection import ALL_RANKS, RANK_ZERO, RankSelection
+from ringleader.config.topology import parse_topology
 from ringleader.core.errors import ConfigError
+from ringleader.launch.strategy import rank_command
 from ringleader.output.lines import LineSplitter
 from ringleader.output.metrics import MetricRecorder
 from ringleader.output.printer import OutputPrinter, tag
@@ -178,3 +181,22 @@ def test_non_finite_values_are_not_recorded():
     definitions = parse_definitions(FIELD, [{"Name": "x", "Regex": "x=(\\S+)"}])
     assert extract(definitions, "x=nan") == []
     assert extract(definitions, "x=inf") == []
+
+
+@pytest.mark.parametrize(
+    ("shown", "metered", "relayed"),
+    [("0", "0", "0"), ("0,3", "1", "0,1,3"), ("all", "0", "all"), ("2", "all", "all")],
+)
+def test_the_wrapper_relays_the_ranks_shown_or_metered(shown, metered, relayed):
+    config = parse_job_config(
+        parse_topology({}, {"hosts": ["algo-1", "algo-2"], "current_host": "algo-1"}),
+        {
+            "sagemaker_program": "t.py",
+            "ringleader_log_ranks": shown,
+            "ringleader_metric_ranks": metered,
+        },
+        {},
+    )
+    argv = rank_command(config, ["python", "t.py"], ())
+    assert argv[argv.index("--relay-ranks") + 1] == relayed
+    assert str(RankSelection.parse("x", relayed)) == relayed  # read back as written

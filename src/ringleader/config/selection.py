@@ -41,6 +41,15 @@ class RankSelection:
             raise ConfigError(field, f'expected "all", a rank or a list of ranks, got {value!r}')
         return cls(frozenset(ranks))
 
+    def union(self, other: "RankSelection") -> "RankSelection":
+        if self.ranks is None or other.ranks is None:
+            return ALL_RANKS
+        return RankSelection(self.ranks | other.ranks)
+
+    def __str__(self) -> str:
+        """The text parse() reads back: "all" or "0,3"."""
+        return "all" if self.ranks is None else ",".join(map(str, sorted(self.ranks)))
+
 
 ALL_RANKS = RankSelection(None)
 RANK_ZERO = RankSelection(frozenset({0}))

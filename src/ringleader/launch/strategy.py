@@ -63,6 +63,10 @@ def rank_command(
         config.code_dir,
         "--forwarded",
         ",".join(forwarded),
+        # Only ranks whose output is shown or metered go to the leader; every host keeps the
+        # others in their rank logs (the leader of a large job would spend its CPU on them).
+        "--relay-ranks",
+        str(config.log_ranks.union(config.metric_ranks)),
         "--",
         *user_command,
     ]

@@ -21,14 +21,16 @@ _BATCH_BYTES = 64 * 1024  # output lines shipped to the host agent per message, 
 
 
 class RankOutput:
-    """Where a rank's output lines go: its own log file, and the host agent in batches.
+    """Where a rank's output lines go: its own log file, and (when relayed) the host agent in
+    batches.
 
     Pumps put whole lines; one sender thread writes the log and ships batches, so the leader
     only ever sees whole lines. Without an agent, lines go to our stdout/stderr, tagged.
     """
 
-    def __init__(self, host: str, rank: int, log_path: Path | None) -> None:
+    def __init__(self, host: str, rank: int, log_path: Path | None, relay: bool = True) -> None:
         self.host, self.rank = host, rank
+        self._relay = relay  # False: the lines go only to the rank's log
         self._log_path = log_path
         self._channel: Channel | None = None
         self._queue: queue.Queue[tuple[str, list[str]] | None] = queue.Queue(maxsize=1_000)
@@ -85,6 +87,8 @@ class RankOutput:
             return None
 
     def _ship(self, items: list[tuple[str, list[str]]]) -> None:
+        if not self._relay:
+            return
         # One message per run of lines from the same stream, in order.
         for stream, group in itertools.groupby(items, key=lambda item: item[0]):
             lines = [line for _, batch in group for line in batch]

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ringleader.config.selection import RankSelection
 from ringleader.core import exitcodes, paths
 from ringleader.core.proctimes import process_name, process_started_at
 from ringleader.core.records import RankRecord
@@ -258,6 +259,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--log-dir", default=str(paths.LOG_DIR), help="per-rank logs go to DIR/<host>/rank-N.log"
     )
+    parser.add_argument(
+        "--relay-ranks",
+        default="all",
+        help='ranks whose output goes to the host agent ("all" or "0,3"); the log keeps all',
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -308,7 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             with contextlib.suppress(ChannelClosed):
                 channel.send({"type": "rank-start", "rank": rank, "host": host, "pid": pid})
 
-    output = RankOutput(host, rank, Path(args.log_dir) / host / f"rank-{rank}.log")
+    relayed = rank in RankSelection.parse("--relay-ranks", args.relay_ranks)
+    output = RankOutput(host, rank, Path(args.log_dir) / host / f"rank-{rank}.log", relayed)
     output.start(channel)
     record = supervisor.run(output, announce)
     if channel is not None:
