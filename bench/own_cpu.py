@@ -21,7 +21,9 @@ import statistics
 import sys
 import tempfile
 import threading
+import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import docker
@@ -51,12 +53,14 @@ def kind_of(cmdline: list[str], name: str) -> str:
 class Sampler:
     """Every `interval` s: each container's processes and their CPU time so far."""
 
-    def __init__(self, job: LocalJob, interval: float) -> None:
-        self._job, self._interval = job, interval
+    def __init__(self, job: LocalJob, interval: float, only: set[str] | None = None) -> None:
+        self._job, self._interval, self._only = job, interval, only
         self._client = docker.from_env()
         self._roots: dict[str, psutil.Process] = {}
         self.cpu: dict[tuple[int, float], float] = {}  # (pid, created) -> CPU seconds
         self.where: dict[tuple[int, float], tuple[str, str]] = {}  # -> (host, kind)
+        # per host: (time.monotonic(), CPU seconds by kind so far) after each sample
+        self.history: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -70,6 +74,8 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             for host, container in self._job.container_ids.items():
+                if self._only is not None and host not in self._only:
+                    continue
                 if host not in self._roots:
                     try:
                         pid = self._client.api.inspect_container(container)["State"]["Pid"]
@@ -80,6 +86,7 @@ class Sampler:
                 root = self._roots.get(host)
                 if root is not None:
                     self._sample(host, root)
+                    self.history[host].append((time.monotonic(), self.per_host().get(host, {})))
 
     def _sample(self, host: str, root: psutil.Process) -> None:
         try:
@@ -96,6 +103,14 @@ class Sampler:
             except psutil.Error:
                 continue
             self.cpu[key] = times.user + times.system
+
+    def cores(self, host: str, kinds: Sequence[str], start: float, end: float) -> float | None:
+        """Cores the processes of these kinds used on the host between two monotonic times."""
+        inside = [(at, sum(cpu[k] for k in kinds)) for at, cpu in self.history[host]]
+        inside = [(at, cpu) for at, cpu in inside if start <= at <= end]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return None
+        return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
 
     def per_host(self) -> dict[str, dict[str, float]]:
         result: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(KINDS, 0.0))
