@@ -6,7 +6,7 @@ Two runs: every rank shown (`ringleader_log_ranks` all, the default) and only ra
 Printed per run:
   leader CPU     cores used by the leader's own processes (entry point with its threads, pulse
                  process), from the leader container's processes sampled every --interval s,
-                 over the middle of the printing (--margin s cut at each end)
+                 while its ranks ran (--margin s cut at each end)
   logs           lines in every rank's log on its host, and whether each has every index
   shown          lines of the shown ranks in the leader's output, against what they printed
   pulses         the largest gap between pulses any host saw from the leader, or the leader
@@ -20,7 +20,6 @@ import re
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,35 +30,30 @@ from ringleader.tools.local.plan import LocalJobSpec
 from ringleader.tools.local.run import LocalJob
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
-SHOWN_LINE = re.compile(r"\[(algo-\d+) rank (\d+)\] R(\d+) L(\d+) x+ END$")
 LOG_LINE = re.compile(r"R(\d+) L(\d+) x+ END$")
 # "pulses from algo-7: ..." (the leader's view of a worker), "pulses from the leader: ..."
 GAP = re.compile(r"pulses from ([^:]+): \d+ pulses, gap p50 .* max ([0-9.]+) s")
 
 
 class CountingSink:
-    """Counts the shown ranks' lines as the leader's output arrives (nothing kept)."""
+    """Counts the shown ranks' lines as `ringleader local` prints them (nothing kept; cheap, as
+    it shares a process with the tool that streams the containers' logs)."""
 
     def __init__(self) -> None:
-        self.counts: dict[int, int] = {}
-        self.first_line: float | None = None
+        self.shown = 0
+        self.notes: list[str] = []
         self.gaps: list[tuple[str, float]] = []
-        self._partial = ""
         self._lock = threading.Lock()
 
     def write(self, text: str) -> int:
         with self._lock:
-            lines = (self._partial + text).split("\n")
-            self._partial = lines.pop()
-            for line in lines:
-                tail = line.split(" | ", 1)[-1]
-                if (match := SHOWN_LINE.search(tail)) is not None:
-                    rank = int(match.group(2))
-                    self.counts[rank] = self.counts.get(rank, 0) + 1
-                    if self.first_line is None:
-                        self.first_line = time.monotonic()
-                elif (gap := GAP.search(line)) is not None:
-                    self.gaps.append((gap.group(1), float(gap.group(2))))
+            self.shown += text.count(" END\n")
+            if "pulses from" in text or "==> warning" in text:
+                for line in text.splitlines():
+                    if (gap := GAP.search(line)) is not None:
+                        self.gaps.append((gap.group(1), float(gap.group(2))))
+                    elif "==> warning" in line:
+                        self.notes.append(line)
         return len(text)
 
     def flush(self) -> None:
@@ -114,24 +108,25 @@ def run(hosts: int, rate: int, seconds: float, shown: str, args: argparse.Namesp
         finally:
             sampler.stop()
         cores = None
-        if sink.first_line is not None:
-            start = sink.first_line + args.margin
-            cores = sampler.cores(leader, OWN, start, start + seconds - 2 * args.margin)
+        if (printing := sampler.running(leader, "user code")) is not None:
+            start, end = printing[0] + args.margin, printing[1] - args.margin
+            cores = sampler.cores(leader, OWN, start, end)
         expected = round(rate * seconds)
         log_lines = complete = 0
-        for index, host in enumerate(result.hosts):
-            for local in range(2):
-                rank = index * 2 + local
-                log = result.output_dir / host.name / "output" / "data" / "logs" / host.name
-                count, whole = count_log(log / f"rank-{rank}.log", rank, expected)
+        for host in result.hosts:
+            logs = result.output_dir / host.name / "output" / "data" / "logs" / host.name
+            for log in sorted(logs.glob("rank-*.log")):
+                count, whole = count_log(log, int(log.stem.split("-")[1]), expected)
                 log_lines += count
                 complete += whole
+        for note in sink.notes:
+            print(f"    {note}", file=sys.stderr)
         shown_ranks = hosts * 2 if shown == "all" else len(shown.split(","))
         return Result(
             cores,
             log_lines,
             complete,
-            sum(sink.counts.values()),
+            sink.shown,
             shown_ranks * expected,
             max((gap for _, gap in sink.gaps), default=None),
             " ".join(str(host.exit_code) for host in result.hosts),

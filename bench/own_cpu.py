@@ -59,8 +59,10 @@ class Sampler:
         self._roots: dict[str, psutil.Process] = {}
         self.cpu: dict[tuple[int, float], float] = {}  # (pid, created) -> CPU seconds
         self.where: dict[tuple[int, float], tuple[str, str]] = {}  # -> (host, kind)
-        # per host: (time.monotonic(), CPU seconds by kind so far) after each sample
+        # per host, after each sample: (time.monotonic(), CPU seconds by kind so far), and
+        # (time.monotonic(), the kinds of the processes running then)
         self.history: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
+        self.present: dict[str, list[tuple[float, set[str]]]] = defaultdict(list)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -93,6 +95,7 @@ class Sampler:
             processes = [root, *root.children(recursive=True)]
         except psutil.Error:
             return
+        kinds = set()
         for process in processes:
             try:
                 with process.oneshot():
@@ -103,6 +106,8 @@ class Sampler:
             except psutil.Error:
                 continue
             self.cpu[key] = times.user + times.system
+            kinds.add(self.where[key][1])
+        self.present[host].append((time.monotonic(), kinds))
 
     def cores(self, host: str, kinds: Sequence[str], start: float, end: float) -> float | None:
         """Cores the processes of these kinds used on the host between two monotonic times."""
@@ -111,6 +116,11 @@ class Sampler:
         if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
             return None
         return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+
+    def running(self, host: str, kind: str) -> tuple[float, float] | None:
+        """The first and last sample at which the host had processes of that kind running."""
+        times = [at for at, present in self.present[host] if kind in present]
+        return (times[0], times[-1]) if times else None
 
     def per_host(self) -> dict[str, dict[str, float]]:
         result: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(KINDS, 0.0))

@@ -11,7 +11,7 @@ import docker.errors
 import pytest
 
 from ringleader.tools.local.plan import LocalJobSpec
-from ringleader.tools.local.run import LOST_HOST_EXIT_CODE, LocalJob, LocalJobResult, _lines
+from ringleader.tools.local.run import LOST_HOST_EXIT_CODE, LocalJob, LocalJobResult, _line_batches
 
 FINISHED_AT = "2026-11-22T05:04:07.123456789Z"
 
@@ -195,4 +195,4 @@ def test_success_prints_no_error(spec):
     ],
 )
 def test_docker_log_chunks_become_lines(chunks, lines):
-    assert list(_lines(chunks)) == lines
+    assert [line for batch in _line_batches(chunks) for line in batch] == lines

@@ -24,14 +24,19 @@ class RankOutput:
     """Where a rank's output lines go: its own log file, and (when relayed) the host agent in
     batches.
 
-    Pumps put whole lines; one sender thread writes the log and ships batches, so the leader
-    only ever sees whole lines. Without an agent, lines go to our stdout/stderr, tagged.
+    Pumps put whole lines. Each is written to the log at once, by the pump itself, so the log
+    keeps every line even when the way to the leader is slow or stuck (a sender that cannot
+    ship in time when the rank ends must not take unwritten lines with it). One sender thread
+    ships batches, so the leader only ever sees whole lines. Without an agent, lines go to our
+    stdout/stderr, tagged.
     """
 
     def __init__(self, host: str, rank: int, log_path: Path | None, relay: bool = True) -> None:
         self.host, self.rank = host, rank
         self._relay = relay  # False: the lines go only to the rank's log
         self._log_path = log_path
+        self._log: IO[str] | None = None
+        self._log_lock = threading.Lock()  # both pumps write to the one log
         self._channel: Channel | None = None
         self._queue: queue.Queue[tuple[str, list[str]] | None] = queue.Queue(maxsize=1_000)
         self._sender = threading.Thread(target=self._send_loop, daemon=True)
@@ -39,43 +44,48 @@ class RankOutput:
 
     def start(self, channel: Channel | None) -> None:
         self._channel = channel
-        self._sender.start()
+        self._log = self._open_log()
+        if self._relay:
+            self._sender.start()
 
     def put(self, stream: str, lines: list[str]) -> None:
         """Lines in order, as they were read from one of the child's streams."""
         if self.first_output_at is None and lines:
             self.first_output_at = time.time()
-        self._queue.put((stream, lines))
+        with self._log_lock:
+            if self._log is not None:
+                self._log.write("".join(line + "\n" for line in lines))
+                self._log.flush()
+        if self._relay:
+            self._queue.put((stream, lines))
 
     def close(self, timeout: float) -> None:
-        """Flush everything (bounded), then stop the sender."""
-        self._queue.put(None)
-        self._sender.join(timeout)
+        """Ship what is queued (bounded by `timeout`), then stop the sender; the log is whole
+        either way."""
+        deadline = time.monotonic() + timeout
+        if self._sender.is_alive():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(None, timeout=timeout)
+            self._sender.join(max(deadline - time.monotonic(), 0.0))
+        with self._log_lock:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
 
     def _send_loop(self) -> None:
-        log = self._open_log()
-        try:
-            while True:
-                batch = [self._queue.get()]
-                size = sum(map(len, batch[0][1])) if batch[0] is not None else 0
-                while batch[-1] is not None and size < _BATCH_BYTES:
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    batch.append(item)
-                    size += sum(map(len, item[1])) if item is not None else 0
-                done = batch[-1] is None
-                items = [item for item in batch if item is not None]
-                if log is not None and items:
-                    log.write("".join(line + "\n" for _, lines in items for line in lines))
-                    log.flush()
-                self._ship(items)
-                if done:
-                    return
-        finally:
-            if log is not None:
-                log.close()
+        while True:
+            batch = [self._queue.get()]
+            size = sum(map(len, batch[0][1])) if batch[0] is not None else 0
+            while batch[-1] is not None and size < _BATCH_BYTES:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                batch.append(item)
+                size += sum(map(len, item[1])) if item is not None else 0
+            self._ship([item for item in batch if item is not None])
+            if batch[-1] is None:
+                return
 
     def _open_log(self) -> IO[str] | None:
         if self._log_path is None:
@@ -87,8 +97,6 @@ class RankOutput:
             return None
 
     def _ship(self, items: list[tuple[str, list[str]]]) -> None:
-        if not self._relay:
-            return
         # One message per run of lines from the same stream, in order.
         for stream, group in itertools.groupby(items, key=lambda item: item[0]):
             lines = [line for _, batch in group for line in batch]
