@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -643,3 +644,33 @@ def test_the_log_keeps_every_line_when_the_way_to_the_leader_is_stuck(tmp_path):
     assert log.read_text().splitlines() == lines
     stuck.close()
     ours.close()
+
+
+def test_a_slow_leader_still_gets_every_line_when_the_rank_ends(tmp_path):
+    """Giving up is for a stuck way to the leader, not a slow one: while shipping makes
+    progress, close() keeps going past its timeout."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    received = bytearray()
+
+    def read_slowly() -> None:
+        while chunk := theirs.recv(8192):
+            received.extend(chunk)
+            time.sleep(0.01)  # about 800 KB/s: a 64 KB batch ships well within the timeout,
+            # all of them together take longer
+
+    reader = threading.Thread(target=read_slowly, daemon=True)
+    reader.start()
+    output = RankOutput("algo-1", 0, tmp_path / "rank-0.log")
+    output.start(Channel(ours))
+    lines = [f"line {n:05d} {'x' * 60}" for n in range(15_000)]
+    for start in range(0, len(lines), 100):
+        output.put("stdout", lines[start : start + 100])
+    begun = time.monotonic()
+    output.close(timeout=0.5)
+    assert time.monotonic() - begun > 0.5, "the drain took longer than the timeout"
+    ours.close()
+    reader.join(10)
+    text = bytes(received).decode()
+    assert set(re.findall(r"line (\d{5}) ", text)) == {f"{n:05d}" for n in range(15_000)}
+    theirs.close()

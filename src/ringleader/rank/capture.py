@@ -18,6 +18,7 @@ from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
 
 _TAIL_LINE_CHARS = 300
 _BATCH_BYTES = 64 * 1024  # output lines shipped to the host agent per message, at most
+_PROGRESS_CHECK_SECONDS = 0.5  # how often close() looks whether shipping still moves
 
 
 class RankOutput:
@@ -41,6 +42,7 @@ class RankOutput:
         self._queue: queue.Queue[tuple[str, list[str]] | None] = queue.Queue(maxsize=1_000)
         self._sender = threading.Thread(target=self._send_loop, daemon=True)
         self.first_output_at: float | None = None  # for the launcher's timeline
+        self._shipped_at = time.monotonic()  # the sender's last progress
 
     def start(self, channel: Channel | None) -> None:
         self._channel = channel
@@ -60,13 +62,22 @@ class RankOutput:
             self._queue.put((stream, lines))
 
     def close(self, timeout: float) -> None:
-        """Ship what is queued (bounded by `timeout`), then stop the sender; the log is whole
-        either way."""
-        deadline = time.monotonic() + timeout
-        if self._sender.is_alive():
+        """Ship what is queued, then stop the sender; give up once shipping has made no
+        progress for `timeout` s (a slow leader gets every line, a stuck one does not hold
+        the rank's end). The log is whole either way."""
+        self._shipped_at = time.monotonic()
+        end_queued = False
+        while self._sender.is_alive():
+            left = self._shipped_at + timeout - time.monotonic()
+            if left <= 0:
+                break
+            wait = min(left, _PROGRESS_CHECK_SECONDS)
+            if end_queued:
+                self._sender.join(wait)
+                continue
             with contextlib.suppress(queue.Full):
-                self._queue.put(None, timeout=timeout)
-            self._sender.join(max(deadline - time.monotonic(), 0.0))
+                self._queue.put(None, timeout=wait)
+                end_queued = True
         with self._log_lock:
             if self._log is not None:
                 self._log.close()
@@ -84,6 +95,7 @@ class RankOutput:
                 batch.append(item)
                 size += sum(map(len, item[1])) if item is not None else 0
             self._ship([item for item in batch if item is not None])
+            self._shipped_at = time.monotonic()
             if batch[-1] is None:
                 return
 
