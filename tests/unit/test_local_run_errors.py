@@ -3,6 +3,7 @@
 import io
 import itertools
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import docker.errors
 import pytest
 
+from ringleader.tools.local import run as run_module
 from ringleader.tools.local.plan import LocalJobSpec
 from ringleader.tools.local.run import LOST_HOST_EXIT_CODE, LocalJob, LocalJobResult, _line_batches
 
@@ -196,3 +198,47 @@ def test_success_prints_no_error(spec):
 )
 def test_docker_log_chunks_become_lines(chunks, lines):
     assert [line for batch in _line_batches(chunks) for line in batch] == lines
+
+
+def test_logs_are_read_to_the_end_while_lines_keep_coming(spec, monkeypatch):
+    """A job that printed faster than Docker hands logs over is still being read after its
+    containers exited: every line is shown as long as they keep coming, however long."""
+    monkeypatch.setattr(run_module, "LOG_STALL_SECONDS", 0.3)
+    monkeypatch.setattr(run_module, "_LOG_CHECK_SECONDS", 0.05)
+
+    def slow() -> Iterator[bytes]:
+        for n in range(12):  # 1.2 s in all, four times the stall limit
+            time.sleep(0.1)
+            yield f"line {n}\n".encode()
+
+    out = io.StringIO()
+    logs = {"algo-1": slow()}
+    run_bounded(LocalJob(spec, out, client=FakeClient(FakeApi(codes={}, failing={}, logs=logs))))
+    shown = [line for line in out.getvalue().splitlines() if line.startswith("algo-1 | line")]
+    assert len(shown) == 12
+    assert "warning" not in out.getvalue()
+
+
+def test_a_log_stream_that_stalls_is_given_up_with_a_warning(spec, monkeypatch):
+    monkeypatch.setattr(run_module, "LOG_STALL_SECONDS", 0.3)
+    monkeypatch.setattr(run_module, "_LOG_CHECK_SECONDS", 0.05)
+    stalled = threading.Event()
+
+    def stuck() -> Iterator[bytes]:
+        yield b"only line\n"
+        stalled.wait(30)  # Docker never sends the rest
+        yield b"too late\n"
+
+    out = io.StringIO()
+    logs = {"algo-2": stuck()}
+    try:
+        run_bounded(
+            LocalJob(spec, out, client=FakeClient(FakeApi(codes={}, failing={}, logs=logs))),
+            timeout=10,
+        )
+    finally:
+        stalled.set()
+    text = out.getvalue()
+    assert "algo-2 | only line" in text and "too late" not in text
+    assert "warning: no log line for 0.3 s from 1 stream(s) still open" in text
+    assert text.index("warning: no log line") < text.index("job exit code 0")

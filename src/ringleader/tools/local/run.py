@@ -43,7 +43,10 @@ from ringleader.tools.local.plan import (
 )
 
 STOP_TIMEOUT_MARGIN = 15  # seconds docker waits after our grace period before SIGKILL
-LOG_DRAIN_SECONDS = 120  # after the containers exit, for the rest of their logs
+# After the containers exit, their logs are read to the end for as long as lines keep coming;
+# a stream that brings nothing for this long is given up.
+LOG_STALL_SECONDS = 30
+_LOG_CHECK_SECONDS = 0.5
 # The job's exit code when a host's exit could not be learned (Docker API error while waiting)
 # and the leader did not already exit with a non-zero code of its own.
 LOST_HOST_EXIT_CODE = 1
@@ -73,6 +76,7 @@ class _Printer:
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._lock = threading.Lock()
+        self.count = 0  # lines written so far
 
     def line(self, prefix: str, text: str) -> None:
         self.lines(prefix, [text])
@@ -85,6 +89,7 @@ class _Printer:
         with self._lock:
             self._out.write("".join(f"{prefix}{text}\n" for text in texts))
             self._out.flush()
+            self.count += len(texts)
 
     def note(self, text: str) -> None:
         self.line("==> ", text)
@@ -114,6 +119,7 @@ class LocalJob:
         self._started_at: dict[str, float] = {}
         self._started_wall: dict[str, float] = {}
         self._log_streams: list[threading.Thread] = []
+        self._logs_given_up = threading.Event()  # a stalled log stream prints no more
         self._network: Any = None
         self._config_root = Path(tempfile.mkdtemp(prefix=f"{self.job_id}-config-"))
         self._data: dict[str, HostData] = {}
@@ -288,6 +294,8 @@ class LocalJob:
         for lines in _line_batches(
             self._client.api.logs(self._containers[host], stream=True, follow=True)
         ):
+            if self._logs_given_up.is_set():
+                return  # the job's result is being printed: nothing after it
             self._print.lines(prefix, lines)
 
     def _wait_all(self, started: dict[str, float]) -> dict[str, HostResult]:
@@ -344,14 +352,26 @@ class LocalJob:
 
         self._in_parallel(stop, list(self._containers))
 
+    def _drain_logs(self) -> None:
+        """Wait for the rest of the containers' logs (a job that printed faster than Docker
+        hands logs over is still being read when it ends) while lines keep arriving."""
+        progress, progress_at = self._print.count, time.monotonic()
+        while alive := [streamer for streamer in self._log_streams if streamer.is_alive()]:
+            alive[0].join(_LOG_CHECK_SECONDS)
+            if self._print.count != progress:
+                progress, progress_at = self._print.count, time.monotonic()
+            elif time.monotonic() - progress_at >= LOG_STALL_SECONDS:
+                self._print.note(
+                    f"warning: no log line for {LOG_STALL_SECONDS} s from "
+                    f"{len(alive)} stream(s) still open; the rest of their logs is not shown"
+                )
+                self._logs_given_up.set()
+                return
+
     def _finish(self, results: dict[str, HostResult]) -> LocalJobResult:
         # A stopped container's log stream still holds what Docker had not handed over yet;
         # removing the container first would cut the end of the job's output off.
-        deadline = time.monotonic() + LOG_DRAIN_SECONDS
-        for streamer in self._log_streams:
-            streamer.join(max(deadline - time.monotonic(), 0.0))
-        if any(streamer.is_alive() for streamer in self._log_streams):
-            self._print.note(f"warning: logs still streaming after {LOG_DRAIN_SECONDS} s")
+        self._drain_logs()
         rows = [results.get(host.name, HostResult(host.name, None, 0.0)) for host in self.hosts]
         leader_name = leader_host(self.spec, [host.name for host in self.hosts])
         leader = next(row for row in rows if row.name == leader_name)
