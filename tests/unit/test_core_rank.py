@@ -626,7 +626,7 @@ def test_50_mb_without_a_newline_arrives_whole_in_bounded_pieces(workdir, agent)
     assert max(len(piece) for piece in pieces) <= 256 * 1024 + len(prefix) + 1
 
 
-def test_the_log_keeps_every_line_when_the_way_to_the_leader_is_stuck(tmp_path):
+def test_the_log_keeps_every_line_when_the_way_to_the_leader_is_stuck(tmp_path, capfd):
     """A leader that cannot keep up stops reading; when the rank ends, the wrapper gives up
     shipping after its timeout, but every line is in the rank's log (measured: 32 hosts x 2
     ranks at 2,000 lines/s each lost 250,000 lines from 15 rank logs before this)."""
@@ -642,6 +642,9 @@ def test_the_log_keeps_every_line_when_the_way_to_the_leader_is_stuck(tmp_path):
     output.close(timeout=0.5)
     assert time.monotonic() - begun < 5.0, "close() is bounded by its timeout"
     assert log.read_text().splitlines() == lines
+    note = capfd.readouterr().err
+    assert "[algo-1 rank 0] [ringleader] the leader took none of this rank's output" in note
+    assert f"the rank's log {log} has every line" in note
     stuck.close()
     ours.close()
 

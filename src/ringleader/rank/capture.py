@@ -18,7 +18,10 @@ from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
 
 _TAIL_LINE_CHARS = 300
 _BATCH_BYTES = 64 * 1024  # output lines shipped to the host agent per message, at most
-_PROGRESS_CHECK_SECONDS = 0.5  # how often close() looks whether shipping still moves
+_PROGRESS_CHECK_SECONDS = 0.5
+_Batch = tuple[
+    str, list[str]
+]  # (stream, lines)  # how often close() looks whether shipping still moves
 
 
 class RankOutput:
@@ -39,7 +42,7 @@ class RankOutput:
         self._log: IO[str] | None = None
         self._log_lock = threading.Lock()  # both pumps write to the one log
         self._channel: Channel | None = None
-        self._queue: queue.Queue[tuple[str, list[str]] | None] = queue.Queue(maxsize=1_000)
+        self._queue: queue.Queue[_Batch | None] = queue.Queue(maxsize=1_000)
         self._sender = threading.Thread(target=self._send_loop, daemon=True)
         self.first_output_at: float | None = None  # for the launcher's timeline
         self._shipped_at = time.monotonic()  # the sender's last progress
@@ -82,6 +85,14 @@ class RankOutput:
             if self._log is not None:
                 self._log.close()
                 self._log = None
+        if self._sender.is_alive():
+            unshown = sum(len(item[1]) for item in _drain(self._queue) if item is not None)
+            where = f"; the rank's log {self._log_path} has every line" if self._log_path else ""
+            note = (
+                f"{tag(self.host, self.rank)}[ringleader] the leader took none of this rank's "
+                f"output for {timeout:g} s: at least {unshown} line(s) were not shown{where}\n"
+            )
+            console.write(note.encode(errors="replace"), sys.stderr.buffer)
 
     def _send_loop(self) -> None:
         while True:
@@ -125,6 +136,16 @@ class RankOutput:
             console.write(
                 "".join(f"{prefix}{line}\n" for line in lines).encode(errors="replace"), sink
             )
+
+
+def _drain(
+    items: "queue.Queue[tuple[str, list[str]] | None]",
+) -> list[tuple[str, list[str]] | None]:
+    drained = []
+    with contextlib.suppress(queue.Empty):
+        while True:
+            drained.append(items.get_nowait())
+    return drained
 
 
 class Pump(threading.Thread):

@@ -33,6 +33,9 @@ _MPI_PREFIXES = ("OMPI_", "PMIX_", "OPAL_", "ORTE_", "PRTE_")
 _MPI_DAEMONS = ("orted", "prted")  # Open MPI 4's daemon, and PRRTE's in Open MPI 5
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _REPORT_TIMEOUT = 10.0
+# A rank's end waits for its output to reach the leader as long as it moves; a leader that
+# takes none of it for this long (gone, or unable to keep up) gets no more of it.
+_OUTPUT_STALL_SECONDS = 60.0
 _PIPE_DRAIN_SECONDS = 2.0  # after the rank's tree ended, for the rest of its output
 
 
@@ -162,7 +165,7 @@ class RankSupervisor:
         if leftovers:
             note = "[ringleader] the rank had ended; stopped what it left running: "
             output.put("stdout", [note + ", ".join(leftovers)])
-        output.close(timeout=_REPORT_TIMEOUT)
+        output.close(timeout=_OUTPUT_STALL_SECONDS)
         if returncode < 0:
             code, signum = exitcodes.signal_exit_code(-returncode), -returncode
         else:
