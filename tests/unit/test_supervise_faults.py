@@ -4,7 +4,7 @@ no sleeps: the fake clock jumps to each scripted event or deadline."""
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -14,7 +14,12 @@ from ringleader.core.outcome import Outcome
 from ringleader.core.records import RankRecord
 from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.strategy import LaunchPlan
-from ringleader.supervise.leader import KILL_MARGIN_SECONDS, Leader, LeaderParts
+from ringleader.supervise.leader import (
+    KILL_MARGIN_SECONDS,
+    RECORD_SETTLE_SECONDS,
+    Leader,
+    LeaderParts,
+)
 from ringleader.supervise.worker import Worker, WorkerParts
 from ringleader.wire.events import (
     Event,
@@ -182,6 +187,43 @@ def record(
         terminated=terminated,
         stderr_tail=tail,
     )
+
+
+def test_records_behind_a_backlog_of_output_are_waited_for_while_output_arrives() -> None:
+    """A leader seconds behind its ranks' output (128,000 lines/s from 32 hosts) gets their
+    ends after that output; it waits as long as output keeps arriving, not a fixed 2 s."""
+    rig = LeaderRig()
+    taken = {"frames": 0}
+
+    def output_taken() -> int:
+        # the backlog drains until 10 s after the start: a frame more at every look
+        if rig.clock.now < 1010.0:
+            taken["frames"] += 1
+        return taken["frames"]
+
+    rig.leader = Leader(
+        HOSTS[0], HOSTS[1:], TIMEOUTS, replace(rig.leader_parts, output_taken=output_taken)
+    )
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(5.0, *(RankEnded(record(rank, 0)) for rank in range(4)), LauncherExited(0))
+    rig.events.at(9.5, *(RankEnded(record(rank, 0)) for rank in (4, 5)))  # 4.5 s later
+    rig.events.at(9.6, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome == Outcome(0, None)
+    assert [record.rank for record in rig.leader.records] == [0, 1, 2, 3, 4, 5]
+
+
+def test_records_that_never_come_are_given_up_once_no_output_arrives() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(5.0, *(RankEnded(record(rank, 0)) for rank in range(4)), LauncherExited(0))
+    rig.events.at(30.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    rig.leader.run(Strategy())
+    assert [record.rank for record in rig.leader.records] == [0, 1, 2, 3]
+    # concluded once the settle time passed without output: not waiting for the byes at 30 s
+    assert 1005.0 + RECORD_SETTLE_SECONDS <= rig.clock.now < 1005.0 + RECORD_SETTLE_SECONDS + 0.5
 
 
 def first_line(outcome: Outcome) -> str:

@@ -36,9 +36,11 @@ class OutputPrinter:
             "stdout": stdout or sys.stdout.buffer,
             "stderr": stderr or sys.stderr.buffer,
         }
+        self.delivered = 0  # output frames taken so far (a sign of progress, not an exact count)
 
     def deliver(self, frame: bytes) -> None:
         """One output frame: a batch of whole lines from one rank."""
+        self.delivered += 1
         message = decode_output(frame)
         rank, host = int(message["rank"]), str(message["host"])
         lines: list[str] = message["lines"]

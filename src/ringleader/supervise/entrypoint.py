@@ -210,7 +210,11 @@ class EntryPoint:
         return Launcher(argv, env, self._events)
 
     def _leader_parts(
-        self, agent: HostAgent | None, server: ControlServer | None, uses_ssh: bool = True
+        self,
+        agent: HostAgent | None,
+        server: ControlServer | None,
+        uses_ssh: bool = True,
+        printer: OutputPrinter | None = None,
     ) -> LeaderParts:
         return LeaderParts(
             events=self._events,
@@ -221,6 +225,7 @@ class EntryPoint:
             local=agent,
             link=server,
             timeline=self._timeline,
+            output_taken=(lambda: printer.delivered) if printer is not None else lambda: 0,
         )
 
     def _lead(
@@ -236,7 +241,10 @@ class EntryPoint:
         workers = config.topology.workers if server is not None else ()
         uses_ssh = config.distribution == MPI
         leader = Leader(
-            self._host, workers, config.timeouts, self._leader_parts(agent, server, uses_ssh)
+            self._host,
+            workers,
+            config.timeouts,
+            self._leader_parts(agent, server, uses_ssh, printer),
         )
         if server is not None and uses_ssh and self._own_sshd:
             try:

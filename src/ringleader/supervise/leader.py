@@ -34,8 +34,10 @@ from ringleader.wire.events import (
 )
 from ringleader.wire.protocol import Message
 
-# After the launcher exits, how long to wait for rank records still in flight from workers.
+# After the launcher exits, how long to wait for rank records still in flight from workers,
+# counted from the last output the leader took (a busy leader may be seconds behind).
 RECORD_SETTLE_SECONDS = 2.0
+SETTLE_CHECK_SECONDS = 0.25  # while settling: how often to look whether output still arrives
 # Extra time beyond the grace period before the launcher itself is killed after SIGTERM.
 KILL_MARGIN_SECONDS = 10.0
 # After a host is lost: beyond the abort grace, before the launcher (which may wait minutes
@@ -85,6 +87,9 @@ class LeaderParts:
     local: LocalRanks | None = None
     link: WorkerLink | None = None
     timeline: Timeline = field(default_factory=Timeline)  # the launcher's phases, every host
+    # How many output batches the leader has taken so far: a rank's end is reported after its
+    # output, so while output still arrives, the missing ends are on their way.
+    output_taken: Callable[[], int] = lambda: 0
 
 
 class JobStopped(Exception):
@@ -328,10 +333,16 @@ class Leader:
         if run.lost:
             settle = max(settle, self._timeouts.leader_loss)
         deadline = self._clock.monotonic() + settle
+        taken = self._parts.output_taken()
         while run.unreported([host for host in self._hosts if host not in run.lost]):
-            event = self._events.next(deadline)
+            event = self._events.next(min(deadline, self._clock.monotonic() + SETTLE_CHECK_SECONDS))
             if event is None:
-                break
+                now = self._clock.monotonic()
+                if self._parts.output_taken() != taken:  # still reading what the ranks printed
+                    taken, deadline = self._parts.output_taken(), now + settle
+                elif now >= deadline:
+                    break
+                continue
             if isinstance(event, RankEnded):
                 run.records[event.record.rank] = event.record
             elif isinstance(event, WorkerLost):
