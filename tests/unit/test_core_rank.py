@@ -22,7 +22,7 @@ import pytest
 import ringleader
 from ringleader.output.printer import tag
 from ringleader.rank import wrapper as rank_module
-from ringleader.rank.capture import RankOutput
+from ringleader.rank.capture import Pump, RankOutput
 from ringleader.rank.wrapper import RankSupervisor, current_rank, rank_environment
 from ringleader.wire.agent import HostAgent
 from ringleader.wire.events import RankEnded, RankStarted
@@ -677,3 +677,44 @@ def test_a_slow_leader_still_gets_every_line_when_the_rank_ends(tmp_path):
     text = bytes(received).decode()
     assert set(re.findall(r"line (\d{5}) ", text)) == {f"{n:05d}" for n in range(15_000)}
     theirs.close()
+
+
+class SlowHandOn:
+    """A rank's output whose put() takes `seconds` (the leader is behind), shipping still
+    moving (or, with `stalled`, not for a long time)."""
+
+    def __init__(self, seconds: float, stalled: bool = False) -> None:
+        self.seconds, self.stalled, self.lines = seconds, stalled, []
+
+    def put(self, stream: str, lines: list[str]) -> None:
+        time.sleep(self.seconds)
+        self.lines.extend(lines)
+
+    def stalled_for(self) -> float:
+        return 100.0 if self.stalled else 0.0
+
+
+@pytest.mark.parametrize(
+    ("hand_on", "pipe_open", "finished", "waited_at_least"),
+    [
+        (SlowHandOn(1.0), False, True, 1.0),  # a slow leader: waited for, every line handed on
+        (SlowHandOn(30.0, stalled=True), False, False, 0.0),  # shipping stuck: given up
+        (SlowHandOn(0.0), True, False, 0.2),  # a stray process holds the pipe: given up
+    ],
+)
+def test_a_pump_is_waited_for_while_its_lines_move(hand_on, pipe_open, finished, waited_at_least):
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"last words\n")
+    if not pipe_open:
+        os.close(write_end)
+    pump = Pump(read_end, "stdout", hand_on, 0)
+    pump.start()
+    begun = time.monotonic()
+    pump.finish(read_idle=0.2, hand_on_stall=10.0)
+    waited = time.monotonic() - begun
+    assert (not pump.is_alive()) is finished
+    assert waited >= waited_at_least - 0.05 and waited < 5.0
+    if finished:
+        assert hand_on.lines == ["last words"]
+    if pipe_open:
+        os.close(write_end)

@@ -94,9 +94,14 @@ class RankOutput:
             )
             console.write(note.encode(errors="replace"), sys.stderr.buffer)
 
+    def stalled_for(self) -> float:
+        """Seconds since shipping last made progress."""
+        return time.monotonic() - self._shipped_at
+
     def _send_loop(self) -> None:
         while True:
             batch = [self._queue.get()]
+            self._shipped_at = time.monotonic()  # taking lines is progress for the pumps
             size = sum(map(len, batch[0][1])) if batch[0] is not None else 0
             while batch[-1] is not None and size < _BATCH_BYTES:
                 try:
@@ -154,13 +159,32 @@ class Pump(threading.Thread):
     def __init__(self, fd: int, stream: str, output: RankOutput, tail: int) -> None:
         super().__init__(daemon=True)
         self._fd, self._stream, self._output = fd, stream, output
+        self._reading_since: float | None = None  # time.monotonic() the current read began
         self.tail: collections.deque[str] = collections.deque(maxlen=tail)
 
     def run(self) -> None:
         splitter = LineSplitter()
-        while chunk := os.read(self._fd, 65536):
+        while True:
+            self._reading_since = time.monotonic()
+            chunk = os.read(self._fd, 65536)
+            self._reading_since = None  # handing the lines on, which the leader may slow down
+            if not chunk:
+                break
             self._emit(splitter.feed(chunk))
         self._emit(splitter.flush())
+
+    def finish(self, read_idle: float, hand_on_stall: float) -> None:
+        """After the rank's tree ended: wait for the rest of its output. Give up on a pipe that
+        brings nothing for `read_idle` s (a process outside the tree holds it open), or on
+        lines that cannot be handed on because shipping made no progress for `hand_on_stall`
+        s; a slow leader is waited for."""
+        while self.is_alive():
+            self.join(_PROGRESS_CHECK_SECONDS)
+            since = self._reading_since
+            if since is not None and time.monotonic() - since >= read_idle:
+                return
+            if since is None and self._output.stalled_for() >= hand_on_stall:
+                return
 
     def _emit(self, raw: list[bytes]) -> None:
         if not raw:

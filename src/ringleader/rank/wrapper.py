@@ -161,7 +161,7 @@ class RankSupervisor:
         # Helpers the rank left behind (own session, daemons) would hold its pipes open.
         leftovers = end_descendants(self._stray_grace)
         for pump in pumps:
-            pump.join(timeout=_PIPE_DRAIN_SECONDS)  # a grandchild outside our tree: bounded
+            pump.finish(_PIPE_DRAIN_SECONDS, _OUTPUT_STALL_SECONDS)
         if leftovers:
             note = "[ringleader] the rank had ended; stopped what it left running: "
             output.put("stdout", [note + ", ".join(leftovers)])
