@@ -21,7 +21,7 @@ import os
 import re
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import docker
@@ -76,16 +76,6 @@ def run(runner: str, hosts: int, fail: bool, workdir: Path, options: str = "") -
         processes_per_host=2,
         source_dir=PROBE_DIR,
         entry_point="probe.py",
-        mpi_options=options,
-    )
-    # bare: mpirun gets the options ringleader would give it (the user's, and yielding ranks
-    # when the fake hosts oversubscribe the machine)
-    bare_options = mpi_options(spec, os.cpu_count() or 1)
-    spec = LocalJobSpec(
-        hosts=hosts,
-        processes_per_host=2,
-        source_dir=PROBE_DIR,
-        entry_point="probe.py",
         hyperparameters=hyperparameters,
         output_dir=workdir,
         # bare: the probe's arguments on mpirun's command line, as typed by hand
@@ -94,8 +84,11 @@ def run(runner: str, hosts: int, fail: bool, workdir: Path, options: str = "") -
         else (() if ENTRYPOINTS[runner] else ("train",)),
         entrypoint=ENTRYPOINTS[runner],
         mpi_options=options,
-        env={"MPIRUN_OPTIONS": bare_options} if runner == "bare" else {},
     )
+    if runner == "bare":
+        # mpirun gets the options ringleader would give it (the user's, and yielding ranks
+        # when the fake hosts oversubscribe the machine)
+        spec = replace(spec, env={"MPIRUN_OPTIONS": mpi_options(spec, os.cpu_count() or 1)})
     out = io.StringIO()
     result: LocalJobResult = LocalJob(spec, out, docker.from_env()).run()
     output = out.getvalue()

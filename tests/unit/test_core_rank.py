@@ -626,18 +626,24 @@ def test_50_mb_without_a_newline_arrives_whole_in_bounded_pieces(workdir, agent)
     assert max(len(piece) for piece in pieces) <= 256 * 1024 + len(prefix) + 1
 
 
+def output_to(sock: socket.socket, log: Path, count: int) -> tuple[RankOutput, list[str]]:
+    """A rank's output shipping over `sock` (a small send buffer), `count` lines put."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    output = RankOutput("algo-1", 0, log)
+    output.start(Channel(sock))
+    lines = [f"line {n:05d} {'x' * 60}" for n in range(count)]
+    for start in range(0, len(lines), 100):
+        output.put("stdout", lines[start : start + 100])
+    return output, lines
+
+
 def test_the_log_keeps_every_line_when_the_way_to_the_leader_is_stuck(tmp_path, capfd):
     """A leader that cannot keep up stops reading; when the rank ends, the wrapper gives up
     shipping after its timeout, but every line is in the rank's log (measured: 32 hosts x 2
     ranks at 2,000 lines/s each lost 250,000 lines from 15 rank logs before this)."""
     ours, stuck = socket.socketpair()  # nobody ever reads `stuck`
-    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     log = tmp_path / "rank-0.log"
-    output = RankOutput("algo-1", 0, log)
-    output.start(Channel(ours))
-    lines = [f"line {n} {'x' * 60}" for n in range(30_000)]
-    for start in range(0, len(lines), 100):
-        output.put("stdout", lines[start : start + 100])
+    output, lines = output_to(ours, log, 30_000)
     begun = time.monotonic()
     output.close(timeout=0.5)
     assert time.monotonic() - begun < 5.0, "close() is bounded by its timeout"
@@ -653,7 +659,6 @@ def test_a_slow_leader_still_gets_every_line_when_the_rank_ends(tmp_path):
     """Giving up is for a stuck way to the leader, not a slow one: while shipping makes
     progress, close() keeps going past its timeout."""
     ours, theirs = socket.socketpair()
-    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     received = bytearray()
 
     def read_slowly() -> None:
@@ -664,11 +669,7 @@ def test_a_slow_leader_still_gets_every_line_when_the_rank_ends(tmp_path):
 
     reader = threading.Thread(target=read_slowly, daemon=True)
     reader.start()
-    output = RankOutput("algo-1", 0, tmp_path / "rank-0.log")
-    output.start(Channel(ours))
-    lines = [f"line {n:05d} {'x' * 60}" for n in range(15_000)]
-    for start in range(0, len(lines), 100):
-        output.put("stdout", lines[start : start + 100])
+    output, _ = output_to(ours, tmp_path / "rank-0.log", 15_000)
     begun = time.monotonic()
     output.close(timeout=0.5)
     assert time.monotonic() - begun > 0.5, "the drain took longer than the timeout"
