@@ -6,10 +6,9 @@ For each run: the job's steps/s and the time from the main task's end (the chief
 last worker) to every container exited. The job's steps/s comes from the rates the tasks that
 run the script report: in SageMaker's master layout master and workers each train their own
 share of the global steps, so their rates add up; with TF2 chief roles only the chief reports;
-with MWMS every worker takes every step together, so their rates are averaged. Every TensorFlow
-process of both runners gets one intra-op and one inter-op thread (TF_NUM_INTRAOP_THREADS,
-TF_NUM_INTEROP_THREADS): six processes on a 2-core machine, each with a thread per core by
-default, made the same runner vary by up to 30% between runs. By hand, each
+with MWMS every worker takes every step together, so their rates are averaged. (Pinning TF's
+thread pools to one thread each, to cut the run-to-run spread of up to 30%, hung the TF2
+ClusterCoordinator run for over 5 minutes: it needs more than one inter-op thread.) By hand, each
 container's shell starts its parameter server in the background and execs its task; servers
 never end on their own, so after the chief's container exits the bench kills the others, as a
 person would have to (their teardown is reported as "never").
@@ -44,7 +43,6 @@ SCRIPTS = {
     "parameter_server": "tf_ps_train.py",
     "multi_worker_mirrored_strategy": "tf_mwms_train.py",
 }
-THREADS = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 # (label, distribution, ringleader_tf_roles)
 CONFIGURATIONS = (
     ("parameter_server (master)", "parameter_server", tfconfig.MASTER_ROLES),
@@ -87,7 +85,7 @@ def run(
     names = host_names(HOSTS, random_suffix=False)
     script_args = ["--steps", str(steps), "--log-interval", str(steps)]
     common = {"hosts": HOSTS, "source_dir": source, "image": IMAGE, "output_dir": workdir}
-    probe = {name: {"TF_PROBE_SCRIPT": SCRIPTS[distribution], **THREADS} for name in names}
+    probe = {name: {"TF_PROBE_SCRIPT": SCRIPTS[distribution]} for name in names}
     if runner == "ringleader":
         spec = LocalJobSpec(
             **common,
