@@ -4,7 +4,13 @@ import pytest
 
 from ringleader.config.mpi_options import forwarded_variables
 from ringleader.core.errors import ConfigError
-from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv, is_abort_line, parse_mpi_aborts
+from ringleader.launch.mpirun import (
+    MpiPlan,
+    build_mpirun_argv,
+    has_rdma_devices,
+    is_abort_line,
+    parse_mpi_aborts,
+)
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 RANK_COMMAND = ("/usr/bin/python3", "-m", "ringleader.rank", "--", "python3", "train.py")
@@ -156,3 +162,21 @@ def test_mpi_aborts_parsed_from_mpirun_messages():
     ]
     assert parse_mpi_aborts(lines) == {3: 3, 1: 143}
     assert [line for line in lines if is_abort_line(line)] == [lines[1], lines[2], *lines[5:]]
+
+
+def test_ofi_btl_only_with_rdma_devices():
+    # the ofi BTL over TCP costs every rank a second in MPI_Finalize; with EFA it may carry data
+    assert ("btl", "^openib,ofi") in mca_values(build_mpirun_argv(plan()))
+    with_fabric = MpiPlan(HOSTS, 2, "eth0", (), RANK_COMMAND, rdma_devices=True)
+    assert ("btl", "^openib") in mca_values(build_mpirun_argv(with_fabric))
+    custom = build_mpirun_argv(plan(custom=["--mca", "btl", "self,tcp"]))
+    assert ("btl", "self,tcp") in mca_values(custom) and len(mca_values(custom)) == len(
+        {name for name, _ in mca_values(custom)}
+    )
+
+
+def test_rdma_devices_seen_in_sysfs(tmp_path):
+    assert not has_rdma_devices(tmp_path / "missing")
+    assert not has_rdma_devices(tmp_path)
+    (tmp_path / "rdmap0s6").mkdir()
+    assert has_rdma_devices(tmp_path)

@@ -8,6 +8,7 @@ and either reject them or take whichever it parses last).
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from ringleader.config.mpi_options import Option, parse_options
 
@@ -20,6 +21,7 @@ class MpiPlan:
     custom_options: tuple[str, ...]
     rank_command: tuple[str, ...]  # the per-rank wrapper followed by the user's command
     exported: tuple[str, ...] = ()  # variables of ours every rank needs (`-x NAME`)
+    rdma_devices: bool = False  # the host has RDMA devices (EFA, InfiniBand): see default_btl
 
     @property
     def world_size(self) -> int:
@@ -34,7 +36,7 @@ def default_options(plan: MpiPlan) -> list[Option]:
         Option(("host",), ("-H", host_list)),
         Option(("bind-to",), ("-bind-to", "none")),
         Option(("map-by",), ("-map-by", "slot")),
-        _mca("btl", "^openib"),
+        _mca("btl", default_btl(plan.rdma_devices)),
         _mca("pml", "ob1"),
         _mca("orte_abort_on_non_zero_status", "1"),
     ]
@@ -44,6 +46,22 @@ def default_options(plan: MpiPlan) -> list[Option]:
             _mca("oob_tcp_if_include", plan.interface),
         ]
     return defaults
+
+
+def default_btl(rdma_devices: bool) -> str:
+    """Byte transfer layers: never openib (verbs, retired for EFA and UCX). Without RDMA
+    devices also never ofi: its libfabric provider then runs over TCP like the tcp BTL, but
+    Open MPI 4.1's ofi BTL makes every rank's MPI_Finalize take one second (measured 1.01 s
+    vs 0.05 s, 2 hosts x 2 ranks), which every job pays at its end."""
+    return "^openib" if rdma_devices else "^openib,ofi"
+
+
+def has_rdma_devices(sys_class: Path = Path("/sys/class/infiniband")) -> bool:
+    """EFA and InfiniBand adapters appear here (sysfs, also inside containers)."""
+    try:
+        return any(sys_class.iterdir())
+    except OSError:
+        return False
 
 
 def build_mpirun_argv(plan: MpiPlan) -> list[str]:

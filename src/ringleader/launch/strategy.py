@@ -23,7 +23,7 @@ from ringleader.config.mpi_options import forwarded_variables
 from ringleader.core import paths
 from ringleader.core.errors import ConfigError
 from ringleader.launch import tfconfig
-from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv
+from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv, has_rdma_devices
 from ringleader.launch.netif import InterfaceChoice, choose_interface, local_interfaces, resolve
 from ringleader.launch.spawn import TF_VARIABLES, TORCH_VARIABLES, SpawnSpec, spawn_argv
 
@@ -109,6 +109,7 @@ class MpirunStrategy:
             custom_options=self.config.custom_mpi_options,
             rank_command=tuple(rank_command(self.config, self.user_command(), forwarded)),
             exported=tuple(name for name in paths.RANK_VARIABLES if name in os.environ),
+            rdma_devices=has_rdma_devices(),
         )
         plain = None
         if topology.plain_hosts:  # heterogeneous: the hosts outside mpirun start their own
