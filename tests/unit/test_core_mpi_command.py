@@ -10,6 +10,7 @@ from ringleader.launch.mpirun import (
     has_rdma_devices,
     is_abort_line,
     parse_mpi_aborts,
+    stops_all_on_rank_failure,
 )
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
@@ -180,3 +181,17 @@ def test_rdma_devices_seen_in_sysfs(tmp_path):
     assert not has_rdma_devices(tmp_path)
     (tmp_path / "rdmap0s6").mkdir()
     assert has_rdma_devices(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("custom", "stops"),
+    [
+        ((), True),
+        (("--mca", "orte_abort_on_non_zero_status", "0"), False),
+        (("-mca", "orte_abort_on_non_zero_status", "false"), False),
+        (("--mca", "orte_abort_on_non_zero_status", "1", "-x", "A"), True),
+        (("--mca", "btl_tcp_if_include", "eth0"), True),
+    ],
+)
+def test_a_failing_rank_stops_the_job_unless_the_user_turned_the_abort_off(custom, stops):
+    assert stops_all_on_rank_failure(custom) is stops

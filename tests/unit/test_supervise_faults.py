@@ -16,6 +16,7 @@ from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.strategy import LaunchPlan
 from ringleader.supervise.leader import (
     KILL_MARGIN_SECONDS,
+    LOST_HOST_KILL_MARGIN_SECONDS,
     RECORD_SETTLE_SECONDS,
     Leader,
     LeaderParts,
@@ -779,3 +780,55 @@ def test_a_parameter_server_that_dies_is_the_root_cause_named_with_its_host() ->
     assert first_line(outcome).startswith(
         "Rank 3 (ps:1) on host algo-2 was killed by signal 9 (SIGKILL)"
     )
+
+
+@dataclass(frozen=True)
+class MpirunStrategy:
+    world_size: int = 6
+    stops_all: bool = True
+
+    def prepare(self) -> LaunchPlan:
+        return LaunchPlan(("mpirun", "true"), {}, stops_all_on_rank_failure=self.stops_all)
+
+
+def test_mpirun_rank_failing_stops_every_other_rank_through_our_channel() -> None:
+    # mpirun's own abort reaches 32 hosts' ranks only after seconds; ours at once
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(5.0, RankEnded(record(3, 3, ended=1005.0, tail=("boom",))))
+    rig.events.at(5.2, *(RankEnded(record(r, 143, terminated=True)) for r in (0, 1, 2, 4, 5)))
+    rig.events.at(5.3, LauncherExited(3))
+    rig.events.at(5.4, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.leader.run(MpirunStrategy())
+    rig.leader.tell_workers(outcome)
+    assert first_line(outcome).startswith("Rank 3 on host algo-2 exited with code 3.")
+    assert rig.local.terminated == [TIMEOUTS.abort_grace]
+    assert rig.link.sent.count({"type": "terminate", "grace": TIMEOUTS.abort_grace}) == 1
+    assert rig.launcher.killed_at == []
+
+
+def test_mpirun_still_running_after_every_rank_ended_is_killed_after_the_abort_grace() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(5.0, RankEnded(record(3, 3, ended=1005.0)))
+    rig.events.at(5.2, *(RankEnded(record(r, 143, terminated=True)) for r in (0, 1, 2, 4, 5)))
+    rig.events.at(60.0, LauncherExited(3))  # tearing its daemons down: not waited for
+    outcome = rig.leader.run(MpirunStrategy())
+    assert outcome.exit_code == 3
+    deadline = 1005.0 + TIMEOUTS.abort_grace + LOST_HOST_KILL_MARGIN_SECONDS
+    assert rig.launcher.killed_at == [pytest.approx(deadline)]
+    assert "every rank has ended; killing mpirun, still running" in rig.logs
+
+
+def test_mpirun_ranks_run_on_when_the_user_turned_the_abort_off() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(5.0, RankEnded(record(3, 3, ended=1005.0)))
+    rig.events.at(9.0, *(RankEnded(record(r, 0)) for r in (0, 1, 2, 4, 5)), LauncherExited(3))
+    outcome = rig.leader.run(MpirunStrategy(stops_all=False))
+    assert outcome.exit_code == 3
+    assert rig.local.terminated == [] and rig.launcher.killed_at == []
+    assert not any(message.get("type") == "terminate" for message in rig.link.sent)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from ringleader.config.mpi_options import Option, parse_options
 
+_ABORT_ON_FAILURE = "orte_abort_on_non_zero_status"
+
 
 @dataclass(frozen=True)
 class MpiPlan:
@@ -38,7 +40,7 @@ def default_options(plan: MpiPlan) -> list[Option]:
         Option(("map-by",), ("-map-by", "slot")),
         _mca("btl", default_btl(plan.rdma_devices)),
         _mca("pml", "ob1"),
-        _mca("orte_abort_on_non_zero_status", "1"),
+        _mca(_ABORT_ON_FAILURE, "1"),
     ]
     if plan.interface is not None:
         defaults += [
@@ -76,6 +78,15 @@ def build_mpirun_argv(plan: MpiPlan) -> list[str]:
     for name in plan.exported:
         argv += ["-x", name]
     return [*argv, *plan.rank_command]
+
+
+def stops_all_on_rank_failure(custom_options: Iterable[str]) -> bool:
+    """Whether one rank's failure ends the job (our default), unless the user turned
+    orte_abort_on_non_zero_status off to let the other ranks run on."""
+    for option in parse_options(tuple(custom_options)):
+        if option.key == ("mca", _ABORT_ON_FAILURE):
+            return option.tokens[-1].lower() not in ("0", "false", "no", "f", "n")
+    return True
 
 
 def _mca(name: str, value: str) -> Option:

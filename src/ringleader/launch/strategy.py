@@ -23,7 +23,12 @@ from ringleader.config.mpi_options import forwarded_variables
 from ringleader.core import paths
 from ringleader.core.errors import ConfigError
 from ringleader.launch import tfconfig
-from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv, has_rdma_devices
+from ringleader.launch.mpirun import (
+    MpiPlan,
+    build_mpirun_argv,
+    has_rdma_devices,
+    stops_all_on_rank_failure,
+)
 from ringleader.launch.netif import InterfaceChoice, choose_interface, local_interfaces, resolve
 from ringleader.launch.spawn import TF_VARIABLES, TORCH_VARIABLES, SpawnSpec, spawn_argv
 
@@ -37,6 +42,9 @@ class LaunchPlan:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     spawn: SpawnSpec | None = None
+    # One rank failing stops every other rank at once through our own channel (mpirun's
+    # own abort takes seconds across many hosts).
+    stops_all_on_rank_failure: bool = True
 
 
 class LaunchStrategy(Protocol):
@@ -124,7 +132,12 @@ class MpirunStrategy:
                 plain_hosts=topology.plain_hosts,
                 first_plain_rank=plan.world_size,
             )
-        return LaunchPlan(tuple(build_mpirun_argv(plan)), dict(os.environ), plain)
+        return LaunchPlan(
+            tuple(build_mpirun_argv(plan)),
+            dict(os.environ),
+            plain,
+            stops_all_on_rank_failure(self.config.custom_mpi_options),
+        )
 
 
 @dataclass(frozen=True)

@@ -245,7 +245,12 @@ class Leader:
             now = self._clock.monotonic()
             if event is None:
                 if kill_deadline is not None and now >= kill_deadline:
-                    self._log("ranks did not end within their grace period; killing the launcher")
+                    if len(run.records) >= self.world_size:
+                        self._log(f"every rank has ended; killing {launcher_name}, still running")
+                    else:
+                        self._log(
+                            "ranks did not end within their grace period; killing the launcher"
+                        )
                     launcher.kill()
                     kill_deadline = None
                 elif launch_deadline is not None and now >= launch_deadline:
@@ -260,7 +265,7 @@ class Leader:
                     launch_deadline = None
             elif isinstance(event, RankEnded):
                 run.records[event.record.rank] = event.record
-                stopping = spawn is not None and self._abort_after(run, event.record)
+                stopping = plan.stops_all_on_rank_failure and self._abort_after(run, event.record)
                 if main_ranks is not None and self._release_after(run, main_ranks):
                     stopping = True
                 if stopping:
@@ -305,7 +310,7 @@ class Leader:
         return bool(run.released)
 
     def _abort_after(self, run: _Run, record: RankRecord) -> bool:
-        """A spawned rank failed on its own: stop every other rank (abort grace), once."""
+        """A rank failed on its own: stop every other rank (abort grace), once."""
         if not record.failed or record.terminated or run.aborted:
             return False
         run.aborted = True
