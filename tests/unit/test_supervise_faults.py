@@ -797,8 +797,11 @@ def test_mpirun_rank_failing_stops_every_other_rank_through_our_channel() -> Non
     rig.hellos()
     rig.ranks_start()
     rig.events.at(5.0, RankEnded(record(3, 3, ended=1005.0, tail=("boom",))))
-    rig.events.at(5.2, *(RankEnded(record(r, 143, terminated=True)) for r in (0, 1, 2, 4, 5)))
-    rig.events.at(5.3, LauncherExited(3))
+    rig.events.at(
+        5.2,
+        LauncherExited(3),
+        *(RankEnded(record(r, 143, terminated=True)) for r in (0, 1, 2, 4, 5)),
+    )
     rig.events.at(5.4, WorkerBye("algo-2"), WorkerBye("algo-3"))
     outcome = rig.leader.run(MpirunStrategy())
     rig.leader.tell_workers(outcome)
@@ -808,7 +811,7 @@ def test_mpirun_rank_failing_stops_every_other_rank_through_our_channel() -> Non
     assert rig.launcher.killed_at == []
 
 
-def test_mpirun_still_running_after_every_rank_ended_is_killed_after_the_abort_grace() -> None:
+def test_mpirun_still_running_after_every_stopped_rank_ended_is_killed_at_once() -> None:
     rig = LeaderRig()
     rig.hellos()
     rig.ranks_start()
@@ -816,10 +819,22 @@ def test_mpirun_still_running_after_every_rank_ended_is_killed_after_the_abort_g
     rig.events.at(5.2, *(RankEnded(record(r, 143, terminated=True)) for r in (0, 1, 2, 4, 5)))
     rig.events.at(60.0, LauncherExited(3))  # tearing its daemons down: not waited for
     outcome = rig.leader.run(MpirunStrategy())
+    assert first_line(outcome).startswith("Rank 3 on host algo-2 exited with code 3.")
+    assert rig.launcher.killed_at == [pytest.approx(1005.2)]
+    assert "every rank has ended; killing mpirun, still running" in rig.logs
+
+
+def test_mpirun_whose_stopped_ranks_do_not_end_is_killed_after_the_abort_grace() -> None:
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(5.0, RankEnded(record(3, 3, ended=1005.0)))
+    rig.events.at(5.2, *(RankEnded(record(r, 143, terminated=True)) for r in (0, 1, 2, 4)))
+    outcome = rig.leader.run(MpirunStrategy())
     assert outcome.exit_code == 3
     deadline = 1005.0 + TIMEOUTS.abort_grace + LOST_HOST_KILL_MARGIN_SECONDS
     assert rig.launcher.killed_at == [pytest.approx(deadline)]
-    assert "every rank has ended; killing mpirun, still running" in rig.logs
+    assert "ranks did not end within their grace period; killing the launcher" in rig.logs
 
 
 def test_mpirun_ranks_run_on_when_the_user_turned_the_abort_off() -> None:

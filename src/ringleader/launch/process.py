@@ -12,6 +12,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO
 
+import psutil
+
 from ringleader.launch.mpirun import is_abort_line, parse_mpi_aborts
 from ringleader.output import console
 from ringleader.wire.events import Event, LauncherExited
@@ -58,9 +60,17 @@ class Launcher:
         threading.Thread(target=wait, name="launcher-wait", daemon=True).start()
 
     def kill(self) -> None:
-        """SIGKILL the launcher's whole process group (after the grace period ran out)."""
+        """SIGKILL the launcher's whole process group and every process under it: mpirun's
+        ssh clients run in groups of their own and would hold its output open (and with it
+        the job's end) until the remote daemons die."""
+        descendants: list[psutil.Process] = []
+        with contextlib.suppress(psutil.Error):
+            descendants = psutil.Process(self._process.pid).children(recursive=True)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
+        for process in descendants:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
 
     def _pump(self, source: IO[bytes], sink: IO[bytes]) -> None:
         for line in iter(source.readline, b""):

@@ -272,6 +272,12 @@ class Leader:
                     kill_deadline = earliest(
                         kill_deadline, now + timeouts.abort_grace + LOST_HOST_KILL_MARGIN_SECONDS
                     )
+                if (
+                    spawn is None
+                    and kill_deadline is not None
+                    and len(run.records) >= self.world_size
+                ):
+                    kill_deadline = now  # stopped and every rank ended: mpirun has nothing left
             elif isinstance(event, SigtermReceived) and run.stopped_on is None:
                 self._log(f"SIGTERM received on {event.host}: stopping every rank")
                 run.stopped_on, run.stopped_at = event.host, self._clock.time()
