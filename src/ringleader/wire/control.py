@@ -118,10 +118,13 @@ class ControlServer:
         close_listener(self._server)
         with self._lock:
             channels = list(self._workers.values())
-        for host, summary in sorted(self._pulses.stop().items()):
-            self._log(f"pulses from {host}: {summary}")
+        # The workers leave once their channel closes: release them before the pulse process
+        # winds down (a busy machine takes a while to run it to its end).
+        self._pulses.mute()
         for channel in channels:
             channel.close()
+        for host, summary in sorted(self._pulses.stop().items()):
+            self._log(f"pulses from {host}: {summary}")
 
     def _serve(self, channel: Channel) -> None:
         address = channel.peer_address or "?"
