@@ -612,7 +612,10 @@ def test_spawned_rank_failing_stops_every_other_rank_like_mpirun() -> None:
         RanksExited("algo-3", 143),
     )
     rig.events.at(5.4, WorkerBye("algo-2"), WorkerBye("algo-3"))
-    outcome = run_spawned(rig)
+    assert_rank_3_stopped_every_other_rank(rig, run_spawned(rig))
+
+
+def assert_rank_3_stopped_every_other_rank(rig: LeaderRig, outcome: Outcome) -> None:
     assert outcome.exit_code == 3
     assert first_line(outcome).startswith("Rank 3 on host algo-2 exited with code 3.")
     assert rig.local.terminated == [TIMEOUTS.abort_grace]
@@ -805,10 +808,7 @@ def test_mpirun_rank_failing_stops_every_other_rank_through_our_channel() -> Non
     rig.events.at(5.4, WorkerBye("algo-2"), WorkerBye("algo-3"))
     outcome = rig.leader.run(MpirunStrategy())
     rig.leader.tell_workers(outcome)
-    assert first_line(outcome).startswith("Rank 3 on host algo-2 exited with code 3.")
-    assert rig.local.terminated == [TIMEOUTS.abort_grace]
-    assert rig.link.sent.count({"type": "terminate", "grace": TIMEOUTS.abort_grace}) == 1
-    assert rig.launcher.killed_at == []
+    assert_rank_3_stopped_every_other_rank(rig, outcome)
 
 
 def test_mpirun_still_running_after_every_stopped_rank_ended_is_killed_at_once() -> None:
