@@ -1,8 +1,9 @@
 """The training hot path: Horovod samples/s through ringleader vs the same command under an
 expert's bare mpirun (bench/probe/bare_mpirun.sh) on the same fake hosts (ringleader:horovod,
-3 x 2 by default), runs alternating so both see the same machine. Both run the ranks with the
-same MPI options (ringleader local adds `--mca mpi_yield_when_idle 1` when the ranks outnumber
-the cores; the bare runs get it too, so only the launcher differs).
+3 x 2 by default), runs alternating (and which goes first alternating too) so both see the
+same machine. Both run the ranks with the same MPI options (ringleader local adds `--mca
+mpi_yield_when_idle 1` when the ranks outnumber the cores; the bare runs get it too, so only
+the launcher differs).
 
 Usage: .venv/bin/python bench/horovod.py [--hosts 3] [--steps 600] [--rounds 3]
 """
@@ -71,7 +72,8 @@ def main() -> None:
         shutil.copy(REPO / "bench" / "probe" / "bare_mpirun.sh", source)
         samples: dict[str, list[float]] = {"ringleader": [], "bare": []}
         for round_ in range(1, args.rounds + 1):
-            for runner in samples:
+            # the order alternates: whoever runs second must not always get a warmer machine
+            for runner in list(samples)[:: 1 if round_ % 2 else -1]:
                 value = samples_per_second(runner, args, source, Path(workdir) / "out")
                 samples[runner].append(value)
                 print(f"round {round_} {runner}: {value:.1f} samples/s", flush=True)

@@ -1,6 +1,7 @@
 """TensorFlow through ringleader vs the same processes started by hand with the same TF_CONFIG:
 same image (ringleader:tensorflow), same fake hosts, same scripts (examples/tf_ps_train.py in
-SageMaker's master layout and with TF2 chief roles, examples/tf_mwms_train.py), runs alternating.
+SageMaker's master layout and with TF2 chief roles, examples/tf_mwms_train.py), runs alternating
+(who goes first alternating too).
 
 For each run: the job's steps/s and the time from the main task's end (the chief; for MWMS the
 last worker) to every container exited. The job's steps/s comes from the rates the tasks that
@@ -170,7 +171,8 @@ def main() -> int:
         for label, distribution, roles in CONFIGURATIONS:
             results: dict[str, list[Measurement]] = {runner: [] for runner in runners}
             for round_number in range(1, args.rounds + 1):
-                for runner in runners:
+                # who goes first alternates: the second must not always get a warmer machine
+                for runner in runners[:: 1 if round_number % 2 else -1]:
                     print(f"... {label} round {round_number}: {runner}", file=sys.stderr)
                     results[runner].append(
                         run(runner, distribution, roles, args.steps, source, Path(tmp) / "out")
