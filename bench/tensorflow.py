@@ -14,7 +14,7 @@ container's shell starts its parameter server in the background and execs its ta
 never end on their own, so after the chief's container exits the bench kills the others, as a
 person would have to (their teardown is reported as "never").
 
-Usage: .venv/bin/python bench/tensorflow.py [--rounds 3] [--steps 300]
+Usage: .venv/bin/python bench/tensorflow.py [--rounds 3] [--steps 300] [--only LABEL]
 """
 
 import argparse
@@ -159,6 +159,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument(
+        "--only",
+        choices=[label for label, _, _ in CONFIGURATIONS],
+        help="one configuration (longer runs of it cost less time)",
+    )
     args = parser.parse_args()
     runners = ("by hand", "ringleader")
     rows = []
@@ -169,6 +174,8 @@ def main() -> int:
         for script in SCRIPTS.values():
             shutil.copy(BENCH.parent / "examples" / script, source)
         for label, distribution, roles in CONFIGURATIONS:
+            if args.only and label != args.only:
+                continue
             results: dict[str, list[Measurement]] = {runner: [] for runner in runners}
             for round_number in range(1, args.rounds + 1):
                 # who goes first alternates: the second must not always get a warmer machine
