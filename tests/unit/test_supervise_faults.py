@@ -822,7 +822,6 @@ def test_mpirun_still_running_after_every_stopped_rank_ended_is_killed_at_once()
     assert first_line(outcome).startswith("Rank 3 on host algo-2 exited with code 3.")
     assert rig.launcher.killed_at == [pytest.approx(1005.2)]
     assert "every rank has ended; killing mpirun, still running" in rig.logs
-    assert rig.clock.now < 1010.0  # its exit (after its output) is not waited for
 
 
 def test_mpirun_whose_stopped_ranks_do_not_end_is_killed_after_the_abort_grace() -> None:

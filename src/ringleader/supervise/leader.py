@@ -43,7 +43,6 @@ KILL_MARGIN_SECONDS = 10.0
 # After a host is lost: beyond the abort grace, before the launcher (which may wait minutes
 # for the lost host's MPI daemon) is killed.
 LOST_HOST_KILL_MARGIN_SECONDS = 0.5
-KILLED_LAUNCHER_CODE = -9  # how Popen reports a launcher we killed with SIGKILL
 
 Logger = Callable[[str], None]
 SshCheck = Callable[[str, float], str | None]  # (host, timeout) -> problem or None
@@ -246,17 +245,14 @@ class Leader:
             now = self._clock.monotonic()
             if event is None:
                 if kill_deadline is not None and now >= kill_deadline:
-                    kill_deadline = None
-                    if len(run.records) < self.world_size:
+                    if len(run.records) >= self.world_size:
+                        self._log(f"every rank has ended; killing {launcher_name}, still running")
+                    else:
                         self._log(
                             "ranks did not end within their grace period; killing the launcher"
                         )
-                        launcher.kill()
-                        continue
-                    self._log(f"every rank has ended; killing {launcher_name}, still running")
                     launcher.kill()
-                    if spawn is None:  # its exit adds nothing to what the ranks told
-                        return self._conclude(run, KILLED_LAUNCHER_CODE, launcher, launcher_name)
+                    kill_deadline = None
                 elif launch_deadline is not None and now >= launch_deadline:
                     run.startup_error = self._missing_ranks_message(run.started)
                     self._log(run.startup_error)
