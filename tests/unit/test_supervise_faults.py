@@ -847,3 +847,25 @@ def test_mpirun_ranks_run_on_when_the_user_turned_the_abort_off() -> None:
     assert outcome.exit_code == 3
     assert rig.local.terminated == [] and rig.launcher.killed_at == []
     assert not any(message.get("type") == "terminate" for message in rig.link.sent)
+
+
+def test_mpirun_failure_blaming_another_rank_leaves_the_stop_to_mpirun() -> None:
+    # rank 0 may still be inside MPI_Abort: a stop from us would kill it before mpirun reports
+    # the code it aborted with
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    collateral = ("RuntimeError: Horovod has been shut down. This was caused by an exception",)
+    rig.launcher.aborts = {0: 5}
+    rig.events.at(5.0, RankEnded(record(2, 1, ended=1005.0, tail=collateral)))
+    rig.events.at(
+        5.3,
+        RankEnded(record(0, exitcodes.SIGTERM_EXIT, signal=15, terminated=True, ended=1005.2)),
+        *(RankEnded(record(r, 143, terminated=True)) for r in (1, 3, 4, 5)),
+        LauncherExited(5),
+    )
+    outcome = rig.leader.run(MpirunStrategy())
+    assert outcome.exit_code == 5
+    assert first_line(outcome).startswith("Rank 0 on host algo-1 exited with code 5.")
+    assert rig.local.terminated == [] and rig.launcher.killed_at == []
+    assert not any(message.get("type") == "terminate" for message in rig.link.sent)

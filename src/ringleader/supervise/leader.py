@@ -16,7 +16,7 @@ from ringleader.config.job import Timeouts
 from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
 from ringleader.core.errors import JobError, StartupError
-from ringleader.core.outcome import HostLoss, JobFacts, Outcome, decide
+from ringleader.core.outcome import HostLoss, JobFacts, Outcome, blames_another_rank, decide
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Timeline
 from ringleader.launch.spawn import first_failure
@@ -265,7 +265,7 @@ class Leader:
                     launch_deadline = None
             elif isinstance(event, RankEnded):
                 run.records[event.record.rank] = event.record
-                stopping = plan.stops_all_on_rank_failure and self._abort_after(run, event.record)
+                stopping = self._abort_after(run, event.record, plan, spawn is not None)
                 if main_ranks is not None and self._release_after(run, main_ranks):
                     stopping = True
                 if stopping:
@@ -315,9 +315,15 @@ class Leader:
             self._terminate_everywhere(self._timeouts.abort_grace)
         return bool(run.released)
 
-    def _abort_after(self, run: _Run, record: RankRecord) -> bool:
-        """A rank failed on its own: stop every other rank (abort grace), once."""
-        if not record.failed or record.terminated or run.aborted:
+    def _abort_after(self, run: _Run, record: RankRecord, plan: LaunchPlan, spawned: bool) -> bool:
+        """A rank failed on its own: stop every other rank (abort grace), once.
+
+        Under mpirun, not after a failure that blames another rank (Horovod shut down, ...):
+        the rank that failed first may still be in MPI_Abort, and a stop from us would kill it
+        before mpirun reports its code; mpirun's own abort follows such a failure anyway."""
+        if not plan.stops_all_on_rank_failure or not record.failed or record.terminated:
+            return False
+        if run.aborted or (not spawned and blames_another_rank(record)):
             return False
         run.aborted = True
         if run.stopped_on is None and not run.lost:
