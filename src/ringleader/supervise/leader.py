@@ -265,7 +265,7 @@ class Leader:
                     launch_deadline = None
             elif isinstance(event, RankEnded):
                 run.records[event.record.rank] = event.record
-                stopping = self._abort_after(run, event.record, plan, spawn is not None)
+                stopping = self._abort_after(run, event.record, plan)
                 if main_ranks is not None and self._release_after(run, main_ranks):
                     stopping = True
                 if stopping:
@@ -315,7 +315,7 @@ class Leader:
             self._terminate_everywhere(self._timeouts.abort_grace)
         return bool(run.released)
 
-    def _abort_after(self, run: _Run, record: RankRecord, plan: LaunchPlan, spawned: bool) -> bool:
+    def _abort_after(self, run: _Run, record: RankRecord, plan: LaunchPlan) -> bool:
         """A rank failed on its own: stop every other rank (abort grace), once.
 
         Under mpirun, not after a failure that blames another rank (Horovod shut down, ...):
@@ -323,7 +323,7 @@ class Leader:
         before mpirun reports its code; mpirun's own abort follows such a failure anyway."""
         if not plan.stops_all_on_rank_failure or not record.failed or record.terminated:
             return False
-        if run.aborted or (not spawned and blames_another_rank(record)):
+        if run.aborted or (plan.spawn is None and blames_another_rank(record)):
             return False
         run.aborted = True
         if run.stopped_on is None and not run.lost:
