@@ -7,11 +7,15 @@ prints, side by side:
   startup   first `docker start` -> user code running on every rank
   teardown  last rank's exit -> last container's exit (successful job)
   failure   rank 1 exits 3 -> every container has exited, and the exit codes they reported
+With --rounds N each cell is the median of N runs (runners alternating who goes first), the
+runs themselves listed below the table: one run of a 2-host job varies by 10% here.
+For bare it also prints when mpirun returned (after the last rank's end, or after rank 1's
+failure): the ranks' own exits and mpirun's, a floor under any launcher's teardown.
 "bare" (bench/probe/bare_mpirun.sh): the containers run only sshd; the first one waits until it
 can ssh to the others and runs mpirun of the probe, as an expert would by hand.
 
 Usage: .venv/bin/python bench/startup.py [--hosts 2 4 8] [--runners ringleader bare toolkit]
-       [--toolkit-hosts 2 4 16] [--mpi-options '--mca plm_rsh_no_tree_spawn 1']
+       [--toolkit-hosts 2 4 16] [--mpi-options '--mca plm_rsh_no_tree_spawn 1'] [--rounds 3]
 The toolkit's failure runs take minutes (its workers poll); --skip-toolkit-failure skips them.
 """
 
@@ -19,6 +23,7 @@ import argparse
 import io
 import os
 import re
+import statistics
 import sys
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -47,6 +52,7 @@ class Measurement:
     failure: float | None
     codes: tuple[int | None, ...]
     phases: dict[str, float] = field(default_factory=dict)  # ringleader: see phase_times
+    mpirun_returned: float | None = None  # bare: last rank's end (or the failure) -> mpirun done
 
 
 def phase_times(job_file: Path, origin: float) -> dict[str, float]:
@@ -99,6 +105,9 @@ def run(runner: str, hosts: int, fail: bool, workdir: Path, options: str = "") -
     startup = max(starts) - first_start if len(starts) == world else None
     teardown = last_exit - max(ends) if not fail and len(ends) == world else None
     failure = last_exit - fails[0] if fail and fails else None
+    returned = bench_times(output, "mpirun-returned")
+    reference = fails[:1] if fail else ends[-1:] if len(ends) == world else []
+    mpirun_returned = max(returned) - max(reference) if returned and reference else None
     job_file = result.output_dir / result.hosts[0].name / "output" / "data" / "job.json"
     return Measurement(
         startup,
@@ -106,6 +115,29 @@ def run(runner: str, hosts: int, fail: bool, workdir: Path, options: str = "") -
         failure,
         tuple(h.exit_code for h in result.hosts),
         phase_times(job_file, first_start) if runner == "ringleader" and not fail else {},
+        mpirun_returned,
+    )
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return statistics.median(present) if present else None
+
+
+def median_of(runs: list[Measurement]) -> Measurement:
+    """One cell of the table: each time the median over the runs (codes of the last run;
+    every run's codes are listed separately)."""
+    phase_names = [phase for phase in runs[-1].phases]
+    return Measurement(
+        _median([run.startup for run in runs]),
+        _median([run.teardown for run in runs]),
+        _median([run.failure for run in runs]),
+        runs[-1].codes,
+        {
+            name: statistics.median(run.phases[name] for run in runs if name in run.phases)
+            for name in phase_names
+        },
+        _median([run.mpirun_returned for run in runs]),
     )
 
 
@@ -132,35 +164,68 @@ def main() -> int:
     parser.add_argument(
         "--toolkit-hosts", type=int, nargs="*", help="host counts for the toolkit (default all)"
     )
+    parser.add_argument("--rounds", type=int, default=1, help="runs per cell (median)")
     args = parser.parse_args()
-    rows = []
+    runs: dict[tuple[int, str], tuple[list[Measurement], list[Measurement]]] = {}
     with tempfile.TemporaryDirectory(prefix="rl-bench-") as workdir:
         for hosts in args.hosts:
-            for runner in args.runners:
-                toolkit_hosts = args.toolkit_hosts
-                if runner == "toolkit" and toolkit_hosts is not None and hosts not in toolkit_hosts:
-                    continue
-                print(f"... {runner}: {hosts} hosts, successful job", file=sys.stderr, flush=True)
-                ok = run(runner, hosts, False, Path(workdir), args.mpi_options)
-                failed = None
-                if not (runner == "toolkit" and args.skip_toolkit_failure):
+            runners = [
+                runner
+                for runner in args.runners
+                if runner != "toolkit" or args.toolkit_hosts is None or hosts in args.toolkit_hosts
+            ]
+            for round_number in range(1, args.rounds + 1):
+                # who goes first alternates: the second must not always get a warmer machine
+                for runner in runners[:: 1 if round_number % 2 else -1]:
+                    oks, fails = runs.setdefault((hosts, runner), ([], []))
+                    print(
+                        f"... {runner}: {hosts} hosts, successful job (round {round_number})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    oks.append(run(runner, hosts, False, Path(workdir), args.mpi_options))
+                    if runner == "toolkit" and args.skip_toolkit_failure:
+                        continue
                     print(
                         f"... {runner}: {hosts} hosts, rank {FAIL_RANK} exits 3",
                         file=sys.stderr,
                         flush=True,
                     )
-                    failed = run(runner, hosts, True, Path(workdir), args.mpi_options)
-                rows.append((hosts, runner, ok, failed))
+                    fails.append(run(runner, hosts, True, Path(workdir), args.mpi_options))
+    rows = [
+        (hosts, runner, median_of(oks), median_of(fails) if fails else None)
+        for (hosts, runner), (oks, fails) in runs.items()
+    ]
     print(
         f"{'hosts':>5}  {'runner':<10}  {'startup s':>9}  {'teardown s':>10}  "
-        f"{'failure s':>9}  exit codes after rank {FAIL_RANK} exits 3"
+        f"{'failure s':>9}  {'mpirun returned s':>17}  exit codes after rank {FAIL_RANK} exits 3"
     )
     for hosts, runner, ok, failed in rows:
         codes = "skipped" if failed is None else " ".join(str(code) for code in failed.codes)
+        returned = (
+            f"{fmt(ok.mpirun_returned).strip()} / {fmt(failed.mpirun_returned).strip()}"
+            if runner == "bare" and failed
+            else ""
+        )
         print(
             f"{hosts:>5}  {runner:<10}  {fmt(ok.startup):>9}  {fmt(ok.teardown):>10}  "
-            f"{fmt(failed.failure if failed else None):>9}  {codes}"
+            f"{fmt(failed.failure if failed else None):>9}  {returned:>17}  {codes}"
         )
+    if args.rounds > 1:
+        print()
+        print("every run (startup / teardown / failure s):")
+        for (hosts, runner), (oks, fails) in runs.items():
+            failed_runs: list[Measurement | None] = [*fails] if fails else [None] * len(oks)
+            listed = "  ".join(
+                f"{fmt(ok.startup).strip()}/{fmt(ok.teardown).strip()}/"
+                f"{fmt(failed.failure).strip() if failed else '-'}"
+                for ok, failed in zip(oks, failed_runs, strict=True)
+            )
+            print(f"  {hosts:>3} {runner:<10}  {listed}")
+    print(
+        "(mpirun returned: bare only, successful / failed job, after the last rank's end or "
+        "rank 1's failure)"
+    )
     print()
     print("ringleader, successful job: seconds from the first docker start until the last host")
     print("reached each phase of the launcher (job.json's timeline)")

@@ -203,6 +203,15 @@ def main() -> int:
         ours, theirs = medians["ringleader"], medians["by hand"]
         if ours and theirs:
             print(f"{distribution:<32}ringleader / by hand steps/s {ours / theirs:.3f}")
+        # a round's two runs share the machine's state of the moment (see bench/horovod.py)
+        paired = [
+            a.steps_per_second / b.steps_per_second
+            for a, b in zip(results["ringleader"], results["by hand"], strict=True)
+            if a.steps_per_second and b.steps_per_second
+        ]
+        if paired:
+            listed = ", ".join(f"{ratio:.3f}" for ratio in paired)
+            print(f"{'':<32}per round: {listed}; median {statistics.median(paired):.3f}")
     return 0
 
 

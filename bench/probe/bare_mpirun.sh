@@ -26,5 +26,7 @@ done
 mpirun --allow-run-as-root -np "$count" -H "$list" -bind-to none -map-by slot $MPIRUN_OPTIONS \
   /opt/ringleader/venv/bin/python -m mpi4py "/opt/ml/code/$program" "$@"
 code=$?
+# when mpirun returned: the floor under any launcher's teardown (the ranks' own exits)
+echo "BENCH mpirun-returned 0 $(date +%s.%6N)"
 for host in $hosts; do [ "$host" = "$first" ] || ssh "$host" pkill -x sshd; done
 exit "$code"
