@@ -9,7 +9,6 @@ fails, the temporary file is removed and `path` is left as it was.
 
 import contextlib
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -50,7 +49,7 @@ def write_atomically(path: Path, data: bytes | str, *, mode: int | None = None) 
 
 def _create(path: Path, suffix: str, permissions: int) -> tuple[BinaryIO, Path]:
     for _ in range(100):
-        temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}{suffix}")
+        temporary = path.with_name(f".{path.name}.{os.urandom(4).hex()}{suffix}")
         try:
             descriptor = os.open(temporary, _FLAGS, permissions)
         except FileExistsError:

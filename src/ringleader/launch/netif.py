@@ -6,8 +6,6 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import psutil
-
 from ringleader.core.errors import ConfigError, StartupError
 
 # Linux interface names: at most 15 bytes, no slash or white space.
@@ -51,6 +49,8 @@ def choose_interface(
 
 
 def local_interfaces() -> dict[str, list[str]]:
+    import psutil  # here: only the leader chooses, and workers start faster without it
+
     found: dict[str, list[str]] = {}
     for name, addresses in psutil.net_if_addrs().items():
         for address in addresses:

@@ -12,8 +12,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO
 
-import psutil
-
 from ringleader.launch.mpirun import is_abort_line, parse_mpi_aborts
 from ringleader.output import console
 from ringleader.wire.events import Event, LauncherExited
@@ -63,6 +61,8 @@ class Launcher:
         """SIGKILL the launcher's whole process group and every process under it: mpirun's
         ssh clients run in groups of their own and would hold its output open (and with it
         the job's end) until the remote daemons die."""
+        import psutil  # here: only a stopped job pays for it
+
         descendants: list[psutil.Process] = []
         with contextlib.suppress(psutil.Error):
             descendants = psutil.Process(self._process.pid).children(recursive=True)

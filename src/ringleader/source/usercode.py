@@ -20,22 +20,23 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
-import tomllib
 import zlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from ringleader.aws.uri import S3UriError, parse_s3_object_uri
 from ringleader.config.job import JobConfig
 from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
 from ringleader.output import log
+
+if TYPE_CHECKING:
+    import tarfile
 
 SUBMIT_DIRECTORY = "sagemaker_submit_directory"
 PROGRAM = "sagemaker_program"
@@ -87,7 +88,7 @@ class Member:
     link_target: str = ""  # symlink target, or the archive member a hard link refers to
 
 
-def member_of(info: tarfile.TarInfo) -> Member:
+def member_of(info: "tarfile.TarInfo") -> Member:
     if info.isdir():
         kind = MemberKind.DIRECTORY
     elif info.issym():
@@ -186,6 +187,8 @@ def is_python_package(names: Collection[str], pyproject_text: str | None) -> boo
         return True
     if pyproject_text is None:
         return False
+    import tomllib  # here: most jobs have no pyproject.toml, and every host imports this module
+
     try:
         pyproject = tomllib.loads(pyproject_text)
     except tomllib.TOMLDecodeError:
@@ -392,6 +395,8 @@ def _s3_error(uri: str, bucket: str, key: str, code: str, status: int, message: 
 
 def extract(archive: Path, source: str, code_dir: Path) -> None:
     """Check every member of the tarball, then extract it into `code_dir`."""
+    import tarfile  # here: only jobs with a source tarball need it
+
     try:
         with tarfile.open(archive, "r:*") as tar:
             infos = tar.getmembers()
@@ -415,7 +420,7 @@ def extract(archive: Path, source: str, code_dir: Path) -> None:
         ) from None
 
 
-def _sanitized(infos: Iterable[tarfile.TarInfo]) -> Iterable[tarfile.TarInfo]:
+def _sanitized(infos: Iterable["tarfile.TarInfo"]) -> Iterable["tarfile.TarInfo"]:
     """Owned by us, no setuid/setgid/sticky bits, not writable by others."""
     uid, gid = os.getuid(), os.getgid()
     for info in infos:

@@ -5,7 +5,6 @@ control server or leader link, launcher, clock) and hands them to the Leader or 
 whose logic lives in their own modules.
 """
 
-import concurrent.futures
 import contextlib
 import functools
 import importlib.util
@@ -37,6 +36,7 @@ from ringleader.config.job import (
 from ringleader.config.topology import Topology, leader_hint
 from ringleader.core import exitcodes, paths
 from ringleader.core import timeline as phases
+from ringleader.core.background import BackgroundCall
 from ringleader.core.errors import ConfigError, JobError
 from ringleader.core.outcome import Outcome, truncate
 from ringleader.core.proctimes import process_started_at
@@ -80,7 +80,7 @@ if TYPE_CHECKING:
 
 STOPPING_REPORT_SECONDS = 5.0  # reporting an error after SIGTERM: how long to try
 
-Prepared = concurrent.futures.Future[list[str]]  # the user's command, once the host is ready
+Prepared = BackgroundCall[list[str]]  # the user's command, once the host is ready
 
 
 class EntryPoint:
@@ -134,24 +134,22 @@ class EntryPoint:
         agent = HostAgent(
             paths.AGENT_SOCKET, self._events, printer.deliver if printer else relay.deliver
         )
-        # The host's environment (sagemaker-training's Environment, a slow import) is computed
-        # while sshd starts and the workers connect; each role waits for it when it needs it.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            prepared = pool.submit(self._prepare_host, config, single)
-            try:
-                if printer is not None and single:
-                    strategy = SingleHostStrategy(config, prepared.result)
-                    outcome = self._lead(config, strategy, agent, printer, None)
-                elif printer is not None and len(topology.hosts) == 1:
-                    outcome = self._lead(
-                        config, self._strategy(config, prepared), agent, printer, None
-                    )
-                elif printer is not None:
-                    outcome = self._run_leader(config, prepared, agent, printer)
-                else:
-                    outcome = self._run_worker(config, prepared, agent, relay)
-            finally:
-                agent.close()
+        # The host's environment is computed while sshd starts and the workers connect; each
+        # role waits for it when it needs it.
+        prepared = BackgroundCall(functools.partial(self._prepare_host, config, single), "prepare")
+        try:
+            if printer is not None and single:
+                strategy = SingleHostStrategy(config, prepared.result)
+                outcome = self._lead(config, strategy, agent, printer, None)
+            elif printer is not None and len(topology.hosts) == 1:
+                outcome = self._lead(config, self._strategy(config, prepared), agent, printer, None)
+            elif printer is not None:
+                outcome = self._run_leader(config, prepared, agent, printer)
+            else:
+                outcome = self._run_worker(config, prepared, agent, relay)
+        finally:
+            agent.close()
+            prepared.wait()  # the host's preparation (a pip install, say) ends before we exit
         if config.output_uri is not None:
             self._deliver_artifacts(config.output_uri)
         return outcome

@@ -6,11 +6,10 @@ clock, local ranks, the link to the workers, how a launcher starts, the ssh chec
 injected, so each fault is a unit test without containers.
 """
 
-import concurrent.futures
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ringleader.config.job import Timeouts
 from ringleader.core import exitcodes
@@ -33,6 +32,9 @@ from ringleader.wire.events import (
     WorkerLost,
 )
 from ringleader.wire.protocol import Message
+
+if TYPE_CHECKING:
+    import concurrent.futures
 
 # After the launcher exits, how long to wait for rank records still in flight from workers,
 # counted from the last output the leader took (a busy leader may be seconds behind).
@@ -161,6 +163,8 @@ class Leader:
         """Wait for every worker's hello, checking ssh to each as soon as it says hello."""
         if not self._workers:
             return
+        import concurrent.futures  # here: the leader's ssh checks only (it imports logging)
+
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(self._workers), 32)) as pool:
             checks = self._collect_hellos(pool)
             problems = [problem for check in checks for problem in [check.result()] if problem]
@@ -170,7 +174,7 @@ class Leader:
         self.timeline.mark(self._host, phases.WORKERS_UP, self._clock.time())
 
     def _collect_hellos(
-        self, pool: concurrent.futures.Executor
+        self, pool: "concurrent.futures.Executor"
     ) -> list["concurrent.futures.Future[str | None]"]:
         pending = set(self._workers)
         timeout = self._timeouts.startup

@@ -14,8 +14,6 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 from ringleader.core.records import RankRecord
 from ringleader.wire.events import Event, RankEnded, RankStarted
 from ringleader.wire.protocol import (
@@ -75,7 +73,11 @@ class HostAgent:
         with self._lock:
             since = self._terminating_since
             stop_grace = self._grace
-            pids = list(self._user_pids)
+            pids = [pid for pid in self._user_pids if _exists(pid)]
+        if not pids:  # the usual end: every rank's process is gone, and no psutil to import
+            return
+        import psutil
+
         processes = []
         for pid in pids:
             with contextlib.suppress(psutil.Error):
@@ -123,3 +125,13 @@ class HostAgent:
                 if channel in self._wrappers:
                     self._wrappers.remove(channel)
             channel.close()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
