@@ -195,3 +195,18 @@ def test_rdma_devices_seen_in_sysfs(tmp_path):
 )
 def test_a_failing_rank_stops_the_job_unless_the_user_turned_the_abort_off(custom, stops):
     assert stops_all_on_rank_failure(custom) is stops
+
+
+def test_mpirun_ssh_reuses_the_check_masters_unless_the_user_sets_ssh_arguments():
+    assert "plm_rsh_args" not in dict(mca_values(build_mpirun_argv(plan())))
+    options = ("-o", "ControlPath=/tmp/rl-ssh-x/%C")
+    reusing = MpiPlan(HOSTS, 2, "eth0", (), RANK_COMMAND, ssh_options=options)
+    assert ("plm_rsh_args", "-o ControlPath=/tmp/rl-ssh-x/%C") in mca_values(
+        build_mpirun_argv(reusing)
+    )
+    own = MpiPlan(
+        HOSTS, 2, "eth0", ("--mca", "plm_rsh_args", "-p 2222"), RANK_COMMAND, ssh_options=options
+    )
+    assert [
+        value for name, value in mca_values(build_mpirun_argv(own)) if name == "plm_rsh_args"
+    ] == ["-p 2222"]

@@ -24,6 +24,7 @@ class MpiPlan:
     rank_command: tuple[str, ...]  # the per-rank wrapper followed by the user's command
     exported: tuple[str, ...] = ()  # variables of ours every rank needs (`-x NAME`)
     rdma_devices: bool = False  # the host has RDMA devices (EFA, InfiniBand): see default_btl
+    ssh_options: tuple[str, ...] = ()  # for mpirun's ssh (plm_rsh_args): reuse the masters
 
     @property
     def world_size(self) -> int:
@@ -42,6 +43,8 @@ def default_options(plan: MpiPlan) -> list[Option]:
         _mca("pml", "ob1"),
         _mca(_ABORT_ON_FAILURE, "1"),
     ]
+    if plan.ssh_options:
+        defaults.append(_mca("plm_rsh_args", " ".join(plan.ssh_options)))
     if plan.interface is not None:
         defaults += [
             _mca("btl_tcp_if_include", plan.interface),

@@ -101,6 +101,7 @@ class MpirunStrategy:
     user_command: Callable[[], Sequence[str]]
     processes_per_host: int
     log: Logger
+    ssh_options: tuple[str, ...] = ()  # for mpirun's ssh (see SshMasters)
 
     @property
     def world_size(self) -> int:
@@ -118,6 +119,7 @@ class MpirunStrategy:
             rank_command=tuple(rank_command(self.config, self.user_command(), forwarded)),
             exported=tuple(name for name in paths.RANK_VARIABLES if name in os.environ),
             rdma_devices=has_rdma_devices(),
+            ssh_options=self.ssh_options,
         )
         plain = None
         if topology.plain_hosts:  # heterogeneous: the hosts outside mpirun start their own

@@ -45,7 +45,7 @@ from ringleader.core.timeline import Timeline
 from ringleader.launch import hostenv
 from ringleader.launch.process import Launcher
 from ringleader.launch.spawn import SpawnSpec
-from ringleader.launch.sshd import ssh_problem, start_sshd
+from ringleader.launch.sshd import SshMasters, start_sshd
 from ringleader.launch.strategy import (
     LaunchPlan,
     LaunchStrategy,
@@ -62,7 +62,7 @@ from ringleader.output.metrics import MetricRecorder
 from ringleader.output.printer import OutputPrinter, OutputRelay
 from ringleader.source import usercode
 from ringleader.supervise.eventloop import EventQueue, SystemClock
-from ringleader.supervise.leader import Leader, LeaderParts, RunningLauncher
+from ringleader.supervise.leader import Leader, LeaderParts, RunningLauncher, SshCheck
 from ringleader.supervise.worker import Worker, WorkerParts
 from ringleader.wire.agent import HostAgent
 from ringleader.wire.control import (
@@ -211,14 +211,14 @@ class EntryPoint:
         self,
         agent: HostAgent | None,
         server: ControlServer | None,
-        uses_ssh: bool = True,
+        check_ssh: SshCheck | None = None,
         printer: OutputPrinter | None = None,
     ) -> LeaderParts:
         return LeaderParts(
             events=self._events,
             clock=self._clock,
             start_launcher=self._start_launcher,
-            check_ssh=ssh_problem if uses_ssh else None,
+            check_ssh=check_ssh,
             log=log.log,
             local=agent,
             link=server,
@@ -233,6 +233,7 @@ class EntryPoint:
         agent: HostAgent,
         printer: OutputPrinter,
         server: ControlServer | None,
+        masters: SshMasters | None = None,
     ) -> Outcome:
         """Run the job as its leader; write the leader's files before any worker is told
         (docker compose stops every container once the first one exits)."""
@@ -242,7 +243,7 @@ class EntryPoint:
             self._host,
             workers,
             config.timeouts,
-            self._leader_parts(agent, server, uses_ssh, printer),
+            self._leader_parts(agent, server, masters.check if masters else None, printer),
         )
         if server is not None and uses_ssh and self._own_sshd:
             try:
@@ -282,18 +283,26 @@ class EntryPoint:
         server = self._control_server(
             config.control_port, config.timeouts, config.topology, printer.deliver
         )
+        masters = SshMasters() if config.distribution == MPI else None
         try:
-            return self._lead(config, self._strategy(config, prepared), agent, printer, server)
+            strategy = self._strategy(config, prepared, masters)
+            return self._lead(config, strategy, agent, printer, server, masters)
         finally:
-            server.close()
+            server.close()  # the workers go first
+            # A container's end takes its masters with it; a cluster machine outlives the job.
+            if masters is not None and not self._own_sshd:
+                masters.close(log.log)
 
     @staticmethod
-    def _strategy(config: JobConfig, prepared: Prepared) -> LaunchStrategy:
+    def _strategy(
+        config: JobConfig, prepared: Prepared, masters: SshMasters | None = None
+    ) -> LaunchStrategy:
         per_host = config.ranks_per_host(gpu_count())
         if config.distribution in TF_DISTRIBUTIONS:
             per_host = tf_tasks_per_host(config.distribution)
         if config.distribution == MPI:
-            return MpirunStrategy(config, prepared.result, per_host, log.log)
+            ssh_options = masters.reuse_options() if masters is not None else ()
+            return MpirunStrategy(config, prepared.result, per_host, log.log, ssh_options)
         run_id = os.environ.get("TRAINING_JOB_NAME") or f"ringleader-{config.topology.leader}"
         return SpawnStrategy(config, prepared.result, per_host, log.log, run_id)
 

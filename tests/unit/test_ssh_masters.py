@@ -1,0 +1,64 @@
+"""The ssh master connections the leader's checks leave for mpirun, with a stand-in `ssh` on
+PATH that records its arguments (the real ssh and sshd run in the container tests)."""
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from ringleader.launch import sshd
+from ringleader.launch.sshd import SshMasters
+
+STAND_IN = """#!/bin/sh
+echo "$@" >> "{calls}"
+case "$*" in *unreachable*) echo "ssh: connect to host unreachable: refused" >&2; exit 255;; esac
+case "$*" in *"-O exit slow"*) exec sleep 30;; esac
+exit 0
+"""
+
+
+@pytest.fixture
+def calls(tmp_path, monkeypatch) -> Path:
+    record = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ssh = bin_dir / "ssh"
+    ssh.write_text(STAND_IN.format(calls=record))
+    ssh.chmod(ssh.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return record
+
+
+def test_a_check_becomes_the_master_mpirun_reuses_and_close_ends_it(tmp_path, calls):
+    masters = SshMasters(tmp_path)
+    control_path = masters.control_path
+    assert control_path.startswith(str(tmp_path)) and control_path.endswith("/%C")
+    assert masters.reuse_options() == ("-o", f"ControlPath={control_path}")
+    assert masters.check("algo-2", 10) is None
+    check = calls.read_text().split()
+    assert check[-2:] == ["algo-2", "true"]
+    assert f"ControlPath={control_path}" in check
+    assert "ControlMaster=auto" in check
+    assert f"ControlPersist={sshd.MASTER_PERSIST_SECONDS}" in check
+    logged: list[str] = []
+    masters.close(logged.append)
+    assert calls.read_text().splitlines()[-1] == f"-o ControlPath={control_path} -O exit algo-2"
+    assert logged == []
+    assert not Path(control_path).parent.exists()  # the sockets' directory is gone
+
+
+def test_a_failed_check_names_the_host_and_what_ssh_said(tmp_path, calls):
+    problem = SshMasters(tmp_path).check("unreachable", 10)
+    assert problem == "unreachable: ssh: connect to host unreachable: refused"
+
+
+def test_a_master_that_does_not_exit_in_time_is_named(tmp_path, calls, monkeypatch):
+    monkeypatch.setattr(sshd, "MASTER_EXIT_SECONDS", 0.5)
+    masters = SshMasters(tmp_path)
+    for host in ("algo-2", "slow"):
+        assert masters.check(host, 10) is None
+    logged: list[str] = []
+    masters.close(logged.append)
+    assert len(logged) == 1 and logged[0].startswith("ssh master connections to slow did not")
+    assert "30 s after their last session" in logged[0]
