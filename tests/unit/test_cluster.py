@@ -297,6 +297,32 @@ def test_sweep_ends_every_process_with_the_mark_and_nothing_else():
         other.wait()
 
 
+ADOPTS_AND_SWEEPS = """
+import os, subprocess, sys, psutil
+from ringleader.rank.tree import become_subreaper
+from ringleader.tools.cluster import agent
+assert become_subreaper()
+# a daemon as ssh's ControlPersist makes one: its parent exits, and it carries no mark
+daemonize = "import os, time; os.fork() and os._exit(0); os.setsid(); time.sleep(60)"
+subprocess.run([sys.executable, "-c", daemonize], check=True)
+adopted = [p.pid for p in psutil.Process().children()]
+print("adopted", len(adopted))
+print("swept", agent.sweep("no-such-mark", 0.5, descendants=True))
+print("left", [pid for pid in adopted if psutil.pid_exists(pid)])
+"""
+
+
+def test_the_agent_adopts_the_jobs_daemons_and_sweeps_them_without_their_mark():
+    result = subprocess.run(
+        [sys.executable, "-c", ADOPTS_AND_SWEEPS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.splitlines() == ["adopted 1", "swept 1", "left []"]
+
+
 @pytest.mark.parametrize(
     ("stdin", "signal_sent"),
     [("stop\n", signal.SIGTERM), ("", signal.SIGHUP)],

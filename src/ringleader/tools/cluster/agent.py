@@ -27,6 +27,7 @@ import psutil
 
 from ringleader.core import paths
 from ringleader.core.files import write_atomically
+from ringleader.rank.tree import become_subreaper
 
 STOP = "stop"
 SWEEP_GRACE = 2.0  # SIGTERM to SIGKILL for processes of the job left after it ended
@@ -99,9 +100,21 @@ def marked_processes(mark: str) -> list[psutil.Process]:
     return found
 
 
-def sweep(mark: str, grace: float) -> int:
-    """End every process of the job on this host; how many there were."""
+def sweep(mark: str, grace: float, descendants: bool = False) -> int:
+    """End every process of the job on this host; how many there were.
+
+    `descendants`: also every descendant of this process. The agent is a subreaper, so the
+    job's daemons are among them even when they no longer carry the mark: an ssh master
+    connection's process title overwrites its environment."""
     left = marked_processes(mark)
+    if descendants:
+        known = {process.pid for process in left}
+        with contextlib.suppress(psutil.Error):
+            left += [
+                process
+                for process in psutil.Process().children(recursive=True)
+                if process.pid not in known
+            ]
     for process in left:
         with contextlib.suppress(psutil.Error):
             process.terminate()
@@ -134,7 +147,7 @@ class Agent:
         for chunk in iter(lambda: child.stdout.readline(), b""):  # type: ignore[union-attr]
             self._relay(chunk)
         code = child.wait()
-        left = sweep(self._job.job, SWEEP_GRACE)
+        left = sweep(self._job.job, SWEEP_GRACE, descendants=True)
         if left:
             self._relay(f"[{self._job.current_host}] ended {left} leftover process(es)\n".encode())
         return code
@@ -162,7 +175,7 @@ class Agent:
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signal.SIGTERM if asked else signal.SIGHUP)
         if not _wait(child, self._job.grace):
-            sweep(self._job.job, 0.0)
+            sweep(self._job.job, 0.0, descendants=True)
             with contextlib.suppress(ProcessLookupError):
                 child.kill()
 
@@ -178,6 +191,7 @@ def _wait(child: "subprocess.Popen[bytes]", timeout: float) -> bool:
 def main() -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a dropped session is seen on stdin instead
+    become_subreaper()  # the job's daemons (ssh master connections) are adopted, then swept
     line = sys.stdin.readline()
     if not line:
         return 2
