@@ -2,7 +2,9 @@
 PATH that records its arguments (the real ssh and sshd run in the container tests)."""
 
 import os
+import signal
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,22 @@ def test_a_master_that_does_not_exit_in_time_is_named(tmp_path, calls, monkeypat
     masters.close(logged.append)
     assert len(logged) == 1 and logged[0].startswith("ssh master connections to slow did not")
     assert "30 s after their last session" in logged[0]
+
+
+def test_end_sessions_kills_this_jobs_masters_only(tmp_path):
+    """Masters hold mpirun's output pipes (handed over by its ssh): killing mpirun ends them."""
+    masters, other = SshMasters(tmp_path), SshMasters(tmp_path)
+
+    def fake_master(owner: SshMasters) -> subprocess.Popen[bytes]:
+        title = f"ssh: {owner.control_path.removesuffix('%C')}0123abcd [mux]"
+        return subprocess.Popen([title, "60"], executable="sleep")  # titled from its start
+
+    mine, theirs = fake_master(masters), fake_master(other)
+    try:
+        masters.end_sessions()
+        assert mine.wait(timeout=30) == -signal.SIGKILL
+        assert theirs.poll() is None
+    finally:
+        for process in (mine, theirs):
+            process.kill()
+            process.wait()

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 from ringleader.launch.mpirun import is_abort_line, parse_mpi_aborts
@@ -25,8 +25,13 @@ class Launcher:
     """The running launcher; LauncherExited goes to `events` once it and its output ended."""
 
     def __init__(
-        self, argv: Sequence[str], env: Mapping[str, str], events: "queue.Queue[Event]"
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        events: "queue.Queue[Event]",
+        on_kill: Callable[[], None] | None = None,
     ) -> None:
+        self._on_kill = on_kill  # ends what else holds its output (ssh master connections)
         self.tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
         self._tail_lock = threading.Lock()
         self._abort_lines: collections.deque[str] = collections.deque(maxlen=_ABORT_LINES)
@@ -71,6 +76,8 @@ class Launcher:
         for process in descendants:
             with contextlib.suppress(psutil.Error):
                 process.kill()
+        if self._on_kill is not None:
+            self._on_kill()
 
     def _pump(self, source: IO[bytes], sink: IO[bytes]) -> None:
         for line in iter(source.readline, b""):

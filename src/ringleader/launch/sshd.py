@@ -119,6 +119,17 @@ class SshMasters:
         )
         return ssh_problem(host, timeout, options)
 
+    def end_sessions(self) -> None:
+        """SIGKILL every master now, as mpirun is killed: mpirun's ssh handed them its output
+        pipes, which they would hold open until the remote daemons noticed mpirun was gone."""
+        import psutil  # the leader has it loaded already (it chose the job's interface)
+
+        title = f"ssh: {self._dir}/"  # how an ssh master names itself
+        for process in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if " ".join(process.info["cmdline"] or ()).startswith(title):
+                    process.kill()
+
     def close(self, log: Callable[[str], None]) -> None:
         """Tell every master to exit (all at once, bounded) and remove their directory."""
         with self._lock:

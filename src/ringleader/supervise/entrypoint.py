@@ -62,7 +62,7 @@ from ringleader.output.metrics import MetricRecorder
 from ringleader.output.printer import OutputPrinter, OutputRelay
 from ringleader.source import usercode
 from ringleader.supervise.eventloop import EventQueue, SystemClock
-from ringleader.supervise.leader import Leader, LeaderParts, RunningLauncher, SshCheck
+from ringleader.supervise.leader import Leader, LeaderParts, RunningLauncher
 from ringleader.supervise.worker import Worker, WorkerParts
 from ringleader.wire.agent import HostAgent
 from ringleader.wire.control import (
@@ -204,21 +204,26 @@ class EntryPoint:
             recorder = MetricRecorder(config.metric_definitions, paths.METRICS_FILE)
         return OutputPrinter(config.log_ranks, config.metric_ranks, recorder)
 
-    def _start_launcher(self, argv: Sequence[str], env: Mapping[str, str]) -> RunningLauncher:
-        return Launcher(argv, env, self._events)
+    def _start_launcher(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        masters: SshMasters | None = None,
+    ) -> RunningLauncher:
+        return Launcher(argv, env, self._events, masters.end_sessions if masters else None)
 
     def _leader_parts(
         self,
         agent: HostAgent | None,
         server: ControlServer | None,
-        check_ssh: SshCheck | None = None,
+        masters: SshMasters | None = None,
         printer: OutputPrinter | None = None,
     ) -> LeaderParts:
         return LeaderParts(
             events=self._events,
             clock=self._clock,
-            start_launcher=self._start_launcher,
-            check_ssh=check_ssh,
+            start_launcher=functools.partial(self._start_launcher, masters=masters),
+            check_ssh=masters.check if masters else None,
             log=log.log,
             local=agent,
             link=server,
@@ -243,7 +248,7 @@ class EntryPoint:
             self._host,
             workers,
             config.timeouts,
-            self._leader_parts(agent, server, masters.check if masters else None, printer),
+            self._leader_parts(agent, server, masters, printer),
         )
         if server is not None and uses_ssh and self._own_sshd:
             try:
