@@ -129,9 +129,9 @@ class HostAgent:
 
 def _exists(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: only whether the process is there
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # there, and not ours to signal
     return True
