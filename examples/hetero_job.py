@@ -29,6 +29,10 @@ def distributed_part(framework: str, seconds: float) -> None:
         total = torch.tensor([float(rank)])
         dist.all_reduce(total)
         value = total.item()
+        # A gloo group still open at interpreter exit can abort in its destructor (SIGABRT,
+        # "terminate called without an active exception") after the work succeeded.
+        dist.barrier()
+        dist.destroy_process_group()
     else:
         from mpi4py import MPI
 

@@ -7,6 +7,8 @@ Runs in the roles ringleader (like SageMaker's TensorFlow container) gives it in
   - `ringleader_tf_roles` chief: the script runs only as `chief` and drives the workers through
     TF2's ParameterServerStrategy and a ClusterCoordinator.
 Parameter servers (and, with chief roles, the workers) are servers ringleader starts itself.
+On one host SageMaker (and ringleader) sets no TF_CONFIG and starts no parameter server: the
+script then trains on its own.
 Every few steps it prints `step N loss=L`, which a metric definition such as
 `loss=([0-9.]+)` picks up. Image ringleader:tensorflow (`make image-tensorflow`):
 
@@ -137,8 +139,31 @@ def train_between_graph(args: argparse.Namespace, config: dict, role: str) -> No
     print(f"done: {role} ran {done} steps ({rate:.1f} steps/s)", flush=True)
 
 
+def train_alone(args: argparse.Namespace) -> None:
+    """One host: no cluster, the same model trained eagerly in this process."""
+    weights = tf.Variable(tf.zeros([FEATURES, 1]))
+    bias = tf.Variable(0.0)
+    optimizer = tf.keras.optimizers.SGD(args.lr)
+    started = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        maybe_fail(args, "master:0", step)
+        x, y = synthetic_batch(args.batch_size)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, weights) + bias - y))
+        variables = [weights, bias]
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        if step % args.log_interval == 0:
+            print(f"step {step} loss={float(loss):.4f}", flush=True)
+    rate = args.steps / (time.perf_counter() - started)
+    print(f"done: alone ran {args.steps} steps ({rate:.1f} steps/s)", flush=True)
+
+
 def main() -> None:
     args = parse_args()
+    if "TF_CONFIG" not in os.environ:
+        print("no TF_CONFIG: training alone", flush=True)
+        train_alone(args)
+        return
     config = json.loads(os.environ["TF_CONFIG"])
     task = config["task"]
     role = f"{task['type']}:{task['index']}"

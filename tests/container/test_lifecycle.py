@@ -116,10 +116,13 @@ def test_missing_interface_falls_back_with_a_warning(run_job):
     assert "interface 'ethwe' does not exist here; using 'eth0'" in run.output
 
 
-def test_single_host_runs_the_script_directly(run_job):
+def test_a_job_without_distribution_runs_the_script_directly(run_job):
+    """Only "no distribution" means one process without mpirun (one host of an mpi job runs
+    mpirun: tests/container/test_one_host.py)."""
     run = run_job(
         hosts=1,
         processes_per_host=1,
+        distribution="none",
         hyperparameters={"rounds": "1", "fail-rank": "0", "fail-code": "7"},
     )
     assert run.codes() == {"algo-1": 7}

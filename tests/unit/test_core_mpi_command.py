@@ -2,7 +2,11 @@
 
 import pytest
 
-from ringleader.config.mpi_options import forwarded_variables
+from ringleader.config.mpi_options import (
+    forwarded_variables,
+    sagemaker_nccl_options,
+    take_nccl_debug,
+)
 from ringleader.core.errors import ConfigError
 from ringleader.launch.mpirun import (
     MpiPlan,
@@ -210,3 +214,58 @@ def test_mpirun_ssh_reuses_the_check_masters_unless_the_user_sets_ssh_arguments(
     assert [
         value for name, value in mca_values(build_mpirun_argv(own)) if name == "plm_rsh_args"
     ] == ["-p 2222"]
+
+
+# SageMaker's own option inside custom_mpi_options, and its NCCL variables
+
+
+@pytest.mark.parametrize(
+    ("tokens", "value", "rest"),
+    [
+        (("-verbose", "--NCCL_DEBUG=INFO"), "INFO", ("-verbose",)),  # the MXNet post, verbatim
+        (("--NCCL_DEBUG", "WARN", "-x", "A=1"), "WARN", ("-x", "A=1")),
+        (("-x", "A=1"), None, ("-x", "A=1")),
+        (("--NCCL_DEBUG=INFO", "--NCCL_DEBUG=TRACE"), "TRACE", ()),  # the last one wins
+    ],
+)
+def test_nccl_debug_is_sagemakers_option_not_mpiruns(tokens, value, rest):
+    assert take_nccl_debug(tokens) == (value, rest)
+
+
+@pytest.mark.parametrize(
+    "tokens", [("--NCCL_DEBUG",), ("--NCCL_DEBUG=",), ("--NCCL_DEBUG", "-verbose")]
+)
+def test_nccl_debug_without_a_value_names_the_field(tokens):
+    with pytest.raises(ConfigError) as caught:
+        take_nccl_debug(tokens)
+    assert caught.value.field == "sagemaker_mpi_custom_mpi_options"
+    assert "--NCCL_DEBUG needs a value" in str(caught.value)
+
+
+def test_sagemaker_nccl_defaults_for_every_rank():
+    assert sagemaker_nccl_options((), None, "eth0", {}) == (
+        "-x",
+        "NCCL_DEBUG=INFO",
+        "-x",
+        "NCCL_SOCKET_IFNAME=eth0",
+    )
+    assert sagemaker_nccl_options((), "WARN", None, {}) == ("-x", "NCCL_DEBUG=WARN")
+
+
+def test_the_users_nccl_values_win():
+    # the job's environment
+    assert sagemaker_nccl_options((), None, "eth0", {"NCCL_DEBUG": "WARN"}) == (
+        "-x",
+        "NCCL_SOCKET_IFNAME=eth0",
+    )
+    assert sagemaker_nccl_options((), None, "eth0", {"NCCL_SOCKET_IFNAME": "ens5"}) == (
+        "-x",
+        "NCCL_DEBUG=INFO",
+    )
+    # an explicit --NCCL_DEBUG wins over the environment; the user's own -x over both
+    assert sagemaker_nccl_options((), "TRACE", None, {"NCCL_DEBUG": "WARN"}) == (
+        "-x",
+        "NCCL_DEBUG=TRACE",
+    )
+    custom = ("-x", "NCCL_DEBUG=WARN", "-x", "NCCL_SOCKET_IFNAME")
+    assert sagemaker_nccl_options(custom, "TRACE", "eth0", {}) == ()

@@ -89,9 +89,10 @@ class FakeLauncher:
         self.events.at(0.0, LauncherExited(self.exit_code_when_killed))
 
     aborts: dict[int, int] = field(default_factory=dict)
+    tail: tuple[str, ...] = ("mpirun noticed that process rank 4 exited",)
 
     def output_tail(self) -> tuple[str, ...]:
-        return ("mpirun noticed that process rank 4 exited",)
+        return self.tail
 
     def mpi_aborts(self) -> dict[int, int]:
         return self.aborts
@@ -416,6 +417,65 @@ def test_launcher_crash_without_a_failed_rank_is_an_internal_error() -> None:
     assert outcome.exit_code == exitcodes.INTERNAL_ERROR == 70
     assert first_line(outcome).startswith("mpirun exited with code 1 although no rank reported")
     assert "mpirun noticed" in (outcome.failure or "")
+
+
+# What mpirun printed in CI when a worker's MPI daemon went away under load (its ssh session
+# dropped): no rank had failed; mpirun tore the job down and exited 255.
+DAEMONS_LOST = (
+    "ORTE was unable to reliably start one or more daemons.",
+    "This usually is caused by:",
+    "An MPI communication peer process has unexpectedly disconnected.",
+    "  Peer host: algo-1",
+)
+
+
+def test_ranks_mpirun_took_down_after_losing_a_daemon_are_not_the_cause() -> None:
+    """mpirun SIGTERMs the ranks it started (their wrappers record being stopped: killed by
+    signal 15), reports its daemon trouble and exits 255; the other ranks never report. No
+    SIGTERM came from outside and no rank failed on its own: a launcher failure, not 143."""
+    rig = LeaderRig()
+    rig.launcher.tail = DAEMONS_LOST
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(
+        22.0,
+        RankEnded(record(1, 143, signal=15, terminated=True, ended=1022.0)),
+        RankEnded(record(0, 143, signal=15, terminated=True, ended=1022.1)),
+        LauncherExited(255),
+    )
+    rig.events.at(22.2, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.INTERNAL_ERROR == 70
+    assert first_line(outcome) == (
+        "mpirun exited with code 255 although no rank failed on its own (taken down with the "
+        "job: 0, 1; 4 of 6 ranks never reported)."
+    )
+    assert "ORTE was unable to reliably start one or more daemons." in (outcome.failure or "")
+    assert "SIGTERM" not in (outcome.failure or "")
+    assert rig.link.final is not None and rig.link.final[0] == 70
+
+
+def test_a_lost_daemon_named_by_mpirun_is_named_in_the_verdict() -> None:
+    rig = LeaderRig()
+    rig.launcher.tail = (
+        "ORTE has lost communication with a remote daemon.",
+        "  HNP daemon   : [[1234,0],0] on node algo-1",
+        "  Remote daemon: [[1234,0],2] on node algo-3",
+    )
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(
+        8.0,
+        *(RankEnded(record(r, 143, signal=15, terminated=True)) for r in range(4)),
+        LauncherExited(1),
+    )
+    rig.events.at(8.1, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome.exit_code == 70
+    assert first_line(outcome).startswith(
+        "mpirun exited with code 1 after losing its daemon on host algo-3 although no rank "
+        "failed on its own"
+    )
 
 
 def test_garbled_worker_is_a_protocol_error_naming_it() -> None:

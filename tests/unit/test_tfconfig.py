@@ -9,6 +9,7 @@ from ringleader.config.topology import parse_topology
 from ringleader.core.errors import ConfigError
 from ringleader.launch import tfconfig
 from ringleader.launch.spawn import SpawnSpec, rank_environment, task_command
+from ringleader.launch.strategy import tf_tasks_per_host
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 PORTS = tfconfig.TfPorts()
@@ -67,6 +68,33 @@ def test_mirrored_workers_on_port_8890_in_host_order() -> None:
         "environment": "cloud",
         "task": {"type": "worker", "index": 2},
     }
+
+
+def test_one_host_parameter_server_runs_the_script_alone_as_sagemaker_does() -> None:
+    """SageMaker's TensorFlow container gives a one-host parameter_server job no ps task and
+    no TF_CONFIG: the script runs once, as it would without a distribution."""
+    tasks = tfconfig.host_tasks(tfconfig.PARAMETER_SERVER, ("algo-1",), "algo-1", "master", PORTS)
+    assert [(t.role, t.runs_script, t.main, t.tf_config) for t in tasks] == [
+        ("master:0", True, True, None)
+    ]
+    assert tfconfig.ports_on(tfconfig.PARAMETER_SERVER, PORTS, 1) == []
+    assert tfconfig.ports_on(tfconfig.PARAMETER_SERVER, PORTS, 2) == [2222, 2223]
+    assert tf_tasks_per_host(tfconfig.PARAMETER_SERVER, 1) == 1
+    assert tf_tasks_per_host(tfconfig.PARAMETER_SERVER, 3) == 2
+    assert tf_tasks_per_host(tfconfig.MULTI_WORKER_MIRRORED, 1) == 1
+    alone = SpawnSpec(
+        hosts=("algo-1",),
+        processes_per_host=1,
+        master_addr="algo-1",
+        master_port=7777,
+        run_id="job",
+        interface=None,
+        torch=False,
+        tf=tfconfig.PARAMETER_SERVER,
+    )
+    env = rank_environment(alone, "algo-1", 0, {})
+    assert "TF_CONFIG" not in env and env["RINGLEADER_ROLE"] == "master:0"
+    assert alone.main_ranks() == frozenset({0})
 
 
 def test_each_spawned_task_gets_its_tf_config_and_role() -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ringleader.config import horovod
 from ringleader.config import hyperparameters as hp
 from ringleader.config.metric_definitions import MetricDefinition, parse_definitions
-from ringleader.config.mpi_options import forwarded_values
+from ringleader.config.mpi_options import forwarded_values, take_nccl_debug
 from ringleader.config.selection import ALL_RANKS, RANK_ZERO, RankSelection
 from ringleader.config.topology import Topology, parse_topology
 from ringleader.core import paths
@@ -118,7 +118,7 @@ class JobConfig:
     code_dir: str
     mpi_enabled: bool
     processes_per_host: int | None  # sagemaker_mpi_num_of_processes_per_host (mpi only)
-    custom_mpi_options: tuple[str, ...]
+    custom_mpi_options: tuple[str, ...]  # for mpirun: less SageMaker's own --NCCL_DEBUG
     hyperparameters: Mapping[str, Any]  # all of them, decoded: sagemaker-training wants them
     timeouts: Timeouts = field(default_factory=Timeouts)
     control_port: int = DEFAULT_CONTROL_PORT
@@ -144,6 +144,7 @@ class JobConfig:
     tf_ps_port: int = 2223
     tf_mirrored_port: int = 8890
     tf_roles: str = TF_MASTER_ROLES
+    nccl_debug: str | None = None  # `--NCCL_DEBUG=X` in sagemaker_mpi_custom_mpi_options
     # ringleader_command: a whole command line instead of a program in the code directory
     # (`ringleader cluster run -- COMMAND...`); it runs as given, in the code directory.
     command: tuple[str, ...] = ()
@@ -217,7 +218,9 @@ def parse_job_config(
         if per_host_value is None
         else hp.as_positive_int("sagemaker_mpi_num_of_processes_per_host", per_host_value)
     )
-    custom_options = _split_custom_options(values.get("sagemaker_mpi_custom_mpi_options", ""))
+    nccl_debug, custom_options = take_nccl_debug(
+        _split_custom_options(values.get("sagemaker_mpi_custom_mpi_options", ""))
+    )
     timeouts, settings = _parse_ringleader_keys(values, environ)
     horovod_vars = horovod.horovod_env(values)
     kept_files = horovod.files_to_keep(horovod_vars, forwarded_values(custom_options))
@@ -229,6 +232,7 @@ def parse_job_config(
         mpi_enabled=mpi_enabled,
         processes_per_host=processes_per_host,
         custom_mpi_options=custom_options,
+        nccl_debug=nccl_debug,
         hyperparameters=MappingProxyType(values),
         timeouts=timeouts,
         horovod_env=MappingProxyType(horovod_vars),

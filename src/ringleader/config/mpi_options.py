@@ -1,6 +1,6 @@
 """sagemaker_mpi_custom_mpi_options, parsed: the options they set, the variables they forward."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ringleader.core.errors import ConfigError
@@ -78,3 +78,59 @@ def forwarded_values(custom_options: Sequence[str]) -> dict[str, str]:
             name, _, value = option.tokens[1].partition("=")
             values[name] = value
     return values
+
+
+NCCL_DEBUG_OPTION = "--NCCL_DEBUG"
+CUSTOM_OPTIONS_FIELD = "sagemaker_mpi_custom_mpi_options"
+
+
+def take_nccl_debug(tokens: Sequence[str]) -> tuple[str | None, tuple[str, ...]]:
+    """SageMaker's MPI runner reads `--NCCL_DEBUG=X` (or `--NCCL_DEBUG X`) in the custom
+    options as its own option, not mpirun's: its value, and the tokens left for mpirun."""
+    value: str | None = None
+    rest: list[str] = []
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        name, equals, given = token.partition("=")
+        if name != NCCL_DEBUG_OPTION:
+            rest.append(token)
+            index += 1
+            continue
+        if not equals:
+            following = tokens[index + 1] if index + 1 < len(tokens) else ""
+            given = "" if following.startswith("-") else following
+            index += 1 + bool(given)
+        else:
+            index += 1
+        if not given:
+            raise ConfigError(
+                CUSTOM_OPTIONS_FIELD,
+                f"{NCCL_DEBUG_OPTION} needs a value (e.g. {NCCL_DEBUG_OPTION}=INFO or WARN)",
+            )
+        value = given
+    return value, tuple(rest)
+
+
+def sagemaker_nccl_options(
+    custom_options: Sequence[str],
+    nccl_debug: str | None,
+    interface: str | None,
+    environ: Mapping[str, str],
+) -> tuple[str, ...]:
+    """`-x` options for the NCCL variables SageMaker's MPI runner sets for every rank:
+    NCCL_DEBUG (`--NCCL_DEBUG`'s value, else INFO) and NCCL_SOCKET_IFNAME (the job's
+    interface). The user's own `-x` always wins, and so does a value in the job's environment
+    unless `--NCCL_DEBUG` asked for another."""
+    given = set(forwarded_variables(custom_options))
+    values: dict[str, str] = {}
+    if nccl_debug is not None or "NCCL_DEBUG" not in environ:
+        values["NCCL_DEBUG"] = nccl_debug or "INFO"
+    if interface is not None and "NCCL_SOCKET_IFNAME" not in environ:
+        values["NCCL_SOCKET_IFNAME"] = interface
+    return tuple(
+        token
+        for name, value in values.items()
+        if name not in given
+        for token in ("-x", f"{name}={value}")
+    )

@@ -7,6 +7,7 @@ told to stop and without such a message; the others are only a fallback.
 """
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -149,7 +150,8 @@ def decide(facts: JobFacts) -> Outcome:
         cause is not None and suspicion(cause) <= 1 and cause.ended_at < first_loss
     ):
         return lost_hosts_outcome(facts.lost_hosts)
-    if cause is not None:
+    launcher_failed = facts.launcher_exit_code not in (None, 0)
+    if cause is not None and not (launcher_failed and suspicion(cause) >= 2):
         ran = f"It ran {cause.ended_at - cause.started_at:.1f} s."
         headline = f"{cause.describe()}. {ran}"
         if cause.error:  # the exception up front: SageMaker shows only the first 1024 bytes
@@ -158,19 +160,42 @@ def decide(facts: JobFacts) -> Outcome:
         else:
             text = truncate(headline, cause.stderr_tail, "Last lines of its stderr:")
         return Outcome(cause.exit_code, text, cause)
-    if facts.launcher_exit_code not in (None, 0):
-        missing = facts.world_size - len(facts.records)
-        headline = (
-            f"{facts.launcher_name} exited with code {facts.launcher_exit_code} although no rank "
-            f"reported a failure ({missing} of {facts.world_size} ranks never reported)."
-        )
-        return Outcome(
-            exitcodes.INTERNAL_ERROR,
-            truncate(
-                headline, facts.launcher_output_tail, f"Last lines from {facts.launcher_name}:"
-            ),
-        )
+    if launcher_failed:
+        return launcher_failure(facts)
     return Outcome(exitcodes.SUCCESS, None)
+
+
+# Open MPI's report of a daemon it lost or could not start names that daemon's host so.
+LOST_DAEMON = re.compile(r"Remote daemon:.* on node (\S+)")
+
+
+def launcher_failure(facts: JobFacts) -> Outcome:
+    """The launcher failed and no rank failed on its own: the ranks that did fail were only
+    taken down by the launcher's teardown (or blamed another rank), so none is the cause."""
+    missing = facts.world_size - len(facts.records)
+    stopped = sorted(record.rank for record in facts.records if record.failed)
+    lost_on = next(
+        (match[1] for line in facts.launcher_output_tail if (match := LOST_DAEMON.search(line))),
+        None,
+    )
+    headline = f"{facts.launcher_name} exited with code {facts.launcher_exit_code}"
+    if lost_on:
+        headline += f" after losing its daemon on host {lost_on}"
+    if stopped:
+        listed = ", ".join(str(rank) for rank in stopped)
+        headline += (
+            f" although no rank failed on its own (taken down with the job: {listed}; "
+            f"{missing} of {facts.world_size} ranks never reported)."
+        )
+    else:
+        headline += (
+            f" although no rank reported a failure ({missing} of {facts.world_size} ranks "
+            "never reported)."
+        )
+    return Outcome(
+        exitcodes.INTERNAL_ERROR,
+        truncate(headline, facts.launcher_output_tail, f"Last lines from {facts.launcher_name}:"),
+    )
 
 
 def with_abort_codes(

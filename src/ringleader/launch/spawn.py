@@ -142,7 +142,9 @@ def rank_environment(
     env = {RANK_VARIABLE: str(rank)}
     if spec.tf is not None:
         task = spec.tf_tasks(host)[local_rank]
-        env.update(TF_CONFIG=task.tf_config, **{ROLE_VARIABLE: task.role})
+        env[ROLE_VARIABLE] = task.role
+        if task.tf_config is not None:
+            env["TF_CONFIG"] = task.tf_config
         if task.job == "ps":
             env["CUDA_VISIBLE_DEVICES"] = ""  # as SageMaker: parameter servers stay on the CPU
         return env

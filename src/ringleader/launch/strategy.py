@@ -19,7 +19,7 @@ from ringleader.config.job import (
     TORCH_DISTRIBUTED,
     JobConfig,
 )
-from ringleader.config.mpi_options import forwarded_variables
+from ringleader.config.mpi_options import forwarded_variables, sagemaker_nccl_options
 from ringleader.core import paths
 from ringleader.core.errors import ConfigError
 from ringleader.launch import tfconfig
@@ -110,12 +110,17 @@ class MpirunStrategy:
     def prepare(self) -> LaunchPlan:
         topology = self.config.topology
         choice = job_interface(self.config, self.log)
-        forwarded = forwarded_variables(self.config.custom_mpi_options)
+        custom = self.config.custom_mpi_options
+        custom = (
+            *sagemaker_nccl_options(custom, self.config.nccl_debug, choice.name, os.environ),
+            *custom,
+        )
+        forwarded = forwarded_variables(custom)
         plan = MpiPlan(
             hosts=topology.participants,
             processes_per_host=self.processes_per_host,
             interface=choice.name,
-            custom_options=self.config.custom_mpi_options,
+            custom_options=custom,
             rank_command=tuple(rank_command(self.config, self.user_command(), forwarded)),
             exported=tuple(name for name in paths.RANK_VARIABLES if name in os.environ),
             rdma_devices=has_rdma_devices(),
@@ -187,10 +192,12 @@ def tf_ports(config: JobConfig) -> tfconfig.TfPorts:
     return tfconfig.TfPorts(config.tf_worker_port, config.tf_ps_port, config.tf_mirrored_port)
 
 
-def tf_tasks_per_host(distribution: str) -> int:
-    """A parameter_server host runs its master/worker task and a parameter server; a
-    multi_worker_mirrored_strategy host one worker."""
-    return 1 if distribution == MULTI_WORKER_MIRRORED else 2
+def tf_tasks_per_host(distribution: str, host_count: int) -> int:
+    """A parameter_server host runs its master/worker task and a parameter server (one host
+    alone: just the script); a multi_worker_mirrored_strategy host one worker."""
+    if distribution == MULTI_WORKER_MIRRORED or tfconfig.runs_alone(distribution, host_count):
+        return 1
+    return 2
 
 
 def check_tf_ports(config: JobConfig) -> None:
@@ -201,7 +208,10 @@ def check_tf_ports(config: JobConfig) -> None:
         config.tf_ps_port: "ringleader_tf_ps_port",
         config.tf_mirrored_port: "ringleader_tf_mirrored_port",
     }
-    for port in tfconfig.ports_on(config.distribution, tf_ports(config)):
+    ports = tfconfig.ports_on(
+        config.distribution, tf_ports(config), len(config.topology.participants)
+    )
+    for port in ports:
         check_port_free(port, config.topology.current_host, names[port], "port", "")
 
 

@@ -38,7 +38,7 @@ class TfTask:
     # The job ends when every main task has ended; the others (parameter servers, and servers
     # or scripts still running) are then stopped without counting as a failure.
     main: bool
-    tf_config: str
+    tf_config: str | None  # None: no TF_CONFIG at all (a one-host parameter_server job)
 
     @property
     def role(self) -> str:
@@ -63,10 +63,18 @@ def tf_config(spec: dict[str, list[str]], job: str, index: int) -> str:
     )
 
 
+def runs_alone(distribution: str, host_count: int) -> bool:
+    """SageMaker runs a one-host parameter_server job as the plain script: no ps task, no
+    TF_CONFIG."""
+    return distribution == PARAMETER_SERVER and host_count == 1
+
+
 def host_tasks(
     distribution: str, hosts: Sequence[str], host: str, roles: str, ports: TfPorts
 ) -> list[TfTask]:
     """The processes `host` runs, in the order their ranks are numbered."""
+    if runs_alone(distribution, len(hosts)):
+        return [TfTask(roles, 0, True, True, None)]
     spec = cluster(distribution, hosts, roles, ports)
     position = list(hosts).index(host)
     if distribution == MULTI_WORKER_MIRRORED:
@@ -83,8 +91,10 @@ def host_tasks(
     return [first, ps]
 
 
-def ports_on(distribution: str, ports: TfPorts) -> list[int]:
+def ports_on(distribution: str, ports: TfPorts, host_count: int) -> list[int]:
     """The TCP ports this host's tasks listen on (checked free before the job starts)."""
+    if runs_alone(distribution, host_count):
+        return []
     if distribution == MULTI_WORKER_MIRRORED:
         return [ports.mirrored]
     return [ports.worker, ports.ps]

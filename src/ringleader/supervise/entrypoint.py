@@ -120,9 +120,9 @@ class EntryPoint:
             return self._config_failure(topology, error)
         self._timeline.mark(self._host, phases.CONFIG)
         topology = config.topology  # with instance groups: the distribution's leader leads
-        single = config.distribution == NO_DISTRIBUTION or (
-            len(topology.hosts) == 1 and config.distribution == MPI
-        )
+        # One host of a distributed job still starts every rank the distribution asks for
+        # (`mpirun -np P` on that host, as SageMaker does): only "no distribution" is one rank.
+        single = config.distribution == NO_DISTRIBUTION
         log.log(
             f"{'leader' if topology.is_leader else 'worker'} of {list(topology.hosts)}; "
             f"program {config.program}; distribution {config.distribution}"
@@ -304,7 +304,7 @@ class EntryPoint:
     ) -> LaunchStrategy:
         per_host = config.ranks_per_host(gpu_count())
         if config.distribution in TF_DISTRIBUTIONS:
-            per_host = tf_tasks_per_host(config.distribution)
+            per_host = tf_tasks_per_host(config.distribution, len(config.topology.participants))
         if config.distribution == MPI:
             ssh_options = masters.reuse_options() if masters is not None else ()
             return MpirunStrategy(config, prepared.result, per_host, log.log, ssh_options)
