@@ -88,6 +88,27 @@ def test_a_module_runs_with_python_dash_m() -> None:
         (["bash", "train.py"], None),
         (["./train.sh"], None),
         (["pythonista", "x.py"], None),
+        (  # how the DLAMI post's users pass a variable to every rank
+            ["env", "FAIL_RANK=4", "python", "allreduce.py"],
+            ["env", "FAIL_RANK=4", "python", "-m", "mpi4py", "allreduce.py"],
+        ),
+        (
+            ["/usr/bin/env", "A=1", "B=", "/opt/venv/bin/python3", "-m", "pkg.train"],
+            [
+                "/usr/bin/env",
+                "A=1",
+                "B=",
+                "/opt/venv/bin/python3",
+                "-m",
+                "mpi4py",
+                "-m",
+                "pkg.train",
+            ],
+        ),
+        (["env", "python", "x.py"], ["env", "python", "-m", "mpi4py", "x.py"]),
+        (["env", "-i", "python", "x.py"], None),  # env's own options: left alone
+        (["env", "A=1"], None),
+        (["env", "A=1", "bash", "x.py"], None),
     ],
 )
 def test_whole_commands_run_under_mpi4py_only_when_python_runs_a_script(command, expected):

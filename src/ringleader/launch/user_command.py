@@ -39,16 +39,31 @@ def build_user_command(
 
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+
+
+def command_interpreter(command: Sequence[str]) -> int | None:
+    """Where the Python interpreter stands in a whole command line that runs a script or a
+    module with it: `python X.py ...`, `/abs/python3.11 -m mod ...`, or either behind `env`
+    and its NAME=VALUE assignments; None for any other command."""
+    index = 0
+    if command and Path(command[0]).name == "env":
+        index = 1
+        while index < len(command) and _ASSIGNMENT.fullmatch(command[index]):
+            index += 1
+    if index + 1 >= len(command) or not _PYTHON.fullmatch(Path(command[index]).name):
+        return None
+    script = command[index + 1]
+    return index if script == "-m" or script.endswith(".py") else None
 
 
 def mpi4py_command(command: Sequence[str]) -> list[str] | None:
-    """A whole command line (`ringleader_command`) of the form `python X.py ...` or `python -m
-    mod ...` run under mpi4py, as scripts are; None for any other command."""
-    if len(command) < 2 or not _PYTHON.fullmatch(Path(command[0]).name):
+    """A whole command line (`ringleader_command`) that runs Python on a script or a module,
+    run under mpi4py as scripts are; None for any other command."""
+    index = command_interpreter(command)
+    if index is None:
         return None
-    if command[1] != "-m" and not command[1].endswith(".py"):
-        return None
-    return [command[0], "-m", "mpi4py", *command[1:]]
+    return [*command[: index + 1], "-m", "mpi4py", *command[index + 1 :]]
 
 
 def has_mpi4py(python: str, cwd: str, timeout: float) -> bool:

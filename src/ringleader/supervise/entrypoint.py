@@ -56,7 +56,12 @@ from ringleader.launch.strategy import (
     spawn_plan,
     tf_tasks_per_host,
 )
-from ringleader.launch.user_command import build_user_command, has_mpi4py, mpi4py_command
+from ringleader.launch.user_command import (
+    build_user_command,
+    command_interpreter,
+    has_mpi4py,
+    mpi4py_command,
+)
 from ringleader.output import log
 from ringleader.output.metrics import MetricRecorder
 from ringleader.output.printer import OutputPrinter, OutputRelay
@@ -184,7 +189,8 @@ class EntryPoint:
         if config.command:
             user_command = list(config.command)
             wrapped = mpi4py_command(user_command) if mpi4py_run else None
-            if wrapped and has_mpi4py(user_command[0], config.code_dir, config.timeouts.startup):
+            interpreter = user_command[command_interpreter(user_command) or 0]
+            if wrapped and has_mpi4py(interpreter, config.code_dir, config.timeouts.startup):
                 user_command = wrapped
         else:
             user_command = build_user_command(
