@@ -26,6 +26,12 @@ rank, size = comm.Get_rank(), comm.Get_size()
 total = comm.allreduce(rank)
 print(f"rank {rank} of {size} on {os.uname().nodename}: sum {total}", flush=True)
 mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+if mode == "env":
+    print(f"rank {rank} sees PROBE_X={os.environ.get('PROBE_X')} "
+          f"SECRET_Y={os.environ.get('SECRET_Y')}", flush=True)
+if mode == "late-fail":
+    time.sleep(4)
+    mode = "fail"
 if mode == "fail" and rank == int(os.environ.get("FAIL_RANK", "3")):
     print(f"rank {rank} gives up", file=sys.stderr, flush=True)
     sys.exit(3)
@@ -291,3 +297,107 @@ def test_sync_a_thousand_files_resumes_after_an_interruption(instances: Instance
     for name in ("node2", "node3"):
         transferred = re.findall(rf"^\[{name}\] .*\(xfr#(\d+),", output, re.MULTILINE)
         assert transferred and set(transferred) == {"0"}, output
+
+
+# ------------------------------------------------------------------------------- detached jobs
+def job_id_of(output: str) -> str:
+    found = re.search(r"==> job (\S+) runs detached on ", output)
+    assert found, output
+    return found.group(1)
+
+
+def test_detached_job_outlives_its_launcher_and_attach_sees_its_output_and_code(
+    instances: Instances,
+) -> None:
+    process = instances.start(
+        [
+            "cluster",
+            "run",
+            "--hostfile",
+            "hosts",
+            "--detach",
+            "--output",
+            "/work/out",
+            "--",
+            "env",
+            "FAIL_RANK=4",
+            "python",
+            "job.py",
+            "late-fail",
+        ]
+    )
+    try:
+        seen = "".join(wait_for_line(process, "runs detached on", 120))
+    finally:
+        process.kill()  # the launching process is gone, whatever it was doing
+        process.wait()
+    instances.sh("node1", "pkill -9 -f '[r]ingleader cluster run'")
+    job = job_id_of(seen)
+    code, status = instances.ringleader(["cluster", "status", "--hostfile", "hosts", job])
+    assert code == 0 and f"job {job} is running" in status, status
+    code, output = instances.ringleader(["cluster", "attach", "--hostfile", "hosts", job])
+    assert code == 3, output
+    assert output.startswith(f"==> job {job}: 3 hosts x 2 (mpi)"), output
+    assert "==> preflight" in output
+    for rank in range(6):
+        assert f"rank {rank} of 6 on node{rank // 2 + 1}: sum 15" in output
+    assert "rank 4 gives up" in output
+    assert f"==> job {job} ended: exit code 3\n" in output
+    assert f"==> job {job} ended: exit code 3; results on node1 in /work/out/<host>/" in output
+    failure = instances.sh("node1", "cat /work/out/node2/output/failure")[1]
+    assert failure.startswith("Rank 4 on host node3 exited with code 3."), failure
+    # attached again after the end: the same output, the same code, at once
+    code, again = instances.ringleader(["cluster", "attach", "--hostfile", "hosts", job], 60)
+    assert (code, again) == (3, output)
+    code, table = instances.ringleader(["cluster", "status", "--hostfile", "hosts"])
+    assert code == 0 and re.search(rf"^{job} +ended +3 ", table, re.MULTILINE), table
+    assert instances.wait_until_clean(NO_JOB_PROCESS_WITHIN) == {}
+
+
+def test_stop_of_a_detached_job_is_a_ctrl_c(instances: Instances) -> None:
+    hosts = ["-H", "node1:2,node2:2,node3:2"]
+    code, seen = instances.ringleader(
+        [
+            *("cluster", "run", *hosts, "--detach", "--output", "/work/out"),
+            *("--setting", "sigterm_grace=5", "--", "python", "job.py", "sleep"),
+        ]
+    )
+    assert code == 0, seen
+    job = job_id_of(seen)
+    attach = instances.start(["cluster", "attach", *hosts, job])
+    try:
+        wait_for_line(attach, "rank 5 sleeping", 120)
+        code, stopped = instances.ringleader(["cluster", "stop", *hosts, job])
+        assert code == 0 and f"job {job} ended: exit code 143;" in stopped, stopped
+        output, _ = attach.communicate(timeout=60)
+    finally:
+        attach.kill()
+        attach.wait()
+    assert attach.returncode == 143, output
+    assert "SIGTERM: stopping the job on every host" in output
+    for name in instances.nodes:
+        assert re.search(rf"^    {name} +exit 143 ", output, re.MULTILINE), output
+    assert instances.wait_until_clean(NO_JOB_PROCESS_WITHIN) == {}
+
+
+def test_attach_to_a_job_that_does_not_exist(instances: Instances) -> None:
+    code, output = instances.ringleader(["cluster", "attach", "--hostfile", "hosts", "cluster-x"])
+    assert code == 66, output
+    assert "no job 'cluster-x' in /tmp/ringleader-jobs" in output
+    assert "ringleader-exit-code" not in output
+
+
+def test_mpi_options_and_env_reach_every_rank(instances: Instances) -> None:
+    code, output = instances.ringleader(
+        [
+            *("cluster", "run", "--hostfile", "hosts", "--mpi-options", "-x PROBE_X=from-mpi"),
+            *("--env", "SECRET_Y=hush-42", "--", "python", "job.py", "env"),
+        ]
+    )
+    assert code == 0, output
+    for rank in range(6):
+        assert f"rank {rank} sees PROBE_X=from-mpi SECRET_Y=hush-42" in output
+    assert output.count("hush-42") == 6, output  # only where the job printed it
+    # never in what the job writes to disk as its configuration
+    for name in instances.nodes:
+        assert instances.sh(name, "grep -rl hush-42 /tmp/ringleader-jobs/*/ml/input")[0] == 1

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,9 +41,17 @@ class AgentJob:
     current_host: str
     hyperparameters: Mapping[str, str]  # JSON-encoded values, as in hyperparameters.json
     grace: float  # after a stop: SIGTERM to SIGKILL of everything left
+    env: Mapping[str, str] = field(default_factory=dict)  # --env: for every rank (secret)
 
     def to_json(self) -> str:
-        return json.dumps({**self.__dict__, "hosts": list(self.hosts)})
+        return json.dumps(
+            {
+                **self.__dict__,
+                "hosts": list(self.hosts),
+                "hyperparameters": dict(self.hyperparameters),
+                "env": dict(self.env),
+            }
+        )
 
     @classmethod
     def from_json(cls, line: str) -> "AgentJob":
@@ -55,6 +63,7 @@ class AgentJob:
             current_host=str(data["current_host"]),
             hyperparameters=dict(data["hyperparameters"]),
             grace=float(data["grace"]),
+            env={str(key): str(value) for key, value in data.get("env", {}).items()},
         )
 
 
@@ -62,6 +71,7 @@ def job_environment(job: AgentJob, base: Mapping[str, str]) -> dict[str, str]:
     root = Path(job.job_dir)
     return {
         **base,
+        **job.env,  # the user's --env: the host's supervision gives it to every rank here
         paths.ML_ROOT_VARIABLE: str(root / "ml"),
         paths.RUN_DIR_VARIABLE: str(root / "run"),
         paths.RANK_PYTHON_VARIABLE: str(root / "run" / "python"),

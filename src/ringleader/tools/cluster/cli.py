@@ -1,10 +1,13 @@
-"""`ringleader cluster run|exec|sync`: the command line (argparse) and bad-input handling."""
+"""`ringleader cluster run|attach|status|stop|exec|sync`: the command line (argparse) and
+bad-input handling."""
 
 import argparse
+import io
 import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
@@ -14,7 +17,10 @@ from ringleader.tools.cluster.hostfile import (
     parse_hostfile,
     processes_per_host,
 )
+from ringleader.tools.cluster.registry import NO_SUCH_JOB, WAIT_TIMED_OUT, check_job_id
 from ringleader.tools.cluster.ssh import SshOptions
+from ringleader.tools.local.errors import UsageError
+from ringleader.tools.local.options import parse_env
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -35,7 +41,8 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         description=(
             "Preflight every host, start a ringleader agent on each over ssh and run COMMAND "
             "as the job's ranks. The first host in sorted order leads (as on SageMaker). "
-            "Exit code: the job's. Ctrl-C stops the job on every host."
+            "Exit code: the job's. Ctrl-C stops the job on every host. With --detach the job "
+            "runs on in the background on the leader: see attach, status and stop."
         ),
     )
     _add_hosts(run)
@@ -71,8 +78,73 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         metavar="NAME=VALUE",
         help="a ringleader_* setting, e.g. sigterm_grace=10 (repeatable)",
     )
+    run.add_argument(
+        "--mpi-options",
+        default="",
+        help="extra mpirun options (sagemaker_mpi_custom_mpi_options), e.g. '-x NCCL_DEBUG=INFO'",
+    )
+    run.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a variable for every rank on every host (repeatable; values are never printed)",
+    )
+    run.add_argument(
+        "--detach",
+        action="store_true",
+        help="run the job in the background on the leader (it outlives this command, the "
+        "terminal and the ssh session); prints the job id",
+    )
+    run.add_argument(
+        "--start-timeout",
+        type=float,
+        default=60.0,
+        help="--detach: seconds the leader may take to start the job (default 60)",
+    )
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARG...")
     run.set_defaults(func=_guarded(_run))
+
+    attach = commands.add_parser(
+        "attach",
+        help="follow a detached job's output from its beginning; exit with its code",
+        description=(
+            "Print a detached job's output from the beginning and follow it until the job "
+            f"ends; exit with the job's exit code ({NO_SUCH_JOB_TEXT}; {TIMEOUT_TEXT}). "
+            "Ctrl-C detaches again; the job goes on."
+        ),
+    )
+    _add_hosts(attach)
+    _add_job(attach)
+    attach.add_argument(
+        "--timeout", type=float, help="stop following after this many seconds (default: none)"
+    )
+    attach.set_defaults(func=_guarded(_attach))
+
+    status = commands.add_parser(
+        "status",
+        help="list the leader's detached jobs (running/ended, exit code, results)",
+        description=f"One job or every job on the leader ({NO_SUCH_JOB_TEXT}).",
+    )
+    _add_hosts(status)
+    _add_job(status, optional=True)
+    status.set_defaults(func=_guarded(_status))
+
+    stop = commands.add_parser(
+        "stop",
+        help="stop a detached job as Ctrl-C stops a foreground one (exit 143 everywhere)",
+        description=(
+            "SIGTERM to the job's runner on the leader, which stops the job on every host as "
+            "Ctrl-C stops a foreground run; then wait for it to end. Exit 0 once it has ended "
+            f"({NO_SUCH_JOB_TEXT}; {TIMEOUT_TEXT})."
+        ),
+    )
+    _add_hosts(stop)
+    _add_job(stop)
+    stop.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the end (default 60)"
+    )
+    stop.set_defaults(func=_guarded(_stop))
 
     exec_ = commands.add_parser(
         "exec", help="run a command on every host at once", description="Output tagged by host."
@@ -98,6 +170,21 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     sync.set_defaults(func=_guarded(_sync))
 
 
+NO_SUCH_JOB_TEXT = f"exit {NO_SUCH_JOB} when the leader has no such job"
+TIMEOUT_TEXT = f"exit {WAIT_TIMED_OUT} when --timeout passes first"
+
+
+def _add_job(parser: argparse.ArgumentParser, optional: bool = False) -> None:
+    parser.add_argument(
+        "job", nargs="?" if optional else None, help="the job id `run --detach` printed"
+    )
+    parser.add_argument(
+        "--remote-dir",
+        default="/tmp/ringleader-jobs",
+        help="the --remote-dir the job was started with (default /tmp/ringleader-jobs)",
+    )
+
+
 def _add_hosts(parser: argparse.ArgumentParser) -> None:
     hosts = parser.add_mutually_exclusive_group(required=True)
     hosts.add_argument("--hostfile", type=Path, help="lines of `HOST [slots=N]`")
@@ -113,6 +200,8 @@ def _add_hosts(parser: argparse.ArgumentParser) -> None:
         "--connect-timeout", type=float, default=10.0, help="ssh ConnectTimeout, seconds"
     )
 
+
+USAGE_ERROR = 2
 
 Resolver = Callable[[str, int], object]
 
@@ -162,8 +251,9 @@ def _settings(values: list[str]) -> dict[str, str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ringleader.tools.cluster.run import ClusterJob, ClusterRun, with_defaults
+    from ringleader.tools.cluster.run import ClusterJob, ClusterRun, headline, with_defaults
 
+    env = parse_env(args.env)  # first: a bad --env starts nothing, not even ssh
     hosts = read_hosts(args)
     job = with_defaults(
         ClusterJob(
@@ -179,9 +269,64 @@ def _run(args: argparse.Namespace) -> int:
             bootstrap=args.bootstrap,
             min_free_bytes=int(args.min_free_gb * (1 << 30)),
             preflight_timeout=args.preflight_timeout,
+            mpi_options=args.mpi_options,
+            env=env,
         )
     )
-    return ClusterRun(job).run()
+    if not args.detach:
+        return ClusterRun(job).run()
+    from ringleader.tools.cluster.remote import start_detached
+
+    tee = _Tee(sys.stdout)
+    launcher = ClusterRun(job, tee)
+    launcher.console.line(headline(job))
+    code = launcher.preflight()
+    if code is not None:
+        return code
+    return start_detached(job, tee.lines, args.start_timeout, sys.stdout)
+
+
+class _Tee(io.StringIO):
+    """The launcher's own output (headline, preflight), kept for the detached job's log."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__()
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        super().write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    @property
+    def lines(self) -> list[str]:
+        return self.getvalue().splitlines()
+
+
+def _attach(args: argparse.Namespace) -> int:
+    verb = ["attach", args.remote_dir, check_job_id(args.job)]
+    if args.timeout is not None:
+        verb += ["--timeout", str(args.timeout)]
+    return _on_leader(args, verb)
+
+
+def _status(args: argparse.Namespace) -> int:
+    job = [] if args.job is None else [check_job_id(args.job)]
+    return _on_leader(args, ["status", args.remote_dir, *job])
+
+
+def _stop(args: argparse.Namespace) -> int:
+    return _on_leader(
+        args, ["stop", args.remote_dir, check_job_id(args.job), "--timeout", str(args.timeout)]
+    )
+
+
+def _on_leader(args: argparse.Namespace, verb: list[str]) -> int:
+    from ringleader.tools.cluster.remote import on_leader
+
+    return on_leader(read_hosts(args), _ssh(args), verb)
 
 
 def _exec(args: argparse.Namespace) -> int:
@@ -201,11 +346,15 @@ def _sync(args: argparse.Namespace) -> int:
 
 
 def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Bad input: the field and what was expected, exit 78, nothing started."""
+    """Bad input: the field and what was expected, exit 78 (a bad flag's syntax, as for
+    `ringleader local`: exit 2), nothing started."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
+        except UsageError as error:
+            print(f"ringleader cluster: {error}", file=sys.stderr)
+            return USAGE_ERROR
         except ConfigError as error:
             print(f"ringleader cluster: {error}", file=sys.stderr)
             return exitcodes.CONFIG_ERROR

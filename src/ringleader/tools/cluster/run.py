@@ -45,6 +45,8 @@ class ClusterJob:
     preflight_timeout: float = 30.0
     bootstrap: bool = False
     min_free_bytes: int = 1 << 30
+    mpi_options: str = ""  # sagemaker_mpi_custom_mpi_options
+    env: Mapping[str, str] = field(default_factory=dict)  # --env, for every rank; never printed
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -82,6 +84,8 @@ def cluster_hyperparameters(job: ClusterJob) -> dict[str, str]:
     }
     if job.distribution == "mpi":
         values["sagemaker_mpi_num_of_processes_per_host"] = job.processes_per_host
+        if job.mpi_options:
+            values["sagemaker_mpi_custom_mpi_options"] = job.mpi_options
     else:
         values[f"sagemaker_{job.distribution}_enabled"] = True
         values["ringleader_processes_per_host"] = job.processes_per_host
@@ -117,27 +121,46 @@ class Console:
             self._stream.flush()
 
 
+def headline(job: ClusterJob) -> str:
+    return (
+        f"==> job {job.job_id}: {len(job.hosts)} hosts x {job.processes_per_host} "
+        f"({job.distribution}): {' '.join(job.command)}"
+    )
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 class ClusterRun:
-    def __init__(self, job: ClusterJob, stream: IO[str] = sys.stdout) -> None:
+    """`local_host`: the host this runs on (a detached job's runner on the leader), whose agent
+    is started directly instead of over ssh."""
+
+    def __init__(
+        self, job: ClusterJob, stream: IO[str] = sys.stdout, local_host: str | None = None
+    ) -> None:
         self.job = job
         self.console = Console(stream)
+        self.local_host = local_host
         self._agents: dict[str, subprocess.Popen[bytes]] = {}
         self._interrupts = 0
 
     def run(self) -> int:
-        job = self.job
-        self.console.line(
-            f"==> job {job.job_id}: {len(job.hosts)} hosts x {job.processes_per_host} "
-            f"({job.distribution}): {' '.join(job.command)}"
-        )
+        self.console.line(headline(self.job))
         code = self.preflight()
         if code is not None:
             return code
-        previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        return self.launch()
+
+    def launch(self) -> int:
+        """The job on every host (preflight passed), its results fetched; its exit code."""
+        job = self.job
+        previous = {number: signal.signal(number, self._on_interrupt) for number in STOP_SIGNALS}
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a detached runner's
         try:
             codes = self._run_agents()
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for number, handler in previous.items():
+                signal.signal(number, handler)
         leader = sorted(job.names)[0]  # as on SageMaker: the first host in sorted order leads
         exit_code = job_exit_code(codes[leader], [codes[name] for name in job.names])
         self._fetch_results(codes)
@@ -226,9 +249,10 @@ class ClusterRun:
                 current_host=host.name,
                 hyperparameters=hyperparameters,
                 grace=grace,
+                env=job.env,
             )
             agent = subprocess.Popen(
-                job.ssh.python(host.address, ["-m", "ringleader.tools.cluster.agent"]),
+                self._agent_argv(host),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -238,6 +262,8 @@ class ClusterRun:
             agent.stdin.write((spec.to_json() + "\n").encode())
             agent.stdin.flush()
             self._agents[host.name] = agent
+            if self._interrupts:  # stopped while the agents were being started
+                self._tell(agent, STOP)
             pump = threading.Thread(target=self._relay, args=(host, agent), daemon=True)
             pump.start()
             pumps.append(pump)
@@ -252,6 +278,11 @@ class ClusterRun:
         for pump in pumps:
             pump.join(timeout=5)
         return {name: codes[name] for name in job.names}
+
+    def _agent_argv(self, host: ClusterHost) -> list[str]:
+        if host.name == self.local_host:
+            return [sys.executable, "-m", "ringleader.tools.cluster.agent"]
+        return self.job.ssh.python(host.address, ["-m", "ringleader.tools.cluster.agent"])
 
     def _wait_or_stop(
         self, name: str, agent: "subprocess.Popen[bytes]", deadline: float, grace: float
@@ -281,16 +312,17 @@ class ClusterRun:
         for raw in agent.stdout:
             self.console.line(raw.decode(errors="replace"))
 
-    def _on_interrupt(self, _signum: int, _frame: object) -> None:
+    def _on_interrupt(self, signum: int, _frame: object) -> None:
         self._interrupts += 1
         first = self._interrupts == 1
-        threading.Thread(target=self._stop_agents, args=(first,), daemon=True).start()
+        threading.Thread(target=self._stop_agents, args=(first, signum), daemon=True).start()
 
-    def _stop_agents(self, graceful: bool) -> None:
+    def _stop_agents(self, graceful: bool, signum: int = signal.SIGINT) -> None:
         if graceful:
+            cause = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
             self.console.line(
-                "==> Ctrl-C: stopping the job on every host (SIGTERM to the ranks; "
-                "Ctrl-C again to cut the connections, which stops them too)"
+                f"==> {cause}: stopping the job on every host (SIGTERM to the ranks; "
+                f"{cause} again to cut the connections, which stops them too)"
             )
         for agent in list(self._agents.values()):
             if graceful:
@@ -315,8 +347,9 @@ class ClusterRun:
         destination = self.job.results_dir / host.name
         destination.mkdir(parents=True, exist_ok=True)
         remote = ["tar", "-C", f"{self.job.job_dir}/ml", "-cf", "-", "output", "model"]
+        local = host.name == self.local_host
         sender = subprocess.Popen(
-            self.job.ssh.command(host.address, remote),
+            remote if local else self.job.ssh.command(host.address, remote),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
