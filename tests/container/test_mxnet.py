@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from ringleader.core.jobfile import read_job_file
 from tests.container.test_horovod import load_chrome_trace
 
 pytestmark = pytest.mark.container
@@ -53,3 +54,81 @@ def test_failing_gluon_rank_is_named_with_its_code(run_job, mxnet_image):
     assert run.codes() == dict.fromkeys(HOSTS, 7), run.output
     for host in HOSTS:
         assert run.failure(host).startswith("Rank 3 on host algo-2 exited with code 7")
+
+
+# MXNet's parameter servers (`kvstore='dist_sync'`): what SageMaker's MXNet estimator sends for
+# distribution={'parameter_server': {'enabled': True}}, and nothing else.
+WORKER_FAILING = re.compile(r"\[(algo-\d) rank (\d+)\] worker \d+ failing on purpose")
+
+
+@pytest.fixture
+def mxnet_ps_job(mxnet_image):
+    return {
+        "image": mxnet_image,
+        "distribution": "parameter_server",
+        "processes_per_host": None,
+        "entry_point": "mxnet_ps_train.py",
+        "settings": {"startup_timeout": "60"},
+    }
+
+
+def test_mxnet_parameter_servers_train(run_job, mxnet_ps_job):
+    run = run_job(**mxnet_ps_job, hyperparameters={"epochs": "3"})
+    assert run.codes() == dict.fromkeys(HOSTS, 0), run.output
+    assert "training on 3 workers with dist_sync" in run.output
+    losses = [float(value) for value in re.findall(r"epoch \d loss=([0-9.]+)", run.output)]
+    assert len(losses) == 3 and losses[-1] < losses[0], losses
+    assert (run.job.output_dir / "algo-1" / "model" / "mlp-symbol.json").is_file()
+    summary = read_job_file(run.job.output_dir / "algo-1" / "output" / "data" / "job.json")
+    roles = {record.role: record.host for record in summary.ranks}
+    assert roles == {
+        "worker:0": "algo-1",
+        "server:0": "algo-1",
+        "scheduler:0": "algo-1",
+        "worker:1": "algo-2",
+        "server:1": "algo-2",
+        "worker:2": "algo-3",
+        "server:2": "algo-3",
+    }, roles
+
+
+def test_failing_mxnet_worker_is_named_with_its_code(run_job, mxnet_ps_job):
+    run = run_job(
+        **mxnet_ps_job, hyperparameters={"epochs": "3", "fail-rank": "1", "fail-code": "7"}
+    )
+    assert run.codes() == dict.fromkeys(HOSTS, 7), run.output
+    failing = WORKER_FAILING.search(run.output)
+    assert failing is not None, run.output
+    host, rank = failing.groups()
+    for each in HOSTS:
+        assert run.failure(each).startswith(
+            f"Rank {rank} (worker:{int(host[-1]) - 1}) on host {host} exited with code 7"
+        ), run.failure(each)
+
+
+def start_long_mxnet_ps_job(start_job, mxnet_ps_job):
+    run = start_job(**mxnet_ps_job, hyperparameters={"epochs": "100000"})
+    run.capture.wait_for(lambda text: "epoch 2 loss=" in text, timeout=120)
+    return run
+
+
+def test_a_killed_mxnet_server_is_the_root_cause(start_job, mxnet_ps_job, docker_client):
+    run = start_long_mxnet_ps_job(start_job, mxnet_ps_job)
+    container = docker_client.containers.get(run.container_id("algo-2"))
+    # the server itself (its command starts with the interpreter), not its rank wrapper
+    result = container.exec_run(["pkill", "-KILL", "-f", "^[^ ]+ -m ringleader.launch.mxnet_ps"])
+    assert result.exit_code == 0, result.output
+    run.join(timeout=90)
+    assert run.codes() == dict.fromkeys(HOSTS, 137), run.output
+    for host in HOSTS:
+        failure = run.failure(host)
+        assert failure.startswith("Rank 4 (server:1) on host algo-2 was killed by signal 9"), (
+            failure
+        )
+
+
+def test_docker_stop_stops_every_mxnet_task_with_sigterm(start_job, mxnet_ps_job, docker_client):
+    run = start_long_mxnet_ps_job(start_job, mxnet_ps_job)
+    docker_client.api.stop(run.container_id("algo-3"), timeout=40)
+    run.join(timeout=90)
+    assert run.codes() == dict.fromkeys(HOSTS, 143), run.output

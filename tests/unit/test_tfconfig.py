@@ -9,7 +9,6 @@ from ringleader.config.topology import parse_topology
 from ringleader.core.errors import ConfigError
 from ringleader.launch import tfconfig
 from ringleader.launch.spawn import SpawnSpec, rank_environment, task_command
-from ringleader.launch.strategy import tf_tasks_per_host
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 PORTS = tfconfig.TfPorts()
@@ -35,7 +34,7 @@ def test_parameter_server_layout_is_sagemakers() -> None:
         ("worker", 0, True, False),
         ("ps", 1, False, False),
     ]
-    config = json.loads(tasks[0].tf_config)
+    config = json.loads(tasks[0].env["TF_CONFIG"])
     assert config == {
         "cluster": {
             "master": ["algo-1:2222"],
@@ -57,13 +56,13 @@ def test_chief_roles_run_the_script_on_the_chief_only() -> None:
         ("ps:0", False, False),
     ]
     assert [(t.role, t.runs_script) for t in worker] == [("worker:1", False), ("ps:2", False)]
-    assert json.loads(chief[0].tf_config)["cluster"]["chief"] == ["algo-1:2222"]
+    assert json.loads(chief[0].env["TF_CONFIG"])["cluster"]["chief"] == ["algo-1:2222"]
 
 
 def test_mirrored_workers_on_port_8890_in_host_order() -> None:
     tasks = tfconfig.host_tasks(tfconfig.MULTI_WORKER_MIRRORED, HOSTS, "algo-3", "master", PORTS)
     assert len(tasks) == 1 and tasks[0].main and tasks[0].runs_script
-    assert json.loads(tasks[0].tf_config) == {
+    assert json.loads(tasks[0].env["TF_CONFIG"]) == {
         "cluster": {"worker": ["algo-1:8890", "algo-2:8890", "algo-3:8890"]},
         "environment": "cloud",
         "task": {"type": "worker", "index": 2},
@@ -74,14 +73,11 @@ def test_one_host_parameter_server_runs_the_script_alone_as_sagemaker_does() -> 
     """SageMaker's TensorFlow container gives a one-host parameter_server job no ps task and
     no TF_CONFIG: the script runs once, as it would without a distribution."""
     tasks = tfconfig.host_tasks(tfconfig.PARAMETER_SERVER, ("algo-1",), "algo-1", "master", PORTS)
-    assert [(t.role, t.runs_script, t.main, t.tf_config) for t in tasks] == [
-        ("master:0", True, True, None)
+    assert [(t.role, t.runs_script, t.main, t.env) for t in tasks] == [
+        ("master:0", True, True, {})
     ]
     assert tfconfig.ports_on(tfconfig.PARAMETER_SERVER, PORTS, 1) == []
     assert tfconfig.ports_on(tfconfig.PARAMETER_SERVER, PORTS, 2) == [2222, 2223]
-    assert tf_tasks_per_host(tfconfig.PARAMETER_SERVER, 1) == 1
-    assert tf_tasks_per_host(tfconfig.PARAMETER_SERVER, 3) == 2
-    assert tf_tasks_per_host(tfconfig.MULTI_WORKER_MIRRORED, 1) == 1
     alone = SpawnSpec(
         hosts=("algo-1",),
         processes_per_host=1,
@@ -94,7 +90,7 @@ def test_one_host_parameter_server_runs_the_script_alone_as_sagemaker_does() -> 
     )
     env = rank_environment(alone, "algo-1", 0, {})
     assert "TF_CONFIG" not in env and env["RINGLEADER_ROLE"] == "master:0"
-    assert alone.main_ranks() == frozenset({0})
+    assert (alone.world_size, alone.main_ranks()) == (1, frozenset({0}))
 
 
 def test_each_spawned_task_gets_its_tf_config_and_role() -> None:

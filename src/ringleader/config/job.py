@@ -71,6 +71,9 @@ TF_DISTRIBUTIONS = (PARAMETER_SERVER, MULTI_WORKER_MIRRORED)
 TF_MASTER_ROLES = "master"  # SageMaker's layout: the script runs as master and workers
 TF_CHIEF_ROLES = "chief"  # TF2 ParameterServerStrategy + ClusterCoordinator
 TF_ROLES = (TF_MASTER_ROLES, TF_CHIEF_ROLES)  # ringleader_tf_roles
+# ringleader_ps_framework: whose parameter servers `parameter_server` means (auto: the image's)
+PS_FRAMEWORK_AUTO = "auto"
+PS_FRAMEWORKS = (PS_FRAMEWORK_AUTO, "tensorflow", "mxnet")
 
 
 def _output_uri(field: str, value: Any) -> "OutputUri":
@@ -94,6 +97,12 @@ _SETTING_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "ringleader_tf_ps_port": ("tf_ps_port", hp.as_port),
     "ringleader_tf_mirrored_port": ("tf_mirrored_port", hp.as_port),
     "ringleader_tf_roles": ("tf_roles", lambda field, value: _choice(field, value, TF_ROLES)),
+    "ringleader_ps_framework": (
+        "ps_framework",
+        lambda field, value: _choice(field, value, PS_FRAMEWORKS),
+    ),
+    "ringleader_mxnet_servers_per_host": ("mxnet_servers_per_host", hp.as_positive_int),
+    "ringleader_mxnet_ps_port": ("mxnet_ps_port", hp.as_port),
 }
 
 
@@ -144,6 +153,10 @@ class JobConfig:
     tf_ps_port: int = 2223
     tf_mirrored_port: int = 8890
     tf_roles: str = TF_MASTER_ROLES
+    ps_framework: str = PS_FRAMEWORK_AUTO
+    # MXNet's parameter servers: servers on each host, and the scheduler's port on the leader
+    mxnet_servers_per_host: int = 1
+    mxnet_ps_port: int = 8000
     nccl_debug: str | None = None  # `--NCCL_DEBUG=X` in sagemaker_mpi_custom_mpi_options
     # ringleader_command: a whole command line instead of a program in the code directory
     # (`ringleader cluster run -- COMMAND...`); it runs as given, in the code directory.

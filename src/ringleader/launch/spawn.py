@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ringleader.core import exitcodes, paths
-from ringleader.launch import tfconfig
+from ringleader.launch import mxnet_ps, tfconfig
+from ringleader.launch.roles import RoleTask
 
 # torchrun's environment contract for each worker process (torch.distributed.run)
 TORCH_VARIABLES = (
@@ -42,19 +43,17 @@ TORCH_VARIABLES = (
     "NCCL_SOCKET_IFNAME",
     "GLOO_SOCKET_IFNAME",
 )
-TF_VARIABLES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES")
 RANK_VARIABLE = "RINGLEADER_RANK"  # how the rank wrapper learns its global rank
 ROLE_VARIABLE = "RINGLEADER_ROLE"  # and its role, when it has one (TensorFlow: ps:1, chief:0)
-TF_SERVER_MODULE = "ringleader.launch.tfconfig"
 
 
 @dataclass(frozen=True)
 class SpawnSpec:
     """What every host needs to start its share of the ranks; the leader sends it."""
 
-    hosts: tuple[str, ...]  # in rank order: host i runs ranks i*P .. i*P+P-1
+    hosts: tuple[str, ...]  # in rank order: each host's ranks follow the previous host's
     processes_per_host: int
-    master_addr: str
+    master_addr: str  # the leader (MXNet: its address, DMLC_PS_ROOT_URI)
     master_port: int
     run_id: str
     interface: str | None  # for NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
@@ -64,15 +63,47 @@ class SpawnSpec:
     plain_hosts: tuple[str, ...] = ()
     first_plain_rank: int = 0
     # TensorFlow: parameter_server or multi_worker_mirrored_strategy; each host then runs its
-    # TF tasks (processes_per_host of them) instead of P copies of the script.
+    # TF tasks instead of P copies of the script.
     tf: str | None = None
     tf_roles: str = tfconfig.MASTER_ROLES
     tf_ports: tfconfig.TfPorts = field(default_factory=tfconfig.TfPorts)
+    # MXNet's parameter servers (when > 0): each host runs a worker and this many servers,
+    # the first host the scheduler too.
+    mxnet_servers: int = 0
+    mxnet_port: int = mxnet_ps.DEFAULT_PORT
 
     @property
     def world_size(self) -> int:
         """The distributed job's ranks (plain hosts' processes are not part of it)."""
-        return len(self.hosts) * self.processes_per_host
+        return sum(self.local_ranks(host) for host in self.hosts)
+
+    def first_rank(self, host: str) -> int:
+        """The rank of a distribution host's first process."""
+        return sum(self.local_ranks(each) for each in self.hosts[: self.hosts.index(host)])
+
+    def role_tasks(self, host: str) -> list[RoleTask] | None:
+        """A distribution host's tasks when the job has roles (TensorFlow, MXNet's parameter
+        servers); None when its ranks are P copies of the script."""
+        if self.tf is not None:
+            return tfconfig.host_tasks(self.tf, self.hosts, host, self.tf_roles, self.tf_ports)
+        if self.mxnet_servers:
+            return mxnet_ps.host_tasks(
+                self.hosts,
+                host,
+                self.mxnet_servers,
+                self.master_addr,
+                self.mxnet_port,
+                self.interface,
+            )
+        return None
+
+    def forwarded_variables(self) -> tuple[str, ...]:
+        """What the launcher sets that must win over each host's own environment."""
+        if self.torch:
+            return TORCH_VARIABLES
+        if self.tf is not None:
+            return tfconfig.VARIABLES
+        return mxnet_ps.VARIABLES if self.mxnet_servers else ()
 
     @property
     def launching_hosts(self) -> tuple[str, ...]:
@@ -82,21 +113,20 @@ class SpawnSpec:
     def local_ranks(self, host: str) -> int:
         if host in self.plain_hosts:
             return 1
-        return self.processes_per_host if host in self.hosts else 0
-
-    def tf_tasks(self, host: str) -> list[tfconfig.TfTask]:
-        assert self.tf is not None
-        return tfconfig.host_tasks(self.tf, self.hosts, host, self.tf_roles, self.tf_ports)
+        if host not in self.hosts:
+            return 0
+        tasks = self.role_tasks(host)
+        return self.processes_per_host if tasks is None else len(tasks)
 
     def main_ranks(self) -> frozenset[int] | None:
-        """TensorFlow: the ranks whose end ends the job (the master/chief, or every
-        mirrored worker); None when every rank counts."""
-        if self.tf is None:
+        """Jobs with roles: the ranks whose end ends the job (TensorFlow's master/chief or
+        every mirrored worker; MXNet's workers); None when every rank counts."""
+        if self.tf is None and not self.mxnet_servers:
             return None
         return frozenset(
-            node * self.processes_per_host + index
-            for node, host in enumerate(self.hosts)
-            for index, task in enumerate(self.tf_tasks(host))
+            self.first_rank(host) + index
+            for host in self.hosts
+            for index, task in enumerate(self.role_tasks(host) or ())
             if task.main
         )
 
@@ -122,6 +152,8 @@ class SpawnSpec:
             tf=None if data.get("tf") is None else str(data["tf"]),
             tf_roles=str(data.get("tf_roles", tfconfig.MASTER_ROLES)),
             tf_ports=tfconfig.TfPorts(**data.get("tf_ports", {})),
+            mxnet_servers=int(data.get("mxnet_servers", 0)),
+            mxnet_port=int(data.get("mxnet_port", mxnet_ps.DEFAULT_PORT)),
         )
 
 
@@ -138,15 +170,11 @@ def rank_environment(
     if host in spec.plain_hosts:
         return {RANK_VARIABLE: str(spec.first_plain_rank + spec.plain_hosts.index(host))}
     node_rank = spec.hosts.index(host)
-    rank = node_rank * spec.processes_per_host + local_rank
+    rank = spec.first_rank(host) + local_rank
     env = {RANK_VARIABLE: str(rank)}
-    if spec.tf is not None:
-        task = spec.tf_tasks(host)[local_rank]
-        env[ROLE_VARIABLE] = task.role
-        if task.tf_config is not None:
-            env["TF_CONFIG"] = task.tf_config
-        if task.job == "ps":
-            env["CUDA_VISIBLE_DEVICES"] = ""  # as SageMaker: parameter servers stay on the CPU
+    tasks = spec.role_tasks(host)
+    if tasks is not None:
+        env.update(tasks[local_rank].env, **{ROLE_VARIABLE: tasks[local_rank].role})
         return env
     if not spec.torch:
         return env
@@ -199,12 +227,12 @@ def task_command(
 ) -> list[str]:
     """The rank wrapper around the user's command, or around a TensorFlow server that
     ringleader runs itself (parameter servers; workers with the chief roles)."""
-    if spec.tf is None or host in spec.plain_hosts:
-        return list(rank_command)
-    if spec.tf_tasks(host)[local_rank].runs_script:
+    tasks = None if host in spec.plain_hosts else spec.role_tasks(host)
+    module = None if tasks is None else tasks[local_rank].server_module
+    if module is None:
         return list(rank_command)
     wrapper = list(rank_command[: rank_command.index("--")])
-    return [*wrapper, "--", wrapper[0], "-m", TF_SERVER_MODULE]
+    return [*wrapper, "--", wrapper[0], "-m", module]
 
 
 def run(spec: SpawnSpec, host: str, rank_command: Sequence[str]) -> int:

@@ -7,6 +7,8 @@ agent whatever started it.
 """
 
 import contextlib
+import dataclasses
+import importlib.util
 import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -15,7 +17,8 @@ from typing import Protocol
 
 from ringleader.config.job import (
     MULTI_WORKER_MIRRORED,
-    TF_DISTRIBUTIONS,
+    PARAMETER_SERVER,
+    PS_FRAMEWORK_AUTO,
     TORCH_DISTRIBUTED,
     JobConfig,
 )
@@ -30,7 +33,7 @@ from ringleader.launch.mpirun import (
     stops_all_on_rank_failure,
 )
 from ringleader.launch.netif import InterfaceChoice, choose_interface, local_interfaces, resolve
-from ringleader.launch.spawn import TF_VARIABLES, TORCH_VARIABLES, SpawnSpec, spawn_argv
+from ringleader.launch.spawn import SpawnSpec, spawn_argv
 
 Logger = Callable[[str], None]
 
@@ -150,7 +153,8 @@ class MpirunStrategy:
 @dataclass(frozen=True)
 class SpawnStrategy:
     """Every host starts its own ranks (no ssh, no mpirun); torch_distributed's ranks get
-    torchrun's environment with the leader as MASTER_ADDR."""
+    torchrun's environment with the leader as MASTER_ADDR; TensorFlow's and MXNet's
+    parameter-server layouts give each host its tasks."""
 
     config: JobConfig
     user_command: Callable[[], Sequence[str]]
@@ -160,44 +164,93 @@ class SpawnStrategy:
 
     @property
     def world_size(self) -> int:
-        return world_size(self.config, self.processes_per_host)
+        plain = len(self.config.topology.plain_hosts)
+        return self._spec(None, self.config.topology.leader).world_size + plain
 
     def prepare(self) -> LaunchPlan:
         topology = self.config.topology
-        torch = self.config.distribution == TORCH_DISTRIBUTED
-        if torch:
+        if self.config.distribution == TORCH_DISTRIBUTED:
             check_port_free(self.config.master_port, topology.current_host)
-        if self.config.distribution in TF_DISTRIBUTIONS:
+        layout = role_layout(self.config)
+        if layout == TENSORFLOW:
             check_tf_ports(self.config)
+        leader_address = topology.leader
+        if layout == MXNET:
+            check_mxnet_settings(self.config)
+            leader_address = resolve([topology.leader])[0]  # ps-lite binds and dials an address
         interface = job_interface(self.config, self.log) if len(topology.hosts) > 1 else None
-        tf = self.config.distribution if self.config.distribution in TF_DISTRIBUTIONS else None
+        spec = self._spec(interface.name if interface is not None else None, leader_address)
+        return spawn_plan(self.config, spec, self.user_command())
+
+    def _spec(self, interface: str | None, leader_address: str) -> SpawnSpec:
+        config, topology = self.config, self.config.topology
+        layout = role_layout(config)
         spec = SpawnSpec(
             hosts=topology.participants,
             processes_per_host=self.processes_per_host,
-            master_addr=topology.leader,
-            master_port=self.config.master_port,
+            master_addr=leader_address,
+            master_port=config.master_port,
             run_id=self.run_id,
-            interface=interface.name if interface is not None else None,
-            torch=torch,
+            interface=interface,
+            torch=config.distribution == TORCH_DISTRIBUTED,
             plain_hosts=topology.plain_hosts,
-            first_plain_rank=self.processes_per_host * len(topology.participants),
-            tf=tf,
-            tf_roles=self.config.tf_roles,
-            tf_ports=tf_ports(self.config),
+            tf=config.distribution if layout == TENSORFLOW else None,
+            tf_roles=config.tf_roles,
+            tf_ports=tf_ports(config),
+            mxnet_servers=config.mxnet_servers_per_host if layout == MXNET else 0,
+            mxnet_port=config.mxnet_ps_port,
         )
-        return spawn_plan(self.config, spec, self.user_command())
+        return dataclasses.replace(spec, first_plain_rank=spec.world_size)
+
+
+TENSORFLOW, MXNET = "tensorflow", "mxnet"
+
+
+def role_layout(
+    config: JobConfig, installed: Callable[[str], object] = importlib.util.find_spec
+) -> str | None:
+    """Whose role layout the job's tasks follow: TensorFlow's (both of its distributions),
+    MXNet's parameter servers, or None. `parameter_server` is the framework's that
+    ringleader_ps_framework names, else the one the image has (TensorFlow when it has both):
+    SageMaker's TensorFlow and MXNet estimators send the same hyperparameter."""
+    if config.distribution == MULTI_WORKER_MIRRORED:
+        return TENSORFLOW
+    if config.distribution != PARAMETER_SERVER:
+        return None
+    if config.ps_framework != PS_FRAMEWORK_AUTO:
+        return config.ps_framework
+    for framework in (TENSORFLOW, MXNET):
+        if installed(framework) is not None:
+            return framework
+    raise ConfigError(
+        "sagemaker_parameter_server_enabled",
+        "parameter servers need TensorFlow or MXNet, and this image has neither importable; "
+        "use an image with one of them (ringleader_ps_framework names one explicitly)",
+    )
+
+
+def check_mxnet_settings(config: JobConfig) -> None:
+    """MXNet's scheduler port must be free on the leader, and the servers per host must fit
+    the host's CPUs (each server is a busy process of its own)."""
+    topology = config.topology
+    cpus = os.cpu_count() or 1
+    if config.mxnet_servers_per_host > cpus:
+        raise ConfigError(
+            "ringleader_mxnet_servers_per_host",
+            f"{config.mxnet_servers_per_host} servers on each host, but {topology.current_host} "
+            f"has {cpus} CPUs; expected at most {cpus}",
+        )
+    check_port_free(
+        config.mxnet_ps_port,
+        topology.current_host,
+        "ringleader_mxnet_ps_port",
+        "DMLC_PS_ROOT_PORT",
+        " (the leader, where MXNet's scheduler listens)",
+    )
 
 
 def tf_ports(config: JobConfig) -> tfconfig.TfPorts:
     return tfconfig.TfPorts(config.tf_worker_port, config.tf_ps_port, config.tf_mirrored_port)
-
-
-def tf_tasks_per_host(distribution: str, host_count: int) -> int:
-    """A parameter_server host runs its master/worker task and a parameter server (one host
-    alone: just the script); a multi_worker_mirrored_strategy host one worker."""
-    if distribution == MULTI_WORKER_MIRRORED or tfconfig.runs_alone(distribution, host_count):
-        return 1
-    return 2
 
 
 def check_tf_ports(config: JobConfig) -> None:
@@ -223,8 +276,7 @@ def world_size(config: JobConfig, processes_per_host: int) -> int:
 
 def spawn_plan(config: JobConfig, spec: SpawnSpec, user_command: Sequence[str]) -> LaunchPlan:
     """This host's launcher for a spawned job (the leader's and every worker's)."""
-    forwarded = TORCH_VARIABLES if spec.torch else TF_VARIABLES if spec.tf else ()
-    command = rank_command(config, user_command, forwarded)
+    command = rank_command(config, user_command, spec.forwarded_variables())
     argv = spawn_argv(spec, config.topology.current_host, command)
     return LaunchPlan(tuple(argv), dict(os.environ), spec)
 

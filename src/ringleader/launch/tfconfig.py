@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ringleader.config.job import MULTI_WORKER_MIRRORED, PARAMETER_SERVER
 from ringleader.config.job import TF_CHIEF_ROLES as CHIEF_ROLES
 from ringleader.config.job import TF_MASTER_ROLES as MASTER_ROLES
+from ringleader.launch.roles import RoleTask
 
 __all__ = ["CHIEF_ROLES", "MASTER_ROLES", "MULTI_WORKER_MIRRORED", "PARAMETER_SERVER"]
 
@@ -26,23 +27,6 @@ class TfPorts:
     worker: int = 2222  # master/chief and workers (parameter_server)
     ps: int = 2223
     mirrored: int = 8890  # multi_worker_mirrored_strategy
-
-
-@dataclass(frozen=True)
-class TfTask:
-    """One process of a TensorFlow job on one host."""
-
-    job: str  # TF_CONFIG task type: master, chief, worker or ps
-    index: int
-    runs_script: bool  # the user's script; otherwise a tf.distribute.Server ringleader starts
-    # The job ends when every main task has ended; the others (parameter servers, and servers
-    # or scripts still running) are then stopped without counting as a failure.
-    main: bool
-    tf_config: str | None  # None: no TF_CONFIG at all (a one-host parameter_server job)
-
-    @property
-    def role(self) -> str:
-        return f"{self.job}:{self.index}"
 
 
 def cluster(
@@ -69,26 +53,35 @@ def runs_alone(distribution: str, host_count: int) -> bool:
     return distribution == PARAMETER_SERVER and host_count == 1
 
 
+SERVER_MODULE = "ringleader.launch.tfconfig"
+VARIABLES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES")  # what a task's environment sets
+
+
+def _task(
+    job: str, index: int, main: bool, spec: dict[str, list[str]] | None, serves: bool
+) -> RoleTask:
+    env = {} if spec is None else {"TF_CONFIG": tf_config(spec, job, index)}
+    if job == "ps":
+        env["CUDA_VISIBLE_DEVICES"] = ""  # as SageMaker: parameter servers stay on the CPU
+    return RoleTask(job, index, main, env, SERVER_MODULE if serves else None)
+
+
 def host_tasks(
     distribution: str, hosts: Sequence[str], host: str, roles: str, ports: TfPorts
-) -> list[TfTask]:
+) -> list[RoleTask]:
     """The processes `host` runs, in the order their ranks are numbered."""
     if runs_alone(distribution, len(hosts)):
-        return [TfTask(roles, 0, True, True, None)]
+        return [_task(roles, 0, True, None, serves=False)]
     spec = cluster(distribution, hosts, roles, ports)
     position = list(hosts).index(host)
     if distribution == MULTI_WORKER_MIRRORED:
-        return [TfTask("worker", position, True, True, tf_config(spec, "worker", position))]
+        return [_task("worker", position, True, spec, serves=False)]
     if position == 0:
-        first = TfTask(roles, 0, True, True, tf_config(spec, roles, 0))
+        first = _task(roles, 0, True, spec, serves=False)
     else:
         # SageMaker's workers run the script; with chief roles they only serve the chief.
-        index = position - 1
-        first = TfTask(
-            "worker", index, roles == MASTER_ROLES, False, tf_config(spec, "worker", index)
-        )
-    ps = TfTask("ps", position, False, False, tf_config(spec, "ps", position))
-    return [first, ps]
+        first = _task("worker", position - 1, False, spec, serves=roles != MASTER_ROLES)
+    return [first, _task("ps", position, False, spec, serves=True)]
 
 
 def ports_on(distribution: str, ports: TfPorts, host_count: int) -> list[int]:

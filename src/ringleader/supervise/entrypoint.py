@@ -23,7 +23,6 @@ from ringleader.config import horovod
 from ringleader.config.job import (
     MPI,
     NO_DISTRIBUTION,
-    TF_DISTRIBUTIONS,
     ConfigFiles,
     JobConfig,
     ReportingSettings,
@@ -47,14 +46,15 @@ from ringleader.launch.process import Launcher
 from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.sshd import SshMasters, start_sshd
 from ringleader.launch.strategy import (
+    TENSORFLOW,
     LaunchPlan,
     LaunchStrategy,
     MpirunStrategy,
     SingleHostStrategy,
     SpawnStrategy,
     check_tf_ports,
+    role_layout,
     spawn_plan,
-    tf_tasks_per_host,
 )
 from ringleader.launch.user_command import (
     build_user_command,
@@ -175,9 +175,9 @@ class EntryPoint:
         """Write this host's environment file for its ranks; return the user's command."""
         topology = config.topology
         if (
-            config.distribution in TF_DISTRIBUTIONS
-            and not topology.is_leader  # the leader checks once its control port is taken
+            not topology.is_leader  # the leader checks once its control port is taken
             and topology.current_host in topology.participants
+            and role_layout(config) == TENSORFLOW
         ):
             check_tf_ports(config)  # before the hello: a problem is reported with it
         mpi4py_run = (
@@ -309,8 +309,6 @@ class EntryPoint:
         config: JobConfig, prepared: Prepared, masters: SshMasters | None = None
     ) -> LaunchStrategy:
         per_host = config.ranks_per_host(gpu_count())
-        if config.distribution in TF_DISTRIBUTIONS:
-            per_host = tf_tasks_per_host(config.distribution, len(config.topology.participants))
         if config.distribution == MPI:
             ssh_options = masters.reuse_options() if masters is not None else ()
             return MpirunStrategy(config, prepared.result, per_host, log.log, ssh_options)

@@ -23,7 +23,7 @@ _ENABLED_KEYS = {
     "parameter_server": "sagemaker_parameter_server_enabled",
     "multi_worker_mirrored_strategy": "sagemaker_multi_worker_mirrored_strategy_enabled",
 }
-_TENSORFLOW = ("parameter_server", "multi_worker_mirrored_strategy")
+_FIXED_TASKS = ("parameter_server", "multi_worker_mirrored_strategy")
 
 
 @dataclass(frozen=True)
@@ -87,10 +87,10 @@ def validate(spec: LocalJobSpec) -> None:
         raise UsageError(
             f"--distribution: expected one of {', '.join(DISTRIBUTIONS)}, got {spec.distribution!r}"
         )
-    if spec.distribution in _TENSORFLOW and spec.processes_per_host is not None:
+    if spec.distribution in _FIXED_TASKS and spec.processes_per_host is not None:
         raise UsageError(
-            f"--processes-per-host: {spec.distribution} runs fixed TensorFlow tasks per host "
-            "(see the README), not a number of processes"
+            f"--processes-per-host: {spec.distribution} runs fixed tasks per host (TensorFlow's "
+            "or MXNet's, see the README), not a number of processes"
         )
     _validate_groups(spec)
     if not spec.source_dir.is_dir():
