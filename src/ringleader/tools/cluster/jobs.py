@@ -282,11 +282,14 @@ def _is_pipe(fd: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args = build_parser().parse_args(argv)
-    code = dispatch(args)
+    try:
+        code = dispatch(args)
+    except BrokenPipeError:  # the one who asked has gone: nothing more to tell anyone
+        return exitcodes.signal_exit_code(signal.SIGPIPE)
     if args.verb != "runner":
-        print(f"{registry.EXIT_TRAILER}{code}", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):
+            print(f"{registry.EXIT_TRAILER}{code}", file=sys.stderr, flush=True)
     return code
 
 
