@@ -73,9 +73,7 @@ def test_one_host_parameter_server_runs_the_script_alone_as_sagemaker_does() -> 
     """SageMaker's TensorFlow container gives a one-host parameter_server job no ps task and
     no TF_CONFIG: the script runs once, as it would without a distribution."""
     tasks = tfconfig.host_tasks(tfconfig.PARAMETER_SERVER, ("algo-1",), "algo-1", "master", PORTS)
-    assert [(t.role, t.runs_script, t.main, t.env) for t in tasks] == [
-        ("master:0", True, True, {})
-    ]
+    assert [(t.role, t.runs_script, t.main, t.env) for t in tasks] == [("master:0", True, True, {})]
     assert tfconfig.ports_on(tfconfig.PARAMETER_SERVER, PORTS, 1) == []
     assert tfconfig.ports_on(tfconfig.PARAMETER_SERVER, PORTS, 2) == [2222, 2223]
     alone = SpawnSpec(
