@@ -7,12 +7,14 @@ does ringleader (in an image with MXNet, e.g. ringleader:mxnet):
     ringleader local --image ringleader:mxnet --distribution parameter_server \\
         --source-dir examples --entry-point mxnet_ps_train.py -- --epochs 3
 
-Each worker trains a small MLP on its own slice of a synthetic classification task; worker 0
-prints the loss per epoch and saves the model. `--fail-rank R --fail-code C` makes worker R
+Each worker trains a small MLP on its own slice of a synthetic classification task. ps-lite
+numbers the workers in the order they register, not by host, so the first host's worker (as in
+SageMaker's MXNet examples) prints the loss per epoch and saves the model. `--fail-rank R --fail-code C` makes worker R
 (the kvstore's rank) exit with C in the second epoch.
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -41,6 +43,8 @@ def main() -> None:
     args = parse_args()
     kv = mx.kv.create("dist_sync")
     rank, workers = kv.rank, kv.num_workers
+    hosts = json.loads(os.environ.get("SM_HOSTS", "[]"))
+    first_host = not hosts or os.environ.get("SM_CURRENT_HOST") == hosts[0]
     ctx = mx.cpu()
     mx.random.seed(args.seed)  # the same teacher on every worker
     teacher = mx.nd.random.normal(shape=(args.features, args.classes), ctx=ctx)
@@ -52,7 +56,7 @@ def main() -> None:
     net.hybridize()
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": args.lr}, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    if rank == 0:
+    if first_host:
         print(f"training on {workers} workers with {kv.type}", flush=True)
 
     started = time.perf_counter()
@@ -71,10 +75,10 @@ def main() -> None:
             loss.backward()
             trainer.step(args.batch_size * workers)
             total += loss.mean().asscalar()
-        if rank == 0:
+        if first_host:
             print(f"epoch {epoch} loss={total / args.batches:.4f}", flush=True)
     mx.nd.waitall()
-    if rank == 0:
+    if first_host:
         model_dir = Path(args.model_dir)
         model_dir.mkdir(parents=True, exist_ok=True)
         net.export(str(model_dir / "mlp"))

@@ -57,13 +57,27 @@ def command_interpreter(command: Sequence[str]) -> int | None:
     return index if script == "-m" or script.endswith(".py") else None
 
 
-def mpi4py_command(command: Sequence[str]) -> list[str] | None:
-    """A whole command line (`ringleader_command`) that runs Python on a script or a module,
-    run under mpi4py as scripts are; None for any other command."""
+def through_module(command: Sequence[str], module: str) -> list[str] | None:
+    """A command line that runs Python on a script or a module, run through `python -m
+    MODULE` instead (which runs that script or module); None for any other command."""
     index = command_interpreter(command)
     if index is None:
         return None
-    return [*command[: index + 1], "-m", "mpi4py", *command[index + 1 :]]
+    return [*command[: index + 1], "-m", module, *command[index + 1 :]]
+
+
+def mpi4py_command(command: Sequence[str]) -> list[str] | None:
+    """A whole command line (`ringleader_command`) run under mpi4py as scripts are."""
+    return through_module(command, "mpi4py")
+
+
+FAIL_FAST_MODULE = "ringleader.launch.fail_fast"
+
+
+def fail_fast_command(command: Sequence[str]) -> list[str]:
+    """A Python script's command run through ringleader.launch.fail_fast; any other command as
+    it is."""
+    return through_module(command, FAIL_FAST_MODULE) or list(command)
 
 
 def has_mpi4py(python: str, cwd: str, timeout: float) -> bool:

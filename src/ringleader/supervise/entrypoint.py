@@ -46,6 +46,7 @@ from ringleader.launch.process import Launcher
 from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.sshd import SshMasters, start_sshd
 from ringleader.launch.strategy import (
+    MXNET,
     TENSORFLOW,
     LaunchPlan,
     LaunchStrategy,
@@ -59,6 +60,7 @@ from ringleader.launch.strategy import (
 from ringleader.launch.user_command import (
     build_user_command,
     command_interpreter,
+    fail_fast_command,
     has_mpi4py,
     mpi4py_command,
 )
@@ -199,6 +201,8 @@ class EntryPoint:
                 mpi4py_run=mpi4py_run and mpi4py_available(),
                 module=config.module,
             )
+        if topology.current_host in topology.participants and role_layout(config) == MXNET:
+            user_command = fail_fast_command(user_command)  # its workers' exit would hang
         sagemaker = {**hostenv.sagemaker_env_vars(config, self._files), **config.horovod_env}
         hostenv.write_host_env(paths.HOST_ENV_FILE, hostenv.host_environment(os.environ, sagemaker))
         return user_command
