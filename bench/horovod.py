@@ -5,7 +5,8 @@ same machine. Both run the ranks with the same MPI options (ringleader local add
 mpi_yield_when_idle 1` when the ranks outnumber the cores; the bare runs get it too, so only
 the launcher differs).
 
-Usage: .venv/bin/python bench/horovod.py [--hosts 3] [--steps 600] [--rounds 3]
+Usage: .venv/bin/python bench/horovod.py [--hosts 3] [--per-host 2] [--steps 600] [--rounds 3]
+(`--hosts 1 --per-host 4`: the posts' one instance with P processes, `mpirun -np 4` by hand.)
 """
 
 import argparse
@@ -24,7 +25,6 @@ from ringleader.tools.local.run import LocalJob
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "ringleader:horovod"
-PER_HOST = 2
 DONE = re.compile(r"done: \d+ steps on \d+ ranks in [0-9.]+ s \(([0-9.]+) samples/s\)")
 
 
@@ -32,7 +32,7 @@ def samples_per_second(runner: str, args: argparse.Namespace, source: Path, out:
     script_args = {"steps": str(args.steps), "log-interval": str(args.steps)}
     spec = LocalJobSpec(
         hosts=args.hosts,
-        processes_per_host=PER_HOST,
+        processes_per_host=args.per_host,
         source_dir=source,
         entry_point="horovod_train.py",
         image=IMAGE,
@@ -48,7 +48,10 @@ def samples_per_second(runner: str, args: argparse.Namespace, source: Path, out:
                 **spec.__dict__,
                 "entrypoint": ("/bin/sh", "/opt/ml/code/bare_mpirun.sh"),
                 "command": command,
-                "env": {"MPIRUN_OPTIONS": YIELD_OPTION if yield_option else ""},
+                "env": {
+                    "MPIRUN_OPTIONS": YIELD_OPTION if yield_option else "",
+                    "RANKS_PER_HOST": str(args.per_host),
+                },
             }
         )
     text = io.StringIO()
@@ -64,6 +67,7 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=3)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--per-host", type=int, default=2, help="--hosts 1 --per-host 4: one host")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rl-bench-hvd-") as workdir:
         source = Path(workdir) / "code"
@@ -78,7 +82,7 @@ def main() -> None:
                 samples[runner].append(value)
                 print(f"round {round_} {runner}: {value:.1f} samples/s", flush=True)
     ours, bare = (statistics.median(samples[name]) for name in ("ringleader", "bare"))
-    print(f"\n{args.hosts} x {PER_HOST} ranks, {args.steps} steps, median of {args.rounds}:")
+    print(f"\n{args.hosts} x {args.per_host} ranks, {args.steps} steps, median of {args.rounds}:")
     print("| runner | samples/s | runs |")
     print("|---|---|---|")
     for name, values in samples.items():

@@ -2,7 +2,7 @@
 sagemaker-training's `train`.
 
 All run in the same image (ringleader:latest), on the same fake hosts, with the same probe job
-(bench/probe/probe.py: one second of work per rank, 2 ranks per host). For each host count it
+(bench/probe/probe.py: one second of work per rank, 2 ranks per host unless --per-host). For each host count it
 prints, side by side:
   startup   first `docker start` -> user code running on every rank
   teardown  last rank's exit -> last container's exit (successful job)
@@ -14,8 +14,8 @@ failure): the ranks' own exits and mpirun's, a floor under any launcher's teardo
 "bare" (bench/probe/bare_mpirun.sh): the containers run only sshd; the first one waits until it
 can ssh to the others and runs mpirun of the probe, as an expert would by hand.
 
-Usage: .venv/bin/python bench/startup.py [--hosts 2 4 8] [--runners ringleader bare toolkit]
-       [--toolkit-hosts 2 4 16] [--mpi-options '--mca plm_rsh_no_tree_spawn 1'] [--rounds 3]
+Usage: .venv/bin/python bench/startup.py [--hosts 2 4 8] [--per-host 2]
+       [--runners ringleader bare toolkit] [--toolkit-hosts 2 4 16] [--mpi-options '--mca plm_rsh_no_tree_spawn 1'] [--rounds 3]
 The toolkit's failure runs take minutes (its workers poll); --skip-toolkit-failure skips them.
 """
 
@@ -73,13 +73,15 @@ def bench_times(output: str, kind: str) -> list[float]:
     return [float(match.group(1)) for match in pattern.finditer(output)]
 
 
-def run(runner: str, hosts: int, fail: bool, workdir: Path, options: str = "") -> Measurement:
+def run(
+    runner: str, hosts: int, fail: bool, workdir: Path, options: str = "", per_host: int = 2
+) -> Measurement:
     hyperparameters = {"work": "1"}
     if fail:
         hyperparameters["fail-rank"] = str(FAIL_RANK)
     spec = LocalJobSpec(
         hosts=hosts,
-        processes_per_host=2,
+        processes_per_host=per_host,
         source_dir=PROBE_DIR,
         entry_point="probe.py",
         hyperparameters=hyperparameters,
@@ -94,14 +96,16 @@ def run(runner: str, hosts: int, fail: bool, workdir: Path, options: str = "") -
     if runner == "bare":
         # mpirun gets the options ringleader would give it (the user's, and yielding ranks
         # when the fake hosts oversubscribe the machine)
-        spec = replace(spec, env={"MPIRUN_OPTIONS": mpi_options(spec, os.cpu_count() or 1)})
+        mpirun_options = mpi_options(spec, os.cpu_count() or 1)
+        env = {"MPIRUN_OPTIONS": mpirun_options, "RANKS_PER_HOST": str(per_host)}
+        spec = replace(spec, env=env)
     out = io.StringIO()
     result: LocalJobResult = LocalJob(spec, out, docker.from_env()).run()
     output = out.getvalue()
     first_start = min(host.started_at for host in result.hosts)
     last_exit = max(host.finished_at for host in result.hosts)
     starts, ends, fails = (bench_times(output, kind) for kind in ("start", "end", "fail"))
-    world = hosts * 2
+    world = hosts * per_host
     startup = max(starts) - first_start if len(starts) == world else None
     teardown = last_exit - max(ends) if not fail and len(ends) == world else None
     failure = last_exit - fails[0] if fail and fails else None
@@ -165,6 +169,9 @@ def main() -> int:
         "--toolkit-hosts", type=int, nargs="*", help="host counts for the toolkit (default all)"
     )
     parser.add_argument("--rounds", type=int, default=1, help="runs per cell (median)")
+    parser.add_argument(
+        "--per-host", type=int, default=2, help="ranks per host (--hosts 1 --per-host 4: one host)"
+    )
     args = parser.parse_args()
     runs: dict[tuple[int, str], tuple[list[Measurement], list[Measurement]]] = {}
     with tempfile.TemporaryDirectory(prefix="rl-bench-") as workdir:
@@ -183,7 +190,9 @@ def main() -> int:
                         file=sys.stderr,
                         flush=True,
                     )
-                    oks.append(run(runner, hosts, False, Path(workdir), args.mpi_options))
+                    oks.append(
+                        run(runner, hosts, False, Path(workdir), args.mpi_options, args.per_host)
+                    )
                     if runner == "toolkit" and args.skip_toolkit_failure:
                         continue
                     print(
@@ -191,7 +200,9 @@ def main() -> int:
                         file=sys.stderr,
                         flush=True,
                     )
-                    fails.append(run(runner, hosts, True, Path(workdir), args.mpi_options))
+                    fails.append(
+                        run(runner, hosts, True, Path(workdir), args.mpi_options, args.per_host)
+                    )
     rows = [
         (hosts, runner, median_of(oks), median_of(fails) if fails else None)
         for (hosts, runner), (oks, fails) in runs.items()

@@ -2,19 +2,21 @@
 # The expert's baseline for the benchmarks: `bare_mpirun.sh PROGRAM ARG...` as the entry point
 # of plain containers. Every container runs only sshd; the first host waits until it can ssh to
 # the others, then runs mpirun of PROGRAM (in /opt/ml/code, under `python -m mpi4py`, so a
-# rank's non-zero exit aborts the job instead of hanging in MPI_Finalize) with 2 ranks per host
-# and $MPIRUN_OPTIONS, then stops the others' sshd so their containers exit.
+# rank's non-zero exit aborts the job instead of hanging in MPI_Finalize) with $RANKS_PER_HOST
+# ranks per host (default 2) and $MPIRUN_OPTIONS, then stops the others' sshd so their
+# containers exit. On one host it is just `mpirun -np N` in that container.
 hosts=$(python3 -c 'import json; print(" ".join(json.load(open("/opt/ml/input/config/resourceconfig.json"))["hosts"]))')
 first=${hosts%% *}
 if [ "$(hostname)" != "$first" ]; then exec /usr/sbin/sshd -D; fi
 program=$1
 shift
 /usr/sbin/sshd
+per_host=${RANKS_PER_HOST:-2}
 list=""
 count=0
 for host in $hosts; do
-  list="$list${list:+,}$host:2"
-  count=$((count + 2))
+  list="$list${list:+,}$host:$per_host"
+  count=$((count + per_host))
   [ "$host" = "$first" ] && continue
   tries=0
   until ssh -o ConnectTimeout=2 "$host" true 2>/dev/null; do
