@@ -2,8 +2,8 @@
 sagemaker-training's `train`.
 
 All run in the same image (ringleader:latest), on the same fake hosts, with the same probe job
-(bench/probe/probe.py: one second of work per rank, 2 ranks per host unless --per-host). For each host count it
-prints, side by side:
+(bench/probe/probe.py: one second of work per rank, --per-host ranks per host, default 2). For
+each host count it prints, side by side:
   startup   first `docker start` -> user code running on every rank
   teardown  last rank's exit -> last container's exit (successful job)
   failure   rank 1 exits 3 -> every container has exited, and the exit codes they reported
@@ -15,7 +15,8 @@ failure): the ranks' own exits and mpirun's, a floor under any launcher's teardo
 can ssh to the others and runs mpirun of the probe, as an expert would by hand.
 
 Usage: .venv/bin/python bench/startup.py [--hosts 2 4 8] [--per-host 2]
-       [--runners ringleader bare toolkit] [--toolkit-hosts 2 4 16] [--mpi-options '--mca plm_rsh_no_tree_spawn 1'] [--rounds 3]
+       [--runners ringleader bare toolkit] [--toolkit-hosts 2 4 16]
+       [--mpi-options '--mca plm_rsh_no_tree_spawn 1'] [--rounds 3]
 The toolkit's failure runs take minutes (its workers poll); --skip-toolkit-failure skips them.
 """
 
