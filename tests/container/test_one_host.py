@@ -75,19 +75,29 @@ def test_one_host_mpi_rank_failure_is_named(run_job: Callable[..., JobRun]) -> N
     assert run.failure("algo-1").startswith("Rank 1 on host algo-1 exited with code 7.")
 
 
+def one_host(
+    run_job: Callable[..., JobRun], image: str, distribution: str, entry_point: str, **spec: object
+) -> JobRun:
+    """20 steps of an example on algo-1 alone; every host (the one) exits 0."""
+    run = run_job(
+        hosts=1,
+        image=image,
+        distribution=distribution,
+        entry_point=entry_point,
+        hyperparameters={"steps": "20", "log-interval": "10"},
+        settings={"startup_timeout": "60"},
+        **spec,
+    )
+    assert run.codes() == {"algo-1": 0}
+    return run
+
+
 def test_one_host_torch_distributed_starts_every_rank(
     run_job: Callable[..., JobRun], horovod_image: str
 ) -> None:
-    run = run_job(
-        hosts=1,
-        processes_per_host=2,
-        image=horovod_image,
-        distribution="torch_distributed",
-        entry_point="ddp_train.py",
-        hyperparameters={"steps": "20", "log-interval": "10"},
-        settings={"startup_timeout": "60"},
+    run = one_host(
+        run_job, horovod_image, "torch_distributed", "ddp_train.py", processes_per_host=2
     )
-    assert run.codes() == {"algo-1": 0}
     assert "done: 20 steps on 2 ranks" in run.output
     assert world_size(run) == 2
 
@@ -96,16 +106,9 @@ def test_one_host_parameter_server_runs_the_script_alone(
     run_job: Callable[..., JobRun], tensorflow_image: str
 ) -> None:
     """As SageMaker's TensorFlow container: no parameter server, no TF_CONFIG on one host."""
-    run = run_job(
-        hosts=1,
-        processes_per_host=None,
-        image=tensorflow_image,
-        distribution="parameter_server",
-        entry_point="tf_ps_train.py",
-        hyperparameters={"steps": "20", "log-interval": "10"},
-        settings={"startup_timeout": "60"},
+    run = one_host(
+        run_job, tensorflow_image, "parameter_server", "tf_ps_train.py", processes_per_host=None
     )
-    assert run.codes() == {"algo-1": 0}
     assert "[algo-1 rank 0] no TF_CONFIG: training alone" in run.output
     assert "done: alone ran 20 steps" in run.output
     assert "serving ps" not in run.output
@@ -115,16 +118,13 @@ def test_one_host_parameter_server_runs_the_script_alone(
 def test_one_host_multi_worker_mirrored_strategy(
     run_job: Callable[..., JobRun], tensorflow_image: str
 ) -> None:
-    run = run_job(
-        hosts=1,
+    run = one_host(
+        run_job,
+        tensorflow_image,
+        "multi_worker_mirrored_strategy",
+        "tf_mwms_train.py",
         processes_per_host=None,
-        image=tensorflow_image,
-        distribution="multi_worker_mirrored_strategy",
-        entry_point="tf_mwms_train.py",
-        hyperparameters={"steps": "20", "log-interval": "10"},
-        settings={"startup_timeout": "60"},
     )
-    assert run.codes() == {"algo-1": 0}
     config = re.search(r"TF_CONFIG worker:0 (\{.*\})", run.output)
     assert config is not None, run.output
     assert json.loads(config[1])["cluster"] == {"worker": ["algo-1:8890"]}
