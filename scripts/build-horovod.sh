@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# Build ringleader:horovod (ringleader:latest plus PyTorch (CPU) and Horovod) or, with
-# FRAMEWORK=mxnet, ringleader:mxnet (plus MXNet 1.9.1 and Horovod built for MXNet), idempotently.
+# Build ringleader:horovod (ringleader:latest plus PyTorch (CPU) and Horovod), with
+# FRAMEWORK=mxnet ringleader:mxnet (plus MXNet 1.9.1 and Horovod built for MXNet) or, with
+# FRAMEWORK=tensorflow, ringleader:tf-horovod (plus TensorFlow (CPU), tf-keras and Horovod built
+# for TensorFlow), idempotently.
 #
 #   scripts/build-horovod.sh              both steps: wheelhouse, build
 #   scripts/build-horovod.sh wheelhouse   only the host wheelhouse build/wheelhouse-<framework>/
 #   scripts/build-horovod.sh build        only the docker build (needs the wheelhouse)
 #   FRAMEWORK=mxnet scripts/build-horovod.sh
+#   FRAMEWORK=tensorflow scripts/build-horovod.sh
 #
 # Needs ringleader:latest (`make image`). No PyPI inside the build: the host downloads the
 # framework's wheels (torch==2.13.0, the CPU build; or mxnet==1.9.1 with numpy 1.23.5 and scipy
-# 1.11.4, the last versions it imports with: it uses numpy.bool, gone in numpy 1.24), the Horovod
+# 1.11.4, the last versions it imports with: it uses numpy.bool, gone in numpy 1.24; or
+# tensorflow-cpu==2.21.0 and tf-keras==2.21.0, the Keras 2 API Horovod's Keras layer needs, taken
+# without its dependencies: it requires `tensorflow`, which tensorflow-cpu provides), the Horovod
 # 0.28.1 sdist and every wheel either needs into build/wheelhouse-<framework>/{wheels,sdist},
-# which is the whole docker build context. Dockerfile.horovod (Dockerfile.mxnet) builds a Horovod
-# wheel in a throw-away stage (Debian's cmake, g++, python3-dev; for PyTorch Horovod's C++
-# standard patched from 14 to 17, which PyTorch >= 2.1 needs) and installs it with the framework
-# into ringleader's venv. The compile stage starts from the base image, not from
+# which is the whole docker build context. Dockerfile.horovod (Dockerfile.mxnet,
+# Dockerfile.tf-horovod) builds a Horovod wheel in a throw-away stage (Debian's cmake, g++,
+# python3-dev; for PyTorch Horovod's C++ standard patched from 14 to 17, which PyTorch >= 2.1
+# needs; for TensorFlow its GPU-only XLA ops left out, which no longer compile against
+# TensorFlow 2.21) and installs it with the framework into ringleader's venv. The compile stage starts from the base image, not from
 # ringleader:latest, so a change to ringleader does not recompile Horovod (about 5 minutes on
 # 2 cores); only the install (about a minute) is redone.
 #
 # Environment:
-#   FRAMEWORK=pytorch                  pytorch (ringleader:horovod) or mxnet (ringleader:mxnet)
+#   FRAMEWORK=pytorch                  pytorch (ringleader:horovod), mxnet (ringleader:mxnet) or
+#                                      tensorflow (ringleader:tf-horovod)
 #   IMAGE                              tag to build (default by FRAMEWORK, as above)
 #   RINGLEADER_IMAGE=ringleader:latest image to add the framework and Horovod to
 #   BASE_IMAGE                         base of the compile stage; default: debian:bookworm-slim
@@ -39,11 +46,13 @@ PYTHON=${PYTHON:-python3}
 HOROVOD_VERSION=0.28.1
 TORCH_VERSION=2.13.0
 MXNET_VERSION=1.9.1
+TF_VERSION=2.21.0
 # What the compile stage and the final image install: the framework and its dependencies;
 # Horovod's install_requires (setup.py's require_list, cffi included), which its setup_requires
 # also wants present at build time (else setuptools would try to download them); setuptools and
 # wheel to build it without build isolation.
 HOROVOD_NEEDS=(cloudpickle psutil pyyaml packaging "cffi>=1.4.0" setuptools wheel)
+NO_DEPS_REQUIREMENTS=()
 case $FRAMEWORK in
     pytorch)
         IMAGE=${IMAGE:-ringleader:horovod}
@@ -59,12 +68,25 @@ case $FRAMEWORK in
         FRAMEWORK_ARGS=(--build-arg MXNET_VERSION="$MXNET_VERSION")
         CHECK='import mxnet, horovod; print(f"mxnet {mxnet.__version__}, horovod {horovod.__version__}")'
         ;;
+    tensorflow)
+        IMAGE=${IMAGE:-ringleader:tf-horovod}
+        DOCKERFILE=Dockerfile.tf-horovod
+        REQUIREMENTS=("tensorflow-cpu==$TF_VERSION" "${HOROVOD_NEEDS[@]}")
+        # tf-keras requires `tensorflow`: taken alone, or pip would add the other TensorFlow wheel.
+        NO_DEPS_REQUIREMENTS=("tf-keras==$TF_VERSION")
+        FRAMEWORK_ARGS=(--build-arg TF_VERSION="$TF_VERSION")
+        CHECK='import tensorflow as tf, tf_keras, horovod; k = tf.keras.Model.__module__.split(".")[0]; print(f"tensorflow {tf.__version__}, tf.keras from {k} {tf_keras.__version__}, horovod {horovod.__version__}")'
+        ;;
     *)
-        printf 'build-horovod.sh: error: FRAMEWORK must be pytorch or mxnet, not %s\n' "$FRAMEWORK" >&2
+        printf 'build-horovod.sh: error: FRAMEWORK must be pytorch, mxnet or tensorflow, not %s\n' "$FRAMEWORK" >&2
         exit 1
         ;;
 esac
-WHEELHOUSE=build/wheelhouse-$([[ $FRAMEWORK == pytorch ]] && echo horovod || echo "$FRAMEWORK")
+case $FRAMEWORK in
+    pytorch) WHEELHOUSE=build/wheelhouse-horovod ;;
+    tensorflow) WHEELHOUSE=build/wheelhouse-tf-horovod ;;
+    *) WHEELHOUSE=build/wheelhouse-$FRAMEWORK ;;
+esac
 LOG=build/docker-build-$(basename "$IMAGE" | tr ':' '-').log
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -74,7 +96,7 @@ source scripts/lib-images.sh
 # ----------------------------------------------------------------------------------- wheelhouse
 wheelhouse_key() {
     {
-        printf '%s\n' "${REQUIREMENTS[@]}" "horovod==$HOROVOD_VERSION"
+        printf '%s\n' "${REQUIREMENTS[@]}" "${NO_DEPS_REQUIREMENTS[@]}" "horovod==$HOROVOD_VERSION"
         "$PYTHON" -V 2>&1
     } | sha256sum | cut -d' ' -f1
 }
@@ -93,6 +115,9 @@ step_wheelhouse() {
     chmod 755 "$tmp"
     log "Downloading ${REQUIREMENTS[0]} and the wheels it and Horovod need into $WHEELHOUSE/wheels (cp311, manylinux x86_64)"
     download_wheels "$tmp/wheels" "${REQUIREMENTS[@]}"
+    if ((${#NO_DEPS_REQUIREMENTS[@]})); then
+        download_wheels "$tmp/wheels" --no-deps "${NO_DEPS_REQUIREMENTS[@]}"
+    fi
     log "Downloading the Horovod $HOROVOD_VERSION sdist into $WHEELHOUSE/sdist"
     # (pip prepares the sdist's metadata in an isolated build environment on the host; nothing is
     # compiled here.)

@@ -30,6 +30,8 @@ HOROVOD_IMAGE = os.environ.get("RINGLEADER_HOROVOD_IMAGE", "ringleader:horovod")
 TENSORFLOW_IMAGE = os.environ.get("RINGLEADER_TENSORFLOW_IMAGE", "ringleader:tensorflow")
 # MXNet 1.9.1 and Horovod built for it: the seeds' Gluon job (`make image-mxnet`)
 MXNET_IMAGE = os.environ.get("RINGLEADER_MXNET_IMAGE", "ringleader:mxnet")
+# TensorFlow, tf-keras, Horovod built for TensorFlow: the seeds' Keras jobs (image-tf-horovod)
+TF_HOROVOD_IMAGE = os.environ.get("RINGLEADER_TF_HOROVOD_IMAGE", "ringleader:tf-horovod")
 
 
 def ready_docker_client(image: str = IMAGE) -> docker.DockerClient:
@@ -72,6 +74,11 @@ def tensorflow_image(docker_client: docker.DockerClient) -> str:
 @pytest.fixture(scope="session")
 def mxnet_image(docker_client: docker.DockerClient) -> str:
     return built_image(docker_client, MXNET_IMAGE, "image-mxnet")
+
+
+@pytest.fixture(scope="session")
+def tf_horovod_image(docker_client: docker.DockerClient) -> str:
+    return built_image(docker_client, TF_HOROVOD_IMAGE, "image-tf-horovod")
 
 
 class Capture(io.StringIO):
