@@ -719,3 +719,24 @@ def test_a_pump_is_waited_for_while_its_lines_move(hand_on, pipe_open, finished,
         assert hand_on.lines == ["last words"]
     if pipe_open:
         os.close(write_end)
+
+
+def test_a_full_disk_stops_the_rank_log_but_never_the_rank(capfd, tmp_path):
+    """/dev/full answers every write with ENOSPC, as the volume under output/data/logs does
+    when a checkpoint fills it: the log stops with one warning, the lines still flow."""
+    output = RankOutput("algo-1", 0, Path("/dev/full"))
+    output.start(None)
+    output.put("stdout", ["step 1", "step 2"])
+    output.put("stdout", ["step 3"])
+    output.close(timeout=5)
+    out, err = capfd.readouterr()
+    assert out.splitlines() == [
+        "[algo-1 rank 0] step 1",
+        "[algo-1 rank 0] step 2",
+        "[algo-1 rank 0] step 3",
+    ]
+    warnings = [line for line in err.splitlines() if "log /dev/full stopped" in line]
+    assert warnings == [
+        "[algo-1 rank 0] [ringleader] the rank's log /dev/full stopped after 0 line(s): "
+        "No space left on device; its output still goes to the leader"
+    ], err

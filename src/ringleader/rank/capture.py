@@ -41,6 +41,7 @@ class RankOutput:
         self._log_path = log_path
         self._log: IO[str] | None = None
         self._log_lock = threading.Lock()  # both pumps write to the one log
+        self._logged = 0  # lines the log has
         self._channel: Channel | None = None
         self._queue: queue.Queue[_Batch | None] = queue.Queue(maxsize=1_000)
         self._sender = threading.Thread(target=self._send_loop, daemon=True)
@@ -59,8 +60,12 @@ class RankOutput:
             self.first_output_at = time.time()
         with self._log_lock:
             if self._log is not None:
-                self._log.write("".join(line + "\n" for line in lines))
-                self._log.flush()
+                try:
+                    self._log.write("".join(line + "\n" for line in lines))
+                    self._log.flush()
+                    self._logged += len(lines)
+                except OSError as error:  # a full disk: the log stops, the rank goes on
+                    self._stop_log(error)
         if self._relay:
             self._queue.put((stream, lines))
 
@@ -83,8 +88,11 @@ class RankOutput:
                 end_queued = True
         with self._log_lock:
             if self._log is not None:
-                self._log.close()
-                self._log = None
+                try:
+                    self._log.close()
+                    self._log = None
+                except OSError as error:
+                    self._stop_log(error)
         if self._sender.is_alive():
             unshown = sum(len(item[1]) for item in _drain(self._queue) if item is not None)
             where = f"; the rank's log {self._log_path} has every line" if self._log_path else ""
@@ -93,6 +101,20 @@ class RankOutput:
                 f"output for {timeout:g} s: at least {unshown} line(s) were not shown{where}\n"
             )
             console.write(note.encode(errors="replace"), sys.stderr.buffer)
+
+    def _stop_log(self, error: OSError) -> None:
+        """Writing the log failed (a full disk): keep what it has, say so once, write no more.
+        Best effort: the rank is never blocked by its log, and its output still flows."""
+        log, self._log = self._log, None
+        if log is not None:
+            with contextlib.suppress(OSError):
+                log.close()
+        note = (
+            f"{tag(self.host, self.rank)}[ringleader] the rank's log {self._log_path} stopped "
+            f"after {self._logged} line(s): {error.strerror or error}; its output still goes "
+            "to the leader\n"
+        )
+        console.write(note.encode(errors="replace"), sys.stderr.buffer)
 
     def stalled_for(self) -> float:
         """Seconds since shipping last made progress."""
