@@ -277,7 +277,13 @@ def test_read_json_object(tmp_path):
     assert read_json_object(path, "x.json") == {"a": 1}
 
 
-@pytest.mark.parametrize(("text", "problem"), [("{", "not valid JSON"), ("[1]", "JSON object")])
+DEEP = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"  # deeper than json's parser can go
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("{", "not valid JSON"), ("[1]", "JSON object"), (DEEP, "nested too deeply")],
+)
 def test_read_json_object_errors(tmp_path, text, problem):
     path = tmp_path / "hyperparameters.json"
     path.write_text(text)
@@ -369,3 +375,18 @@ def test_reporting_settings_without_a_usable_file_are_the_defaults(job_dirs, tex
     if text is not None:
         files.hyperparameters.write_text(text)
     assert reporting_settings(files) == ReportingSettings(Timeouts(), DEFAULT_CONTROL_PORT)
+
+
+def test_deeply_nested_json_is_a_configuration_error_not_a_crash():
+    with pytest.raises(ConfigError) as caught:
+        parse_topology({"SM_HOSTS": "[" * 100_000, "SM_CURRENT_HOST": "algo-1"}, None)
+    assert caught.value.field == "SM_HOSTS" and "nested too deeply" in caught.value.problem
+    # a hyperparameter that is not JSON it can decode stays the string it is
+    config = parse_job_config(TOPOLOGY, {"sagemaker_program": "t.py", "deep": "[" * 100_000}, {})
+    assert config.user_hyperparameters["deep"] == "[" * 100_000
+
+
+@pytest.mark.parametrize("host", ["algo-1\n", "algo-1\r", " algo-1", "algo-1 "])
+def test_host_names_with_whitespace_are_refused(host):
+    with pytest.raises(ConfigError):
+        parse_topology({"SM_HOSTS": json.dumps([host, "algo-2"]), "SM_CURRENT_HOST": host}, None)

@@ -4,12 +4,12 @@ SageMaker writes every value as a string ("2", "\"train.py\"", "true"); people w
 hyperparameters.json by hand write real JSON (2, true). Both must mean the same thing.
 """
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from ringleader.core.errors import ConfigError
+from ringleader.core.jsontext import parse_json
 
 _TRUE = {"true", "1", "yes"}
 _WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
@@ -21,7 +21,7 @@ def decode_value(value: Any) -> Any:
     """A string holding JSON becomes that JSON value; anything else is returned as it is."""
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            return parse_json(value)
         except ValueError:
             return value
     return value

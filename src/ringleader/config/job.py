@@ -1,7 +1,6 @@
 """Everything a job needs to know, read and validated up front into one immutable object."""
 
 import contextlib
-import json
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -18,6 +17,7 @@ from ringleader.config.selection import ALL_RANKS, RANK_ZERO, RankSelection
 from ringleader.config.topology import Topology, parse_topology
 from ringleader.core import paths
 from ringleader.core.errors import ConfigError
+from ringleader.core.jsontext import parse_json
 
 if TYPE_CHECKING:
     from ringleader.artifacts import OutputUri
@@ -428,7 +428,7 @@ def read_json_object(path: Path, field_name: str) -> dict[str, Any] | None:
     except OSError as error:
         raise ConfigError(field_name, f"cannot read {path}: {error}") from None
     try:
-        value = json.loads(text)
+        value = parse_json(text)
     except ValueError as error:
         raise ConfigError(field_name, f"{path} is not valid JSON: {error}") from None
     if not isinstance(value, dict):

@@ -1,6 +1,5 @@
 """SageMaker-style metric definitions: parsed and validated, and matched against a line."""
 
-import json
 import math
 import re
 from collections.abc import Iterable
@@ -8,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringleader.core.errors import ConfigError
+from ringleader.core.jsontext import parse_json
 
 _METACHARACTERS = set(".^$*+?{}[]\\|()")
 
@@ -60,7 +60,7 @@ def parse_definitions(field: str, value: Any) -> tuple[MetricDefinition, ...]:
         return ()
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = parse_json(value)
         except ValueError as error:
             raise ConfigError(field, f"not valid JSON: {error}") from None
     if not isinstance(value, list):

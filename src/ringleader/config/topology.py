@@ -1,16 +1,16 @@
 """Who the hosts are, which one this is, and which one leads."""
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ringleader.core.errors import ConfigError
+from ringleader.core.jsontext import parse_json
 
 DEFAULT_INTERFACE = "eth0"
 # Docker container names and DNS labels: what can appear in -H host lists and ssh targets.
-_HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")  # fullmatch: no trailing newline
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def _parse_groups(
 
 def _load_json(field: str, text: str) -> Any:
     try:
-        return json.loads(text)
+        return parse_json(text)
     except ValueError as error:
         raise ConfigError(field, f"not valid JSON ({error}): {text[:200]!r}") from None
 
@@ -155,7 +155,7 @@ def _parse_hosts(field: str, value: Any) -> tuple[str, ...]:
     if not value:
         raise ConfigError(field, "the host list is empty")
     for host in value:
-        if not isinstance(host, str) or not _HOST_NAME.match(host):
+        if not isinstance(host, str) or not _HOST_NAME.fullmatch(host):
             raise ConfigError(field, f"{host!r} is not a valid host name")
     duplicates = sorted({host for host in value if value.count(host) > 1})
     if duplicates:
