@@ -549,6 +549,30 @@ def test_a_silent_peer_whose_kernel_still_answers_gets_more_time_then_is_lost():
     assert waited >= FROZEN_FACTOR * 0.3 - 0.05
 
 
+def test_a_wall_clock_step_neither_fakes_nor_hides_a_silence(monkeypatch):
+    """NTP stepping the wall clock an hour ahead while a starved peer is silent: the silence
+    is still the real one (monotonic), so the peer still gets FROZEN_FACTOR timeouts."""
+    from ringleader.wire import liveness
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()  # never reads or writes: only its kernel answers
+    lost: queue.Queue = queue.Queue()
+    started = time.monotonic()
+    pulse = liveness.Pulse(Channel(client), 0.05, 0.3, "setting", lambda r, t: lost.put(r))
+    wall = time.time
+    monkeypatch.setattr(liveness.time, "time", lambda: wall() + 3600.0)
+    try:
+        reason = lost.get(timeout=10.0)
+        waited = time.monotonic() - started
+    finally:
+        pulse.stop()
+        peer.close()
+        server.close()
+    assert waited >= liveness.FROZEN_FACTOR * 0.3 - 0.05, reason
+    assert "no pulse for 1 s" in reason  # 0.9 s of real silence, not an hour
+
+
 def test_the_peer_kernel_answers_keepalive_probes_while_we_send_nothing():
     """A pulse process starved of CPU sends nothing to acknowledge; the kernel's keepalive
     probes still get the peer's ACKs, so last_ack_age stays fresh (it only ages without)."""

@@ -44,7 +44,10 @@ class Pulse:
         self._on_lost = on_lost
         self._stopped = threading.Event()
         self._reported = threading.Lock()
+        # Silences are measured on the monotonic clock (a wall-clock step must not fake or hide
+        # one); the wall-clock time is what the verdict compares with other events.
         self.last_heard = time.time()
+        self._heard_at = time.monotonic()
         self._gaps: collections.deque[float] = collections.deque(maxlen=100_000)
         # Without this, a pulse process starved of CPU sends nothing for the peer to
         # acknowledge, and its watcher, once it runs again, mistakes a live peer for a
@@ -82,7 +85,7 @@ class Pulse:
             try:
                 self._channel.receive_frame(self._timeout)
             except TimeoutError:
-                silent = time.time() - self.last_heard
+                silent = time.monotonic() - self._heard_at
                 if silent < FROZEN_FACTOR * self._timeout and self._peer_kernel_answers():
                     continue  # not partitioned: its processes are only starved for CPU
                 self._lost(self._silence_reason(silent))
@@ -93,9 +96,9 @@ class Pulse:
             except ChannelClosed as error:
                 self._lost(f"pulse connection closed ({error})")
                 return
-            now = time.time()
-            self._gaps.append(now - self.last_heard)
-            self.last_heard = now
+            now = time.monotonic()
+            self._gaps.append(now - self._heard_at)
+            self._heard_at, self.last_heard = now, time.time()
 
     def _peer_kernel_answers(self) -> bool:
         """The peer's TCP stack acknowledged our pulses within the timeout: the host is up and
