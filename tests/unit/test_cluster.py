@@ -459,3 +459,14 @@ def test_missing_command_exits_78(tmp_path, capsys):
     args = cluster_args("exec", "--hostfile", str(hostfile))
     assert args.func(args) == exitcodes.CONFIG_ERROR
     assert "COMMAND: missing" in capsys.readouterr().err
+
+
+def test_a_remote_dir_too_long_for_the_job_sockets_is_refused_up_front():
+    job_id = run.new_job_id()
+    run.check_remote_dir(cluster_job(job_id=job_id))  # the default is fine
+    longest = "/" + "d" * (107 - len(f"/{job_id}/run/sshd-notify.sock") - 1)
+    run.check_remote_dir(cluster_job(job_id=job_id, remote_dir=longest))  # 107 bytes exactly
+    with pytest.raises(ConfigError) as error:
+        run.check_remote_dir(cluster_job(job_id=job_id, remote_dir=longest + "d"))
+    assert error.value.field == "--remote-dir"
+    assert f"at most {len(longest)} bytes" in str(error.value)

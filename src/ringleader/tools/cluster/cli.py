@@ -251,7 +251,13 @@ def _settings(values: list[str]) -> dict[str, str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ringleader.tools.cluster.run import ClusterJob, ClusterRun, headline, with_defaults
+    from ringleader.tools.cluster.run import (
+        ClusterJob,
+        ClusterRun,
+        check_remote_dir,
+        headline,
+        with_defaults,
+    )
 
     env = parse_env(args.env)  # first: a bad --env starts nothing, not even ssh
     hosts = read_hosts(args)
@@ -273,6 +279,7 @@ def _run(args: argparse.Namespace) -> int:
             env=env,
         )
     )
+    check_remote_dir(job)
     if not args.detach:
         return ClusterRun(job).run()
     from ringleader.tools.cluster.remote import start_detached

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ringleader.config.job import Timeouts
-from ringleader.core import exitcodes
+from ringleader.core import exitcodes, paths
+from ringleader.core.errors import ConfigError
 from ringleader.tools.cluster import install_remote, preflight, wheels
 from ringleader.tools.cluster.agent import STOP, AgentJob
 from ringleader.tools.cluster.hostfile import ClusterHost
@@ -385,3 +386,22 @@ def _result_line(host_dir: Path) -> str:
 
 def with_defaults(job: ClusterJob) -> ClusterJob:
     return replace(job, job_id=job.job_id or new_job_id(), cwd=job.cwd or os.getcwd())
+
+
+UNIX_SOCKET_PATH_MAX = 107  # bytes of sun_path on Linux, less the terminating NUL
+
+
+def check_remote_dir(job: ClusterJob) -> None:
+    """The job's run directory holds the host's Unix sockets (the agent's, sshd's readiness),
+    whose paths Linux limits to 107 bytes: a long --remote-dir made every host exit 70."""
+    longest = max(paths.AGENT_SOCKET.name, paths.SSHD_NOTIFY_SOCKET.name, key=len)
+    socket_path = f"{job.job_dir}/run/{longest}"
+    excess = len(socket_path.encode()) - UNIX_SOCKET_PATH_MAX
+    if excess > 0:
+        allowed = len(job.remote_dir.rstrip("/").encode()) - excess
+        raise ConfigError(
+            "--remote-dir",
+            f"{job.remote_dir!r} is too long: the job's socket {socket_path} would be "
+            f"{len(socket_path.encode())} bytes, and Linux allows {UNIX_SOCKET_PATH_MAX}; "
+            f"use a directory of at most {allowed} bytes",
+        )
