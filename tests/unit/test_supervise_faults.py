@@ -478,6 +478,20 @@ def test_a_lost_daemon_named_by_mpirun_is_named_in_the_verdict() -> None:
     )
 
 
+def test_a_launcher_wedged_after_every_rank_succeeded_is_killed_after_its_timeout() -> None:
+    """Every rank exited 0 but mpirun does not exit (a wedged orted): after
+    ringleader_launcher_exit_timeout its tree is killed, and the job is what its ranks say."""
+    rig = LeaderRig()
+    rig.hellos()
+    rig.ranks_start()
+    rig.events.at(5.0, *(RankEnded(record(rank, 0)) for rank in range(6)))
+    rig.events.at(40.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome == Outcome(0, None)
+    assert rig.launcher.killed_at == [1005.0 + TIMEOUTS.launcher_exit]
+    assert "every rank has ended; killing mpirun, still running" in rig.logs
+
+
 def test_garbled_worker_is_a_protocol_error_naming_it() -> None:
     rig = LeaderRig()
     rig.hellos()

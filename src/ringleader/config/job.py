@@ -38,6 +38,9 @@ class Timeouts:
     # ringleader_abort_grace: SIGTERM to SIGKILL for bystanders of a failed rank; shorter than
     # the 1 s after which mpirun's daemons kill the wrappers, so their records still arrive.
     abort_grace: float = 0.5
+    # ringleader_launcher_exit_timeout: how long the launcher (mpirun) may run on after every
+    # rank has ended by itself before it is killed (a wedged MPI daemon must not hold the job)
+    launcher_exit: float = 30.0
 
     @property
     def pulse_interval(self) -> float:
@@ -52,6 +55,7 @@ _TIMEOUT_KEYS = {
     "ringleader_leader_timeout": "leader_loss",
     "ringleader_finish_timeout": "finish",
     "ringleader_abort_grace": "abort_grace",
+    "ringleader_launcher_exit_timeout": "launcher_exit",
 }
 
 

@@ -116,6 +116,9 @@ class _Run:
     # stopped then, and their end is not a failure.
     released: frozenset[int] | None = None
     exited: dict[str, int] = field(default_factory=dict)  # spawned: host -> launcher code
+    # The launcher was killed after every rank had ended (a wedged orted, or nothing left
+    # after a stop): its exit code says nothing about the job, the ranks' records do.
+    launcher_outlived_ranks: bool = False
 
     def unreported(self, hosts: Sequence[str]) -> set[int]:
         return {
@@ -250,6 +253,7 @@ class Leader:
             if event is None:
                 if kill_deadline is not None and now >= kill_deadline:
                     if len(run.records) >= self.world_size:
+                        run.launcher_outlived_ranks = True
                         self._log(f"every rank has ended; killing {launcher_name}, still running")
                     else:
                         self._log(
@@ -282,6 +286,10 @@ class Leader:
                     and len(run.records) >= self.world_size
                 ):
                     kill_deadline = now  # stopped and every rank ended: mpirun has nothing left
+                elif kill_deadline is None and len(run.records) >= self.world_size:
+                    # every rank ended by itself: a launcher that hangs on (a wedged MPI
+                    # daemon) gets ringleader_launcher_exit_timeout, then is killed
+                    kill_deadline = now + timeouts.launcher_exit
             elif isinstance(event, SigtermReceived) and run.stopped_on is None:
                 self._log(f"SIGTERM received on {event.host}: stopping every rank")
                 run.stopped_on, run.stopped_at = event.host, self._clock.time()
@@ -303,7 +311,9 @@ class Leader:
                 run.exited[event.host] = event.exit_code
             if self._host in run.exited and waits_for <= set(run.exited) | set(run.lost):
                 code = first_failure(list(run.exited.values()))
-                if spawned_here and not run.unreported(self._hosts):
+                if (spawned_here or run.launcher_outlived_ranks) and not run.unreported(
+                    self._hosts
+                ):
                     code = 0  # every rank reported: the ranks' own codes tell the story
                 return self._conclude(run, code, launcher, launcher_name)
 
