@@ -740,3 +740,23 @@ def test_a_full_disk_stops_the_rank_log_but_never_the_rank(capfd, tmp_path):
         "[algo-1 rank 0] [ringleader] the rank's log /dev/full stopped after 0 line(s): "
         "No space left on device; its output still goes to the leader"
     ], err
+
+
+def test_a_ranks_end_is_when_it_was_reaped_not_after_the_cleanup(workdir, agent):
+    """A helper that ignores SIGTERM keeps the wrapper busy for its whole stray grace after the
+    rank exited; the record's end is the rank's own, so a bystander on another host is not
+    taken for the first to fail because this cleanup took longer."""
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    code = (
+        "import subprocess, sys\n"
+        "helper = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'], "
+        "start_new_session=True)\n"
+        "print(f'stray={helper.pid}', flush=True)\n"
+    )
+    wrapper = Wrapper(workdir, python_command(code), rank=1, grace=20, abort_grace=2)
+    stray_pid(wrapper, agent)
+    assert wrapper.wait(timeout=20.0) == 0
+    reported = time.time()
+    record = ended_record(agent.events)
+    assert reported - record.ended_at >= 2.0, "the end was taken after the 2 s cleanup"

@@ -158,6 +158,7 @@ class RankSupervisor:
         for pump in pumps:
             pump.start()
         returncode = self._child.wait()
+        ended = time.time()  # its end, before cleanup and draining its output take their time
         # Helpers the rank left behind (own session, daemons) would hold its pipes open.
         leftovers = end_descendants(self._stray_grace)
         for pump in pumps:
@@ -171,7 +172,7 @@ class RankSupervisor:
         else:
             code, signum = returncode, None
         recorded = read_error_file(Path(error_file)) if error_file and code != 0 else ()
-        return self._record(started, code, signum, tuple(pumps[1].tail), recorded)
+        return self._record(started, code, signum, tuple(pumps[1].tail), recorded, ended)
 
     def _record(
         self,
@@ -180,6 +181,7 @@ class RankSupervisor:
         signum: int | None,
         tail: tuple[str, ...],
         error: tuple[str, ...] = (),
+        ended: float | None = None,
     ) -> RankRecord:
         return RankRecord(
             rank=self.rank,
@@ -187,7 +189,7 @@ class RankSupervisor:
             exit_code=code,
             signal=signum,
             started_at=started,
-            ended_at=time.time(),
+            ended_at=time.time() if ended is None else ended,
             terminated=self._terminated.is_set(),
             stderr_tail=tail,
             error=error,
