@@ -36,7 +36,7 @@ image-mxnet: image  ## ringleader:mxnet = the image + MXNet 1.9.1 (CPU) + Horovo
 	FRAMEWORK=mxnet scripts/build-horovod.sh
 
 .PHONY: image-tf-horovod
-image-tf-horovod: image  ## ringleader:tf-horovod = the image + TensorFlow 2.21 (CPU) + tf-keras + Horovod 0.28.1 for TensorFlow (cold ~7 min)
+image-tf-horovod: image  ## ringleader:tf-horovod = the image + TensorFlow 2.21 (CPU) + tf-keras + Horovod 0.28.1 for TensorFlow (cold ~4 min)
 	FRAMEWORK=tensorflow scripts/build-horovod.sh
 
 test: setup image-horovod image-tensorflow image-mxnet image-tf-horovod  ## lint, type check and the whole test suite (unit + real containers)

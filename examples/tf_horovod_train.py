@@ -46,8 +46,11 @@ _STARTED = time.perf_counter()
 
 import os  # noqa: E402
 
-# Keras 2 (tf-keras) for Horovod's Keras layer; must be set before TensorFlow is imported.
+# Keras 2 (tf-keras) for Horovod's Keras layer; must be set before TensorFlow is imported. And
+# fewer INFO lines from TensorFlow's C++ runtime on stderr, whose last lines (the failure file)
+# should show a failing rank's cause (a few, logged before absl is set up, remain).
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
