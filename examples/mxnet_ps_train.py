@@ -9,8 +9,9 @@ does ringleader (in an image with MXNet, e.g. ringleader:mxnet):
 
 Each worker trains a small MLP on its own slice of a synthetic classification task. ps-lite
 numbers the workers in the order they register, not by host, so the first host's worker (as in
-SageMaker's MXNet examples) prints the loss per epoch and saves the model. `--fail-rank R --fail-code C` makes worker R
-(the kvstore's rank) exit with C in the second epoch.
+SageMaker's MXNet examples) prints the loss per epoch and saves the model.
+`--fail-rank R --fail-code C` makes worker R (the kvstore's rank) exit with C in the second
+epoch.
 """
 
 import argparse
