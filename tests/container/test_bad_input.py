@@ -107,9 +107,23 @@ CASES = {
         {
             "distribution": "parameter_server",
             "processes_per_host": None,
-            "settings": {"tf_ps_port": "29100"},
+            # this image has no TensorFlow: say whose parameter servers are meant
+            "settings": {"tf_ps_port": "29100", "ps_framework": "tensorflow"},
         },
         "Configuration error in ringleader_tf_ps_port: port 29100 is not free on algo-1",
+    ),
+    "parameter_server in an image with neither TensorFlow nor MXNet": (
+        {"distribution": "parameter_server", "processes_per_host": None},
+        "Configuration error in sagemaker_parameter_server_enabled: parameter servers need "
+        "TensorFlow or MXNet, and this image has neither importable",
+    ),
+    "MXNet servers per host of 0": (
+        {
+            "distribution": "parameter_server",
+            "processes_per_host": None,
+            "settings": {"ps_framework": "mxnet", "mxnet_servers_per_host": "0"},
+        },
+        "Configuration error in ringleader_mxnet_servers_per_host: expected a whole number",
     ),
     "TensorFlow port out of range": (
         {

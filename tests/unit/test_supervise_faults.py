@@ -10,6 +10,7 @@ import pytest
 
 from ringleader.config.job import Timeouts
 from ringleader.core import exitcodes
+from ringleader.core.errors import ConfigError
 from ringleader.core.outcome import Outcome
 from ringleader.core.records import RankRecord
 from ringleader.launch.spawn import SpawnSpec
@@ -490,6 +491,28 @@ def test_a_launcher_wedged_after_every_rank_succeeded_is_killed_after_its_timeou
     assert outcome == Outcome(0, None)
     assert rig.launcher.killed_at == [1005.0 + TIMEOUTS.launcher_exit]
     assert "every rank has ended; killing mpirun, still running" in rig.logs
+
+
+def test_a_strategy_that_cannot_size_the_job_is_a_configuration_error() -> None:
+    """parameter_server in an image with neither TensorFlow nor MXNet: the strategy cannot
+    say how many ranks the job has; every host gets 78 naming the field, no crash."""
+    message = "Configuration error in sagemaker_parameter_server_enabled: neither"
+
+    class Unsized:
+        @property
+        def world_size(self) -> int:
+            raise ConfigError("sagemaker_parameter_server_enabled", "neither")
+
+        def prepare(self) -> LaunchPlan:
+            raise AssertionError("never prepared")
+
+    rig = LeaderRig()
+    rig.hellos()
+    outcome = rig.leader.run(Unsized())
+    rig.leader.tell_workers(outcome)
+    assert outcome == Outcome(78, message + "\n")
+    assert rig.link.final == (78, message + "\n")
+    assert rig.launched_at is None
 
 
 def test_garbled_worker_is_a_protocol_error_naming_it() -> None:

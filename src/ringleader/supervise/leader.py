@@ -146,8 +146,8 @@ class Leader:
         self._settled: set[str] = set()  # workers that will not need the final exit message
 
     def run(self, strategy: LaunchStrategy) -> Outcome:
-        self.world_size = strategy.world_size
         try:
+            self.world_size = strategy.world_size  # may need the image's frameworks: can fail
             self._wait_for_workers()
             plan = strategy.prepare()
         except JobStopped as stopped:
