@@ -109,6 +109,29 @@ def test_mpi_job_on_three_hosts(instances: Instances) -> None:
     assert instances.wait_until_clean(NO_JOB_PROCESS_WITHIN) == {}
 
 
+def test_the_dlami_posts_hostfile_with_eight_slots(instances: Instances) -> None:
+    """The 256-GPU DLAMI post's hostfile: one `HOST slots=8` line per instance (here 2 of the
+    8 slots used per host: no GPU, 2 cores)."""
+    instances.put("node1", "/work/dlami-hosts", instances.hostfile(instances.nodes, 8).encode())
+    code, output = instances.ringleader(
+        [
+            "cluster",
+            "run",
+            "--hostfile",
+            "dlami-hosts",
+            "--processes-per-host",
+            "2",
+            "--",
+            "python",
+            "job.py",
+        ]
+    )
+    assert code == 0, output
+    for rank in range(6):
+        assert f"rank {rank} of 6 on node{rank // 2 + 1}: sum 15" in output
+    assert instances.wait_until_clean(NO_JOB_PROCESS_WITHIN) == {}
+
+
 def test_failing_rank_is_the_jobs_code_and_named(instances: Instances) -> None:
     """The DLAMI post's way of passing a variable (`env NAME=VALUE python script.py`) still
     gets mpi4py's abort on exit: without it rank 4 blocked in MPI_Finalize and the job hung."""
