@@ -10,7 +10,6 @@ on the leader algo-1 and writes both into its /opt/ml/output/data, what SageMake
 These tests need `make image-tf-horovod`; without the image they fail (never skip).
 """
 
-import csv
 import re
 import time
 from collections.abc import Callable
@@ -19,7 +18,12 @@ import docker
 import pytest
 
 from tests.container.conftest import JobRun
-from tests.container.test_horovod import _is_number, load_chrome_trace, rank_lines, tensor_names
+from tests.container.test_horovod import (
+    assert_autotune_log_on_the_leader_only,
+    load_chrome_trace,
+    rank_lines,
+    tensor_names,
+)
 
 pytestmark = pytest.mark.container
 
@@ -103,23 +107,7 @@ def test_tf_horovod_training_with_timeline_and_autotune(
     averaged = next(pid for pid, n in names.items() if n == "HorovodAllreduce")
     assert begun(averaged).count("MPI_ALLREDUCE") == 2 * EPOCHS
 
-    # autotune: a CSV header, then data rows of the same width
-    autotune_file = leader_data / "autotune_log.csv"
-    assert autotune_file.is_file(), f"no autotune log in {autotune_file.parent}"
-    rows = [row for row in csv.reader(autotune_file.read_text().splitlines()) if row]
-    assert rows, "autotune log is empty"
-    header, data = rows[0], rows[1:]
-    assert "cycle_time_ms" in header and "score" in header, f"no header row: {header}"
-    assert data, f"autotune log has a header but no data rows: {rows}"
-    for row in data:
-        assert len(row) == len(header), f"row {row} does not match header {header}"
-        assert all(_is_number(cell) for cell in row), row
-
-    # rank 0 runs on the leader: the other hosts have neither file
-    for host in HOSTS[1:]:
-        data_dir = run.job.output_dir / host / "output" / "data"
-        assert not (data_dir / "timeline.json").exists()
-        assert not (data_dir / "autotune_log.csv").exists()
+    assert_autotune_log_on_the_leader_only(run)
 
 
 def test_failing_tf_horovod_rank_is_named_with_its_code_on_every_host(
