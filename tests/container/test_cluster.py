@@ -90,14 +90,19 @@ def wait_for_line(process: "subprocess.Popen[str]", text: str, timeout: float) -
     raise AssertionError(f"output ended without {text!r}:\n{''.join(seen)}")
 
 
+def assert_every_mpi_rank_ran(output: str) -> None:
+    """JOB's line from each of the 6 ranks, 2 per node in order, with the right allreduce."""
+    for rank in range(6):
+        assert f"rank {rank} of 6 on node{rank // 2 + 1}: sum 15" in output
+
+
 def test_mpi_job_on_three_hosts(instances: Instances) -> None:
     code, output = instances.ringleader(
         ["cluster", "run", "--hostfile", "hosts", "--output", "/work/out", "--", "python", "job.py"]
     )
     assert code == 0, output
     assert "preflight" in output
-    for rank in range(6):
-        assert f"rank {rank} of 6 on node{rank // 2 + 1}: sum 15" in output
+    assert_every_mpi_rank_ran(output)
     for name in instances.nodes:
         assert instances.sh("node1", f"test -f /work/out/{name}/output/success")[0] == 0
     code, job = instances.sh("node1", "cat /work/out/node1/output/data/job.json")
@@ -127,8 +132,7 @@ def test_the_dlami_posts_hostfile_with_eight_slots(instances: Instances) -> None
         ]
     )
     assert code == 0, output
-    for rank in range(6):
-        assert f"rank {rank} of 6 on node{rank // 2 + 1}: sum 15" in output
+    assert_every_mpi_rank_ran(output)
     assert instances.wait_until_clean(NO_JOB_PROCESS_WITHIN) == {}
 
 
@@ -362,8 +366,7 @@ def test_detached_job_outlives_its_launcher_and_attach_sees_its_output_and_code(
     assert code == 3, output
     assert output.startswith(f"==> job {job}: 3 hosts x 2 (mpi)"), output
     assert "==> preflight" in output
-    for rank in range(6):
-        assert f"rank {rank} of 6 on node{rank // 2 + 1}: sum 15" in output
+    assert_every_mpi_rank_ran(output)
     assert "rank 4 gives up" in output
     assert f"==> job {job} ended: exit code 3\n" in output
     assert f"==> job {job} ended: exit code 3; results on node1 in /work/out/<host>/" in output
