@@ -7,14 +7,9 @@ from ringleader.config.job import parse_job_config
 from ringleader.config.topology import parse_topology
 from ringleader.core.errors import ConfigError
 from ringleader.launch import mxnet_ps
+from ringleader.launch.select import MXNET, TENSORFLOW, HostFacts, role_layout, select_strategy
 from ringleader.launch.spawn import SpawnSpec, rank_environment, task_command
-from ringleader.launch.strategy import (
-    MXNET,
-    TENSORFLOW,
-    SpawnStrategy,
-    check_mxnet_settings,
-    role_layout,
-)
+from ringleader.launch.spawn_strategy import check_mxnet_settings
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 TOPOLOGY = parse_topology({}, {"hosts": list(HOSTS), "current_host": "algo-1"})
@@ -98,12 +93,10 @@ def test_parameter_server_means_the_framework_the_image_has() -> None:
 
 
 def test_the_strategy_counts_every_mxnet_task() -> None:
-    strategy = SpawnStrategy(
+    strategy = select_strategy(
         config(ringleader_ps_framework="mxnet", ringleader_mxnet_servers_per_host="2"),
+        HostFacts(own_sshd=False, gpus=0, run_id="job", log=print),
         lambda: ["python", "train.py"],
-        1,
-        print,
-        "job",
     )
     assert strategy.world_size == 10
 

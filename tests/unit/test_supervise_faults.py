@@ -3,7 +3,8 @@ machines with fake collaborators (events, clock, launcher, local ranks, links). 
 no sleeps: the fake clock jumps to each scripted event or deadline."""
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -14,7 +15,7 @@ from ringleader.core.errors import ConfigError
 from ringleader.core.outcome import Outcome
 from ringleader.core.records import RankRecord
 from ringleader.launch.spawn import SpawnSpec
-from ringleader.launch.strategy import LaunchPlan
+from ringleader.launch.strategy import EndPolicy, LaunchPlan, spawned_policy
 from ringleader.supervise.leader import (
     KILL_MARGIN_SECONDS,
     LOST_HOST_KILL_MARGIN_SECONDS,
@@ -36,7 +37,7 @@ from ringleader.wire.events import (
     WorkerHello,
     WorkerLost,
 )
-from ringleader.wire.protocol import Message
+from ringleader.wire.messages import Exit, Launched, Message, Terminate, encode
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 TIMEOUTS = Timeouts(startup=30, sigterm_grace=30, leader_loss=10, finish=30, abort_grace=0.5)
@@ -95,7 +96,7 @@ class FakeLauncher:
     def output_tail(self) -> tuple[str, ...]:
         return self.tail
 
-    def mpi_aborts(self) -> dict[int, int]:
+    def rank_codes(self) -> dict[int, int]:
         return self.aborts
 
 
@@ -113,17 +114,17 @@ class FakeLocal:
 
 @dataclass
 class FakeLink:
-    sent: list[Message] = field(default_factory=list)
+    sent: list[dict] = field(default_factory=list)  # each message as it goes on the wire
     final: tuple[int, str | None] | None = None
 
     def broadcast(self, message: Message) -> None:
-        self.sent.append(message)
+        self.sent.append(json.loads(encode(message)))
 
     def finish(self, exit_code: int, failure: str | None) -> None:
         self.final = (exit_code, failure)
 
     def send(self, message: Message) -> None:
-        self.sent.append(message)
+        self.sent.append(json.loads(encode(message)))
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ class LeaderRig:
         self.logs: list[str] = []
         self.launched_at: float | None = None
 
-        def start(argv: Sequence[str], env: Mapping[str, str]) -> FakeLauncher:
+        def start(plan: LaunchPlan) -> FakeLauncher:
             self.launched_at = self.clock.now
             return self.launcher
 
@@ -562,9 +563,9 @@ class WorkerRig:
 
 def test_worker_follows_the_leaders_verdict_and_says_bye_after_writing_files() -> None:
     rig = WorkerRig()
-    rig.events.at(1.0, LeaderMessage({"type": "launched"}), RankStarted(2, "algo-2"))
+    rig.events.at(1.0, LeaderMessage(Launched()), RankStarted(2, "algo-2"))
     rig.events.at(2.0, RankEnded(record(2, 0)))
-    rig.events.at(3.0, LeaderMessage({"type": "exit", "code": 3, "failure": "Rank 4 ...\n"}))
+    rig.events.at(3.0, LeaderMessage(Exit(3, "Rank 4 ...\n")))
     rig.events.at(3.1, LeaderLost("control connection closed (connection closed)"))
 
     def write_files(written: Outcome) -> None:
@@ -595,7 +596,7 @@ def test_worker_follows_the_leaders_verdict_and_says_bye_after_writing_files() -
 )
 def test_worker_that_loses_the_leader_exits_with_the_host_lost_code(reason: str) -> None:
     rig = WorkerRig()
-    rig.events.at(1.0, LeaderMessage({"type": "launched"}), RankStarted(2, "algo-2"))
+    rig.events.at(1.0, LeaderMessage(Launched()), RankStarted(2, "algo-2"))
     rig.events.at(11.0, LeaderLost(reason))
     outcome = rig.run()
     assert outcome.exit_code == exitcodes.HOST_LOST
@@ -608,8 +609,8 @@ def test_worker_that_loses_the_leader_exits_with_the_host_lost_code(reason: str)
 
 def test_worker_terminate_uses_the_grace_the_leader_sent() -> None:
     rig = WorkerRig()
-    rig.events.at(1.0, LeaderMessage({"type": "terminate", "grace": 0.5}))
-    rig.events.at(2.0, LeaderMessage({"type": "exit", "code": 75, "failure": "Host algo-3 ...\n"}))
+    rig.events.at(1.0, LeaderMessage(Terminate(0.5)))
+    rig.events.at(2.0, LeaderMessage(Exit(75, "Host algo-3 ...\n")))
     outcome = rig.run()
     assert outcome.exit_code == 75
     assert rig.local.terminated == [0.5]
@@ -617,8 +618,8 @@ def test_worker_terminate_uses_the_grace_the_leader_sent() -> None:
 
 def test_worker_sigterm_is_reported_and_the_leaders_verdict_wins() -> None:
     rig = WorkerRig()
-    rig.events.at(1.0, LeaderMessage({"type": "launched"}), SigtermReceived("algo-2"))
-    rig.events.at(2.0, LeaderMessage({"type": "exit", "code": 143, "failure": "Job stopped\n"}))
+    rig.events.at(1.0, LeaderMessage(Launched()), SigtermReceived("algo-2"))
+    rig.events.at(2.0, LeaderMessage(Exit(143, "Job stopped\n")))
     outcome = rig.run()
     assert outcome.exit_code == 143
     assert {"type": "sigterm", "host": "algo-2"} in rig.link.sent
@@ -627,7 +628,7 @@ def test_worker_sigterm_is_reported_and_the_leaders_verdict_wins() -> None:
 
 def test_worker_whose_ranks_never_start_gives_up_after_the_startup_timeout() -> None:
     rig = WorkerRig()
-    rig.events.at(1.0, LeaderMessage({"type": "launched"}))
+    rig.events.at(1.0, LeaderMessage(Launched()))
     outcome = rig.run()
     assert outcome.exit_code == 69
     assert "never started a rank on algo-2 within 30 s" in first_line(outcome)
@@ -672,7 +673,8 @@ class SpawnStrategy:
     world_size: int = 6
 
     def prepare(self) -> LaunchPlan:
-        return LaunchPlan(("python", "-m", "ringleader.launch.spawn", "--", "rank"), {}, SPEC)
+        argv = ("python", "-m", "ringleader.launch.spawn", "--", "rank")
+        return LaunchPlan(argv, {}, SPEC, spawned_policy(SPEC, HOSTS[0], "mpirun"))
 
 
 def run_spawned(rig: LeaderRig) -> Outcome:
@@ -792,17 +794,17 @@ class SpawningWorkerRig(WorkerRig):
             self.link,
             lambda line: None,
             plan,
-            lambda argv, env: self.launcher,
+            lambda plan: self.launcher,
         )
         self.worker = Worker("algo-2", "algo-1", TIMEOUTS, parts)
 
 
 def test_worker_spawns_its_ranks_and_reports_when_they_exited() -> None:
     rig = SpawningWorkerRig()
-    rig.events.at(1.0, LeaderMessage({"type": "launched", "spawn": SPEC.to_json()}))
+    rig.events.at(1.0, LeaderMessage(Launched(SPEC)))
     rig.events.at(1.5, RankStarted(2, "algo-2"), RankStarted(3, "algo-2"))
     rig.events.at(5.0, RankEnded(record(2, 0)), RankEnded(record(3, 0)), LauncherExited(0))
-    rig.events.at(5.1, LeaderMessage({"type": "exit", "code": 0, "failure": None}))
+    rig.events.at(5.1, LeaderMessage(Exit(0, None)))
     outcome = rig.run()
     assert outcome == Outcome(0, None)
     assert rig.plans == [SPEC]
@@ -813,10 +815,10 @@ def test_worker_spawns_its_ranks_and_reports_when_they_exited() -> None:
 
 def test_worker_kills_its_spawned_ranks_that_outlast_their_grace() -> None:
     rig = SpawningWorkerRig()
-    rig.events.at(1.0, LeaderMessage({"type": "launched", "spawn": SPEC.to_json()}))
+    rig.events.at(1.0, LeaderMessage(Launched(SPEC)))
     rig.events.at(1.5, RankStarted(2, "algo-2"), RankStarted(3, "algo-2"))
-    rig.events.at(2.0, LeaderMessage({"type": "terminate", "grace": 0.5}))
-    rig.events.at(40.0, LeaderMessage({"type": "exit", "code": 3, "failure": "Rank 4 ...\n"}))
+    rig.events.at(2.0, LeaderMessage(Terminate(0.5)))
+    rig.events.at(40.0, LeaderMessage(Exit(3, "Rank 4 ...\n")))
     stopped = rig.clock.now + 2.0
     outcome = rig.run()
     assert outcome.exit_code == 3
@@ -835,7 +837,8 @@ class TfStrategy:
     world_size: int = 6
 
     def prepare(self) -> LaunchPlan:
-        return LaunchPlan(("python", "-m", "ringleader.launch.spawn", "--", "rank"), {}, TF_SPEC)
+        argv = ("python", "-m", "ringleader.launch.spawn", "--", "rank")
+        return LaunchPlan(argv, {}, TF_SPEC, spawned_policy(TF_SPEC, HOSTS[0], "mpirun"))
 
 
 def tf_record(rank: int, code: int, **kwargs: object) -> RankRecord:
@@ -888,7 +891,8 @@ class MpirunStrategy:
     stops_all: bool = True
 
     def prepare(self) -> LaunchPlan:
-        return LaunchPlan(("mpirun", "true"), {}, stops_all_on_rank_failure=self.stops_all)
+        policy = EndPolicy(rank_failure_stops_all=self.stops_all)
+        return LaunchPlan(("mpirun", "true"), {}, policy=policy)
 
 
 def test_mpirun_rank_failing_stops_every_other_rank_through_our_channel() -> None:

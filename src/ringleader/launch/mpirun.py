@@ -6,7 +6,7 @@ and either reject them or take whichever it parses last).
 """
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,3 +117,16 @@ def parse_mpi_aborts(lines: Iterable[str]) -> dict[int, int]:
 def is_abort_line(line: str) -> bool:
     """A line parse_mpi_aborts needs."""
     return "MPI_ABORT was invoked" in line or "with errorcode" in line
+
+
+class _MpirunOutput:
+    """mpirun's MPI_Abort reports: which rank called it, with which code."""
+
+    def keeps(self, line: str) -> bool:
+        return is_abort_line(line)
+
+    def rank_codes(self, kept: Sequence[str]) -> dict[int, int]:
+        return parse_mpi_aborts(kept)
+
+
+MPIRUN_OUTPUT = _MpirunOutput()

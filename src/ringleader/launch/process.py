@@ -1,24 +1,43 @@
 """Runs a launch plan's command (mpirun, or the rank wrapper alone) and streams its output."""
 
 import collections
-import contextlib
-import os
 import queue
-import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO
+from typing import IO, Protocol
 
-from ringleader.launch.mpirun import is_abort_line, parse_mpi_aborts
+from ringleader.core.processes import kill_tree
 from ringleader.output import console
 from ringleader.wire.events import Event, LauncherExited
 
 OUTPUT_TAIL_LINES = 30
 OUTPUT_DRAIN_SECONDS = 1.0  # after the launcher exits, for the rest of its output
-_ABORT_LINES = 1000  # MPI_ABORT messages kept, at most
+_KEPT_LINES = 1000  # lines an OutputReader asked for, at most
+
+
+class OutputReader(Protocol):
+    """What a launcher's own output says about its ranks (mpirun names the ranks that called
+    MPI_Abort, with their codes); each strategy brings the reader for its launcher."""
+
+    def keeps(self, line: str) -> bool:
+        """Whether `rank_codes` needs this line."""
+
+    def rank_codes(self, kept: Sequence[str]) -> dict[int, int]:
+        """rank -> the exit code the launcher reported for it."""
+
+
+class _PlainOutput:
+    def keeps(self, line: str) -> bool:
+        return False
+
+    def rank_codes(self, kept: Sequence[str]) -> dict[int, int]:
+        return {}
+
+
+PLAIN_OUTPUT: OutputReader = _PlainOutput()  # a launcher that reports nothing about ranks
 
 
 class Launcher:
@@ -30,11 +49,13 @@ class Launcher:
         env: Mapping[str, str],
         events: "queue.Queue[Event]",
         on_kill: Callable[[], None] | None = None,
+        reader: OutputReader = PLAIN_OUTPUT,
     ) -> None:
         self._on_kill = on_kill  # ends what else holds its output (ssh master connections)
+        self._reader = reader
         self.tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
         self._tail_lock = threading.Lock()
-        self._abort_lines: collections.deque[str] = collections.deque(maxlen=_ABORT_LINES)
+        self._kept: collections.deque[str] = collections.deque(maxlen=_KEPT_LINES)
         self._process = subprocess.Popen(
             list(argv),
             env=dict(env),
@@ -66,16 +87,7 @@ class Launcher:
         """SIGKILL the launcher's whole process group and every process under it: mpirun's
         ssh clients run in groups of their own and would hold its output open (and with it
         the job's end) until the remote daemons die."""
-        import psutil  # here: only a stopped job pays for it
-
-        descendants: list[psutil.Process] = []
-        with contextlib.suppress(psutil.Error):
-            descendants = psutil.Process(self._process.pid).children(recursive=True)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._process.pid, signal.SIGKILL)
-        for process in descendants:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
+        kill_tree(self._process.pid)  # imports psutil: only a stopped job pays for it
         if self._on_kill is not None:
             self._on_kill()
 
@@ -85,13 +97,13 @@ class Launcher:
             text = line.decode(errors="replace").rstrip()[:300]
             with self._tail_lock:
                 self.tail.append(text)
-                if is_abort_line(text):
-                    self._abort_lines.append(text)
+                if self._reader.keeps(text):
+                    self._kept.append(text)
 
-    def mpi_aborts(self) -> dict[int, int]:
-        """rank -> error code of each rank mpirun reported calling MPI_Abort."""
+    def rank_codes(self) -> dict[int, int]:
+        """rank -> exit code, as the launcher's own output reported them."""
         with self._tail_lock:
-            return parse_mpi_aborts(self._abort_lines)
+            return self._reader.rank_codes(tuple(self._kept))
 
     def output_tail(self) -> tuple[str, ...]:
         with self._tail_lock:

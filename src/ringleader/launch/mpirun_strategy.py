@@ -1,0 +1,116 @@
+"""mpirun on the leader starts every rank over ssh, pinned to the job's interface; every host
+runs sshd for it first, and the leader checks ssh to each worker as it says hello."""
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ringleader.config.job import JobConfig
+from ringleader.config.mpi_options import forwarded_variables, sagemaker_nccl_options
+from ringleader.core import paths
+from ringleader.launch.mpirun import (
+    MPIRUN_OUTPUT,
+    MpiPlan,
+    build_mpirun_argv,
+    has_rdma_devices,
+    stops_all_on_rank_failure,
+)
+from ringleader.launch.spawn import SpawnSpec
+from ringleader.launch.sshd import SshMasters, start_sshd
+from ringleader.launch.strategy import (
+    EndPolicy,
+    LaunchPlan,
+    Logger,
+    SshCheck,
+    job_interface,
+    rank_command,
+    spawn_plan,
+    world_size,
+)
+
+
+@dataclass
+class SshSetup:
+    """sshd on every host (a container's own; a cluster machine has its own running), and on
+    the leader the ssh masters its checks leave for mpirun to reuse."""
+
+    own_sshd: bool
+    masters: SshMasters | None  # the leader's
+
+    def start(self, timeout: float) -> bool:
+        if self.own_sshd:
+            start_sshd(paths.SSHD_NOTIFY_SOCKET, timeout)
+        return self.own_sshd
+
+    @property
+    def check_worker(self) -> SshCheck | None:
+        return self.masters.check if self.masters is not None else None
+
+    def launcher_killed(self) -> None:
+        if self.masters is not None:
+            self.masters.end_sessions()
+
+    def close(self, log: Logger) -> None:
+        # A container's end takes its masters with it; a cluster machine outlives the job.
+        if self.masters is not None and not self.own_sshd:
+            self.masters.close(log)
+
+
+@dataclass(frozen=True)
+class MpirunStrategy:
+    config: JobConfig
+    user_command: Callable[[], Sequence[str]]
+    processes_per_host: int
+    log: Logger
+    setup: SshSetup = field(default_factory=lambda: SshSetup(own_sshd=False, masters=None))
+
+    @property
+    def world_size(self) -> int:
+        return world_size(self.config, self.processes_per_host)
+
+    def prepare(self) -> LaunchPlan:
+        topology = self.config.topology
+        choice = job_interface(self.config, self.log)
+        custom = self.config.custom_mpi_options
+        custom = (
+            *sagemaker_nccl_options(custom, self.config.nccl_debug, choice.name, os.environ),
+            *custom,
+        )
+        forwarded = forwarded_variables(custom)
+        masters = self.setup.masters
+        plan = MpiPlan(
+            hosts=topology.participants,
+            processes_per_host=self.processes_per_host,
+            interface=choice.name,
+            custom_options=custom,
+            rank_command=tuple(rank_command(self.config, self.user_command(), forwarded)),
+            exported=tuple(name for name in paths.RANK_VARIABLES if name in os.environ),
+            rdma_devices=has_rdma_devices(),
+            ssh_options=masters.reuse_options() if masters is not None else (),
+        )
+        stops_all = stops_all_on_rank_failure(self.config.custom_mpi_options)
+        policy = EndPolicy(rank_failure_stops_all=stops_all)
+        plain = None
+        if topology.plain_hosts:  # heterogeneous: the hosts outside mpirun start their own
+            plain = SpawnSpec(
+                hosts=(),
+                processes_per_host=self.processes_per_host,
+                master_addr=topology.leader,
+                master_port=self.config.master_port,
+                run_id="",
+                interface=None,
+                torch=False,
+                plain_hosts=topology.plain_hosts,
+                first_plain_rank=plan.world_size,
+            )
+            policy = EndPolicy(
+                other_launchers=frozenset(topology.plain_hosts),
+                launcher_holds_every_rank=False,
+                rank_failure_stops_all=stops_all,
+            )
+        argv = tuple(build_mpirun_argv(plan))
+        return LaunchPlan(argv, dict(os.environ), plain, policy, MPIRUN_OUTPUT)
+
+    def worker_plan(self, spec: SpawnSpec) -> LaunchPlan:
+        """A host outside the distribution runs its one rank itself."""
+        return spawn_plan(self.config, spec, self.user_command())

@@ -1,0 +1,84 @@
+"""This host is a worker: its sshd if the strategy needs one, the link to the leader (control
+and pulse connections), the relay of its ranks' output, and the Worker itself."""
+
+import time
+
+from ringleader.config.job import JobConfig, ReportingSettings
+from ringleader.core import exitcodes
+from ringleader.core import timeline as phases
+from ringleader.core.background import BackgroundCall
+from ringleader.core.errors import JobError
+from ringleader.core.outcome import Outcome, truncate
+from ringleader.launch.strategy import LaunchStrategy
+from ringleader.output.printer import OutputRelay
+from ringleader.supervise.context import HostContext
+from ringleader.supervise.report import report_error
+from ringleader.supervise.worker import Worker, WorkerParts
+
+
+def follow(
+    context: HostContext,
+    config: JobConfig,
+    strategy: LaunchStrategy,
+    prepared: BackgroundCall[list[str]],
+) -> Outcome:
+    parts, timeouts, topology = context.parts, config.timeouts, config.topology
+    try:
+        if strategy.setup.start(timeouts.startup):
+            context.timeline.mark(context.host, phases.SSHD)
+        prepared.result()
+    except JobError as error:
+        settings = ReportingSettings(timeouts, config.control_port)
+        return report_error(context, topology.leader, settings, error)
+    deadline = time.monotonic() + timeouts.startup
+    control = parts.connect(topology.leader, config.control_port, deadline, context.stop)
+    pulse = parts.connect(topology.leader, config.control_port, deadline, context.stop)
+    if control is None or pulse is None:
+        outcome = _no_leader(context, config)
+        context.write(outcome)
+        return outcome
+    context.timeline.mark(context.host, phases.CONNECTED)
+    link = parts.leader_link(
+        context.host,
+        topology.leader,
+        control,
+        pulse,
+        timeouts,
+        context.events,
+        context.timeline.marks(),
+    )
+    relay = OutputRelay()
+    relay.attach(link.channel)
+    agent = parts.agent(context.events, relay.deliver)
+    worker_parts = WorkerParts(
+        context.events,
+        parts.clock,
+        agent,
+        link,
+        context.log,
+        strategy.worker_plan,
+        context.launcher_starter(strategy),
+    )
+    try:
+        return Worker(context.host, topology.leader, timeouts, worker_parts).run(
+            on_outcome=context.write
+        )
+    finally:
+        agent.close()
+        context.log(f"pulses from the leader: {link.close()}")
+
+
+def _no_leader(context: HostContext, config: JobConfig) -> Outcome:
+    if context.stop.is_set():
+        return Outcome(
+            exitcodes.SIGTERM_EXIT,
+            f"Host {context.host}: stopped by SIGTERM while waiting for the leader.\n",
+        )
+    return Outcome(
+        exitcodes.HOST_UNREACHABLE,
+        truncate(
+            f"Host {context.host}: the leader {config.topology.leader} never answered on port "
+            f"{config.control_port} within {config.timeouts.startup:g} s "
+            "(ringleader_startup_timeout)."
+        ),
+    )

@@ -1,0 +1,110 @@
+"""This host leads: its printer, its agent, the control server for the workers, the Leader
+itself, then the verdict to every worker and the job's files (supervise/verdict.py)."""
+
+from collections.abc import Sequence
+
+from ringleader.config import horovod
+from ringleader.config.job import JobConfig, ReportingSettings
+from ringleader.core import paths
+from ringleader.core import timeline as phases
+from ringleader.core.errors import JobError
+from ringleader.core.outcome import Outcome, truncate
+from ringleader.launch.strategy import LaunchPlan, LaunchStrategy
+from ringleader.output.metrics import MetricRecorder
+from ringleader.output.printer import OutputPrinter
+from ringleader.supervise.context import HostContext
+from ringleader.supervise.leader import Leader, LeaderParts, RunningLauncher
+from ringleader.supervise.verdict import conclude
+
+
+def lead(
+    context: HostContext, config: JobConfig, strategy: LaunchStrategy, with_workers: bool
+) -> Outcome:
+    parts, timeouts, topology = context.parts, config.timeouts, config.topology
+    recorder = None
+    if config.metric_definitions:
+        recorder = MetricRecorder(config.metric_definitions, paths.METRICS_FILE)
+    printer = OutputPrinter(config.log_ranks, config.metric_ranks, recorder)
+    agent = parts.agent(context.events, printer.deliver)
+    workers = topology.workers if with_workers else ()
+    server = None
+    if with_workers:
+        server = parts.control_server(
+            config.control_port, context.events, timeouts, workers, printer.deliver
+        )
+    leader_parts = LeaderParts(
+        events=context.events,
+        clock=parts.clock,
+        start_launcher=context.launcher_starter(strategy),
+        check_ssh=strategy.setup.check_worker,
+        log=context.log,
+        local=agent,
+        link=server,
+        timeline=context.timeline,
+        output_taken=lambda: printer.delivered,
+    )
+    leader = Leader(context.host, workers, timeouts, leader_parts)
+    try:
+        outcome = _ready_then_run(context, leader, strategy, timeouts.startup, with_workers)
+        context.timeline.mark(context.host, phases.VERDICT)
+        for line in printer.close() + horovod.keep_files(config.kept_files):
+            context.log(line)
+        conclude(
+            leader,
+            outcome,
+            context.host,
+            topology.hosts,
+            context.timeline,
+            parts.results,
+            context.log,
+        )
+    finally:
+        agent.close()
+        if server is not None:
+            server.close()  # the workers go first
+    return outcome
+
+
+def _ready_then_run(
+    context: HostContext,
+    leader: Leader,
+    strategy: LaunchStrategy,
+    startup: float,
+    with_workers: bool,
+) -> Outcome:
+    if with_workers:
+        try:
+            if strategy.setup.start(startup):
+                context.timeline.mark(context.host, phases.SSHD)
+        except JobError as error:
+            return Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
+    return leader.run(strategy)
+
+
+def tell_workers(
+    context: HostContext, workers: Sequence[str], settings: ReportingSettings, outcome: Outcome
+) -> None:
+    """A job that never started (an error on the leader): only tell the workers its outcome."""
+    server = context.parts.control_server(
+        settings.control_port, context.events, settings.timeouts, workers, _no_output
+    )
+    parts = LeaderParts(
+        events=context.events,
+        clock=context.parts.clock,
+        start_launcher=_never_launches,
+        check_ssh=None,
+        log=context.log,
+        link=server,
+    )
+    try:
+        Leader(context.host, workers, settings.timeouts, parts).tell_workers(outcome)
+    finally:
+        server.close()
+
+
+def _no_output(_frame: bytes) -> None:
+    """Output handler while reporting an error: no rank ever started."""
+
+
+def _never_launches(plan: LaunchPlan) -> RunningLauncher:
+    raise AssertionError("a leader that only reports an error never launches")

@@ -1,0 +1,153 @@
+"""The collaborators the entry point composes, as protocols, and the real ones.
+
+Unit tests of the root (tests/unit/test_entrypoint.py) pass fakes of the same shapes: every
+role and every early failure is a test without containers.
+"""
+
+import functools
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from ringleader.config.job import ConfigFiles, JobConfig, Timeouts
+from ringleader.core import paths
+from ringleader.core.timeline import Mark
+from ringleader.launch.hostprep import CommandShape, prepare_host
+from ringleader.launch.process import Launcher
+from ringleader.launch.select import HostFacts, select_strategy
+from ringleader.launch.strategy import HostSetup, LaunchPlan, LaunchStrategy
+from ringleader.output import log
+from ringleader.source import usercode
+from ringleader.supervise.eventloop import Clock, EventQueue, SystemClock
+from ringleader.supervise.leader import LocalRanks, RunningLauncher, WorkerLink
+from ringleader.supervise.verdict import ResultFiles
+from ringleader.supervise.worker import LeaderLink as LinkToLeader
+from ringleader.wire.agent import HostAgent
+from ringleader.wire.control import ControlServer, Liveness, connect_to_leader
+from ringleader.wire.leader_link import LeaderLink
+from ringleader.wire.protocol import Channel, OutputHandler
+
+if TYPE_CHECKING:
+    from ringleader.artifacts import OutputUri
+
+
+class HostRanks(LocalRanks, Protocol):
+    """This host's ranks, through the agent every rank wrapper reports to."""
+
+    def close(self) -> None: ...
+
+
+class Workers(WorkerLink, Protocol):
+    """The leader's control server."""
+
+    def close(self) -> None: ...
+
+
+class Leader(LinkToLeader, Protocol):
+    """A worker's link to its leader."""
+
+    @property
+    def channel(self) -> Channel: ...
+
+    def close(self) -> str:
+        """Stop watching; how the pulses went, for the log."""
+
+
+Connect = Callable[[str, int, float, threading.Event], Channel | None]  # leader, port, deadline
+MakeAgent = Callable[[EventQueue, OutputHandler], HostRanks]
+MakeServer = Callable[[int, EventQueue, Timeouts, Sequence[str], OutputHandler], Workers]
+MakeLink = Callable[[str, str, Channel, Channel, Timeouts, EventQueue, Sequence[Mark]], Leader]
+StartLauncher = Callable[[LaunchPlan, EventQueue, HostSetup], RunningLauncher]
+SelectStrategy = Callable[[JobConfig, HostFacts, Callable[[], Sequence[str]]], LaunchStrategy]
+
+
+def _agent(events: EventQueue, on_output: OutputHandler) -> HostAgent:
+    return HostAgent(paths.AGENT_SOCKET, events, on_output)
+
+
+def _control_server(
+    port: int,
+    events: EventQueue,
+    timeouts: Timeouts,
+    workers: Sequence[str],
+    on_output: OutputHandler,
+) -> ControlServer:
+    liveness = Liveness(timeouts.pulse_interval, timeouts.leader_loss)
+    return ControlServer(port, events, liveness, on_output, workers, log.log)
+
+
+def _leader_link(
+    host: str,
+    leader: str,
+    control: Channel,
+    pulse: Channel,
+    timeouts: Timeouts,
+    events: EventQueue,
+    marks: Sequence[Mark],
+) -> LeaderLink:
+    liveness = Liveness(timeouts.pulse_interval, timeouts.leader_loss)
+    return LeaderLink(host, leader, control, pulse, liveness, events, marks)
+
+
+def _start_launcher(plan: LaunchPlan, events: EventQueue, setup: HostSetup) -> Launcher:
+    return Launcher(plan.argv, plan.env, events, setup.launcher_killed, plan.output)
+
+
+def _prepare_code(config: JobConfig, stop: threading.Event) -> None:
+    """Fetch, extract and install the user's code; a missing output bucket fails now."""
+    usercode.prepare(config, stop)
+    if config.output_uri is not None:
+        from ringleader import artifacts  # boto3: only for jobs that deliver
+
+        artifacts.check_output_uri(config.output_uri)
+
+
+def _deliver(uri: "OutputUri", host: str) -> None:
+    """This host's output.tar.gz and model.tar.gz to the output URI (after every job).
+
+    A failed delivery keeps the local archive, is logged and noted in the failure file, and
+    never changes the job's exit code."""
+    from ringleader import artifacts
+
+    report = artifacts.collect(paths.OUTPUT_DIR, artifacts.MODEL_DIR, uri, host)
+    for line in report.summary_lines():
+        log.log(line)
+    artifacts.append_note(paths.FAILURE_FILE, report.failure_note())
+
+
+def gpu_count() -> int:
+    return len(list(Path("/proc/driver/nvidia/gpus").glob("*")))
+
+
+@dataclass(frozen=True)
+class RootParts:
+    files: ConfigFiles
+    environ: Mapping[str, str]
+    own_sshd: bool  # a container starts its own sshd; a cluster machine has one running
+    hostname: str
+    prepare_host: Callable[[JobConfig, CommandShape], list[str]]
+    prepare_code: Callable[[JobConfig, threading.Event], None] = _prepare_code
+    select: SelectStrategy = select_strategy
+    agent: MakeAgent = _agent
+    control_server: MakeServer = _control_server
+    connect: Connect = connect_to_leader
+    leader_link: MakeLink = _leader_link
+    start_launcher: StartLauncher = _start_launcher
+    deliver: Callable[["OutputUri", str], None] = _deliver
+    gpus: Callable[[], int] = gpu_count
+    clock: Clock = field(default_factory=SystemClock)
+    results: ResultFiles = field(default_factory=ResultFiles)
+    logger: Callable[[str], None] = log.log
+
+
+def real_parts(files: ConfigFiles, own_sshd: bool, hostname: str) -> RootParts:
+    return RootParts(
+        files=files,
+        environ=os.environ,
+        own_sshd=own_sshd,
+        hostname=hostname,
+        prepare_host=functools.partial(prepare_host, files),
+    )

@@ -1,0 +1,62 @@
+"""A host's own error, reported to the leader so that every host ends with it.
+
+A worker that cannot take part (a bad configuration, sshd failing) says hello with its error
+and then stays until the leader has gone: under docker compose the first container to exit
+stops the others, and that must be the leader, after it has told everyone the job's result.
+"""
+
+import contextlib
+import threading
+import time
+from collections.abc import Mapping
+
+from ringleader.config.job import ConfigFiles, ReportingSettings, read_json_object
+from ringleader.config.topology import leader_hint
+from ringleader.core.errors import ConfigError, JobError
+from ringleader.core.outcome import Outcome, truncate
+from ringleader.supervise.context import HostContext
+from ringleader.wire.control import hello_message
+from ringleader.wire.protocol import ChannelClosed
+
+STOPPING_REPORT_SECONDS = 5.0  # reporting an error after SIGTERM: how long to try
+
+
+def report_error(
+    context: HostContext, leader: str, settings: ReportingSettings, error: JobError
+) -> Outcome:
+    """This host's own error: its result file, then the report to the leader."""
+    outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
+    context.write(outcome)
+    send_to_leader(context, leader, settings, outcome)
+    return outcome
+
+
+def send_to_leader(
+    context: HostContext, leader: str, settings: ReportingSettings, outcome: Outcome
+) -> None:
+    """Say hello with this host's error, then read until the leader closes (bounded)."""
+    timeouts, port = settings.timeouts, settings.control_port
+    # Still try for a short while when SIGTERM already arrived: the report is the point.
+    timeout = STOPPING_REPORT_SECONDS if context.stop.is_set() else timeouts.startup
+    deadline = time.monotonic() + timeout
+    channel = context.parts.connect(leader, port, deadline, threading.Event())
+    if channel is None:
+        context.log(f"could not report the error to the leader {leader} within {timeout:g} s")
+        return
+    try:
+        channel.send(hello_message(context.host, (outcome.exit_code, outcome.failure or "")))
+        deadline = time.monotonic() + timeouts.finish + timeouts.leader_loss
+        while (remaining := deadline - time.monotonic()) > 0:
+            channel.receive_frame(timeout=remaining)
+    except (ChannelClosed, TimeoutError):
+        pass
+    finally:
+        channel.close()
+
+
+def early_leader(environ: Mapping[str, str], files: ConfigFiles) -> str | None:
+    """The leader's name when the host list is all that can be read (an error in the rest)."""
+    resource_config = None
+    with contextlib.suppress(ConfigError):
+        resource_config = read_json_object(files.resource_config, "resourceconfig.json")
+    return leader_hint(environ, resource_config)

@@ -1,0 +1,436 @@
+"""The composition root with injected parts: each role and each early failure, no containers.
+
+Fakes stand where the root meets the outside world (the host agent, the control server, the
+connection to the leader, the launcher); what they report goes through the root's own event
+queue, as the real ones do.
+"""
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ringleader.config.job import ConfigFiles, JobConfig, Timeouts
+from ringleader.core import exitcodes
+from ringleader.core.errors import StartupError
+from ringleader.core.records import RankRecord
+from ringleader.core.timeline import Mark
+from ringleader.launch.hostprep import CommandShape
+from ringleader.launch.select import HostFacts
+from ringleader.launch.spawn import SpawnSpec
+from ringleader.launch.strategy import LaunchPlan, NoSetup, SshCheck
+from ringleader.source.usercode import PreparationStopped
+from ringleader.supervise.entrypoint import EntryPoint
+from ringleader.supervise.eventloop import EventQueue
+from ringleader.supervise.parts import RootParts
+from ringleader.supervise.verdict import ResultFiles
+from ringleader.wire import messages
+from ringleader.wire.events import (
+    LauncherExited,
+    LeaderMessage,
+    RankEnded,
+    RankStarted,
+    WorkerBye,
+    WorkerHello,
+)
+from ringleader.wire.protocol import ChannelClosed, OutputHandler
+
+HOSTS = ["algo-1", "algo-2", "algo-3"]
+QUICK = {"ringleader_startup_timeout": "5", "ringleader_finish_timeout": "5"}
+
+
+def record(rank: int, host: str, code: int = 0) -> RankRecord:
+    return RankRecord(
+        rank=rank,
+        host=host,
+        exit_code=code,
+        signal=None,
+        started_at=1.0,
+        ended_at=2.0,
+        terminated=False,
+        stderr_tail=(),
+    )
+
+
+@dataclass
+class FakeAgent:
+    closed: bool = False
+
+    def terminate_all(self, grace: float) -> None:
+        pass
+
+    def reap(self, abort_grace: float) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeServer:
+    """The control server: every worker says hello at once and confirms the verdict."""
+
+    events: EventQueue
+    workers: Sequence[str]
+    hello_errors: dict[str, tuple[int, str]] = field(default_factory=dict)
+    say_hello: bool = True
+    sent: list[messages.Message] = field(default_factory=list)
+    final: tuple[int, str | None] | None = None
+    closed: bool = False
+
+    def __post_init__(self) -> None:
+        for host in self.workers if self.say_hello else ():
+            error = self.hello_errors.get(host)
+            if error is None:
+                self.events.put(WorkerHello(host))
+            else:
+                self.events.put(WorkerHello(host, error[0], error[1]))
+
+    def broadcast(self, message: messages.Message) -> None:
+        self.sent.append(message)
+
+    def finish(self, exit_code: int, failure: str | None) -> None:
+        self.final = (exit_code, failure)
+        for host in self.workers:
+            if host not in self.hello_errors:
+                self.events.put(WorkerBye(host))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeLauncher:
+    def kill(self) -> None:
+        pass
+
+    def output_tail(self) -> tuple[str, ...]:
+        return ()
+
+    def rank_codes(self) -> dict[int, int]:
+        return {}
+
+
+@dataclass
+class FakeChannel:
+    sent: list[messages.Message] = field(default_factory=list)
+    closed: bool = False
+
+    def send(self, message: messages.Message) -> None:
+        self.sent.append(message)
+
+    def receive_frame(self, timeout: float) -> bytes:
+        raise ChannelClosed("the leader exited")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeLink:
+    """A worker's link to the leader: the leader launches, then sends the verdict."""
+
+    channel: FakeChannel
+    events: EventQueue
+    sent: list[messages.Message] = field(default_factory=list)
+
+    def send(self, message: messages.Message) -> None:
+        self.sent.append(message)
+        if isinstance(message, messages.Bye):
+            self.events.put(_leader_gone())
+
+    def close(self) -> str:
+        return "no pulse missed"
+
+
+def _leader_gone() -> Any:
+    from ringleader.wire.events import LeaderLost
+
+    return LeaderLost("the leader closed the connection")
+
+
+@dataclass(frozen=True)
+class FakeStrategy:
+    """Ranks on every host; its setup is nothing (sshd is another test's business)."""
+
+    world_size: int
+    setup: NoSetup = field(default_factory=NoSetup)
+
+    def prepare(self) -> LaunchPlan:
+        return LaunchPlan(("launcher",), {})
+
+    def worker_plan(self, spec: SpawnSpec) -> LaunchPlan:
+        return LaunchPlan(("launcher",), {}, spec)
+
+
+@dataclass(frozen=True)
+class FailingSetup:
+    """sshd that does not come up."""
+
+    check_worker: SshCheck | None = None
+
+    def start(self, timeout: float) -> bool:
+        raise StartupError("sshd exited with code 255 before it was ready")
+
+    def launcher_killed(self) -> None:
+        pass
+
+    def close(self, log: Callable[[str], None]) -> None:
+        pass
+
+
+class Rig:
+    """Configuration files in a temporary directory, and every part of the root faked."""
+
+    def __init__(self, tmp_path: Path, current: str, **hyperparameters: Any) -> None:
+        self.config_dir = tmp_path / "config"
+        self.config_dir.mkdir()
+        self.output_dir = tmp_path / "output"
+        self.write("resourceconfig.json", {"hosts": HOSTS, "current_host": current})
+        self.write(
+            "hyperparameters.json",
+            {"ringleader_command": ["python", "train.py"], **QUICK, **hyperparameters},
+        )
+        self.logs: list[str] = []
+        self.connects: list[str] = []
+        self.channel = FakeChannel()
+        self.servers: list[FakeServer] = []
+        self.hello_errors: dict[str, tuple[int, str]] = {}
+        self.launched: list[LaunchPlan] = []
+        self.leader_answers = True
+        self.setup: NoSetup | FailingSetup = NoSetup()
+        self.parts = RootParts(
+            files=ConfigFiles(self.config_dir),
+            environ={},
+            own_sshd=False,
+            hostname=current,
+            prepare_host=self.prepare_host,
+            prepare_code=lambda config, stop: None,
+            select=self.select,
+            agent=lambda events, on_output: FakeAgent(),
+            control_server=self.control_server,
+            connect=self.connect,
+            leader_link=self.leader_link,
+            start_launcher=self.start_launcher,
+            gpus=lambda: 0,
+            results=ResultFiles(tmp_path / "job.json", self.output_dir),
+            logger=self.logs.append,
+        )
+
+    def write(self, name: str, value: object) -> None:
+        (self.config_dir / name).write_text(json.dumps(value))
+
+    def prepare_host(self, config: JobConfig, shape: CommandShape) -> list[str]:
+        return list(config.command)
+
+    def select(
+        self, config: JobConfig, facts: HostFacts, user_command: Callable[[], Sequence[str]]
+    ) -> FakeStrategy:
+        per_host = 1 if config.distribution == "none" else 2
+        return FakeStrategy(per_host * len(config.topology.participants), self.setup)
+
+    def control_server(
+        self,
+        port: int,
+        events: EventQueue,
+        timeouts: Timeouts,
+        workers: Sequence[str],
+        on_output: OutputHandler,
+    ) -> FakeServer:
+        server = FakeServer(events, workers, self.hello_errors)
+        self.servers.append(server)
+        return server
+
+    def connect(
+        self, leader: str, port: int, deadline: float, stop: threading.Event
+    ) -> FakeChannel | None:
+        self.connects.append(leader)
+        return self.channel if self.leader_answers else None
+
+    def leader_link(
+        self,
+        host: str,
+        leader: str,
+        control: FakeChannel,
+        pulse: FakeChannel,
+        timeouts: Timeouts,
+        events: EventQueue,
+        marks: Sequence[Mark],
+    ) -> FakeLink:
+        self.link = FakeLink(control, events)
+        events.put(LeaderMessage(messages.Exit(0, None)))
+        return self.link
+
+    def start_launcher(self, plan: LaunchPlan, events: EventQueue, setup: object) -> FakeLauncher:
+        """Every rank of the job starts and ends with 0; their hosts report it."""
+        self.launched.append(plan)
+        hosts = HOSTS if plan.spawn is None else [plan.spawn.hosts[0]]
+        ranks = [(rank, host) for rank, host in enumerate(host for host in hosts for _ in "ab")]
+        for rank, host in ranks:
+            events.put(RankStarted(rank, host))
+        for rank, host in ranks:
+            events.put(RankEnded(record(rank, host)))
+        events.put(LauncherExited(0))
+        return FakeLauncher()
+
+    def run(self, parts: RootParts | None = None) -> tuple[int, str | None]:
+        outcome = EntryPoint(parts or self.parts).run()
+        return outcome.exit_code, outcome.failure
+
+    def result_file(self) -> str:
+        failure = self.output_dir / "failure"
+        if failure.exists():
+            return failure.read_text()
+        assert (self.output_dir / "success").exists()
+        return "success"
+
+
+def test_the_leader_launches_once_every_worker_said_hello_and_tells_them_the_verdict(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True)
+    assert rig.run() == (0, None)
+    assert len(rig.launched) == 1
+    assert rig.servers[0].final == (0, None)
+    assert rig.servers[0].closed
+    assert rig.result_file() == "success"
+    summary = json.loads((tmp_path / "job.json").read_text())
+    assert summary["exit_code"] == 0 and len(summary["ranks"]) == 6
+
+
+def test_without_a_distribution_every_host_runs_alone_with_no_control_server(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path, "algo-2")
+    assert rig.run() == (0, None)
+    assert rig.servers == [] and rig.connects == []
+    assert rig.result_file() == "success"
+
+
+def test_a_worker_follows_the_leader_and_writes_its_verdict(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, "algo-3", sagemaker_mpi_enabled=True)
+    assert rig.run() == (0, None)
+    assert rig.connects == ["algo-1", "algo-1"]  # control and pulse
+    assert any(isinstance(message, messages.Bye) for message in rig.link.sent)
+    assert rig.result_file() == "success"
+    assert rig.launched == []  # mpirun on the leader starts this host's ranks
+
+
+def test_a_configuration_error_on_a_worker_is_reported_to_the_leader(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, "algo-2", sagemaker_mpi_enabled=True, ringleader_log_ranks="many")
+    code, failure = rig.run()
+    assert code == exitcodes.CONFIG_ERROR
+    assert failure is not None and failure.startswith("Host algo-2: ")
+    assert "ringleader_log_ranks" in failure
+    (hello,) = rig.channel.sent
+    assert isinstance(hello, messages.Hello) and hello.error is not None
+    assert hello.error.code == exitcodes.CONFIG_ERROR
+    assert rig.channel.closed
+    assert rig.result_file() == failure
+
+
+def test_a_configuration_error_on_the_leader_is_told_to_every_worker(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True, ringleader_log_ranks="many")
+    code, failure = rig.run()
+    assert code == exitcodes.CONFIG_ERROR
+    (server,) = rig.servers
+    assert server.final == (code, failure)
+    assert rig.launched == []
+
+
+def test_a_worker_whose_leader_never_answers_exits_69_naming_the_timeout(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path, "algo-2", sagemaker_mpi_enabled=True)
+    rig.leader_answers = False
+    code, failure = rig.run()
+    assert code == exitcodes.HOST_UNREACHABLE
+    assert failure is not None
+    assert "the leader algo-1 never answered on port 29100 within 5 s" in failure
+    assert "(ringleader_startup_timeout)" in failure
+    assert rig.result_file() == failure
+
+
+def test_a_worker_reporting_an_error_to_the_leader_is_named_by_the_leader(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True)
+    rig.hello_errors["algo-3"] = (exitcodes.CONFIG_ERROR, "Host algo-3: bad setting")
+    code, failure = rig.run()
+    assert code == exitcodes.CONFIG_ERROR
+    assert failure is not None and "Host algo-3: bad setting" in failure
+    assert rig.launched == []
+
+
+def test_sigterm_during_the_code_preparation_of_a_worker_ends_it_with_143(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path, "algo-2", sagemaker_mpi_enabled=True)
+    entry: EntryPoint
+
+    def stopped(config: JobConfig, stop: threading.Event) -> None:
+        entry.on_signal(15, None)
+        assert stop.is_set()
+        raise PreparationStopped("sagemaker_submit_directory", "installing requirements")
+
+    entry = EntryPoint(replace(rig.parts, prepare_code=stopped))
+    outcome = entry.run()
+    assert outcome.exit_code == exitcodes.SIGTERM_EXIT
+    assert outcome.failure is not None and "installing requirements" in outcome.failure
+    (hello,) = rig.channel.sent  # the leader still hears why
+    assert isinstance(hello, messages.Hello) and hello.error is not None
+    assert hello.error.code == exitcodes.SIGTERM_EXIT
+
+
+def test_sigterm_on_the_leader_before_the_workers_are_up_ends_the_job_with_143(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True)
+    entry: EntryPoint
+
+    def control_server(*args: Any) -> FakeServer:
+        server = FakeServer(args[1], args[3], say_hello=False)  # nobody is up yet
+        rig.servers.append(server)
+        entry.on_signal(15, None)
+        return server
+
+    entry = EntryPoint(replace(rig.parts, control_server=control_server))
+    outcome = entry.run()
+    assert outcome.exit_code == exitcodes.SIGTERM_EXIT
+    assert rig.launched == []
+    assert rig.servers[0].final is not None and rig.servers[0].final[0] == 143
+
+
+def test_sshd_failing_on_a_worker_is_reported_with_its_hello(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, "algo-3", sagemaker_mpi_enabled=True)
+    rig.setup = FailingSetup()
+    code, failure = rig.run()
+    assert code == exitcodes.HOST_UNREACHABLE
+    assert failure is not None and "sshd exited with code 255" in failure
+    (hello,) = rig.channel.sent
+    assert isinstance(hello, messages.Hello) and hello.error is not None
+
+
+def test_an_unreadable_host_list_is_still_reported_to_the_leader_it_names(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path, "algo-2")
+    parts = replace(
+        rig.parts,
+        environ={"SM_HOSTS": json.dumps(HOSTS), "SM_CURRENT_HOST": "algo-9"},
+    )
+    code, failure = rig.run(parts)
+    assert code == exitcodes.CONFIG_ERROR
+    assert failure is not None and "algo-9" in failure
+    assert rig.connects == ["algo-1"]
+
+
+def test_a_full_disk_for_the_result_file_never_changes_the_exit_code(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, "algo-2", sagemaker_mpi_enabled=True)
+    rig.output_dir.mkdir()
+    (rig.output_dir / "success").mkdir()  # writing it fails as a full disk would
+    (rig.output_dir / "success" / "x").write_text("")
+    assert rig.run() == (0, None)
+    assert any("could not write the result file" in line for line in rig.logs)
