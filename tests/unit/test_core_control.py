@@ -30,6 +30,7 @@ from ringleader.wire.events import (
 )
 from ringleader.wire.leader_link import LeaderLink
 from ringleader.wire.liveness import Pulse
+from ringleader.wire.messages import Bye, Launched, RankEnd, RankStart, Sigterm, Terminate
 from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
 from ringleader.wire.pulse_process import PulseHub
 
@@ -146,10 +147,10 @@ def test_hello_with_an_error(leader):
 def test_rank_events_are_relayed(leader):
     channel = leader.join("algo-2")
     record = record_of(3, "algo-2")
-    channel.send({"type": "rank-start", "rank": 3, "host": "algo-2"})
-    channel.send({"type": "rank-end", "record": record.to_json()})
-    channel.send({"type": "sigterm"})
-    channel.send({"type": "bye"})
+    channel.send(RankStart(3, "algo-2"))
+    channel.send(RankEnd(record))
+    channel.send(Sigterm("algo-2"))
+    channel.send(Bye("algo-2"))
     assert next_event(leader.events) == RankStarted(3, "algo-2")
     assert next_event(leader.events) == RankEnded(record)
     assert next_event(leader.events) == SigtermReceived("algo-2")
@@ -171,7 +172,7 @@ def test_output_frames_are_handed_on_still_encoded_and_in_order(leader):
     ]
     for frame in frames:
         channel.send_frame(frame)
-    channel.send({"type": "bye"})
+    channel.send(Bye("algo-2"))
     # The frames and the bye are handled in order on the connection's thread.
     assert next_event(leader.events) == WorkerBye("algo-2")
     assert leader.outputs == frames
@@ -179,8 +180,8 @@ def test_output_frames_are_handed_on_still_encoded_and_in_order(leader):
 
 def test_unknown_message_type_is_logged_and_ignored(leader):
     channel = leader.join("algo-2")
-    channel.send({"type": "from-the-future", "x": 1})
-    channel.send({"type": "bye"})
+    channel.send_frame(b'{"type":"from-the-future","x":1}')
+    channel.send(Bye("algo-2"))
     assert next_event(leader.events) == WorkerBye("algo-2")
     assert "from-the-future" in leader.next_log()
 
@@ -196,7 +197,7 @@ def test_finish_reaches_connected_and_later_workers(leader):
 
 def test_broadcast(leader):
     channels = [leader.join(host) for host in WORKERS]
-    leader.server.broadcast({"type": "terminate", "grace": 5.0})
+    leader.server.broadcast(Terminate(5.0))
     for channel in channels:
         assert channel.receive(timeout=5.0) == {"type": "terminate", "grace": 5.0}
 
@@ -257,8 +258,8 @@ def test_garbled_frame_is_worker_lost_by_protocol_error(frame):
 @pytest.mark.parametrize(
     "message",
     [
-        {"type": "rank-start", "rank": 4, "host": "algo-3"},
-        {"type": "rank-end", "record": record_of(4, "algo-3").to_json()},
+        RankStart(4, "algo-3"),
+        RankEnd(record_of(4, "algo-3")),
     ],
 )
 def test_rank_event_for_another_host_is_a_protocol_error(leader, message):
@@ -275,7 +276,7 @@ def test_rank_event_for_another_host_is_a_protocol_error(leader, message):
 
 def test_non_hello_first_message_is_refused(leader):
     channel = leader.connect()
-    channel.send({"type": "bye"})
+    channel.send(Bye("algo-2"))
     assert_closed_by_the_leader(channel)
     log = leader.next_log()
     assert "refused" in log
@@ -323,9 +324,9 @@ def test_a_second_hello_from_the_same_host_replaces_the_first(leader):
     assert lost.protocol_error is False
     assert "algo-2 connected again" in leader.next_log()
     assert_closed_by_the_leader(old)
-    leader.server.broadcast({"type": "launched"})
+    leader.server.broadcast(Launched())
     assert new.receive(timeout=5.0) == {"type": "launched"}
-    new.send({"type": "bye"})
+    new.send(Bye("algo-2"))
     assert next_event(leader.events) == WorkerBye("algo-2")
 
 
@@ -426,9 +427,9 @@ def test_leader_link_says_hello_and_receives_messages():
     worker = Worker(leader, "algo-2", liveness=roomy)
     try:
         assert next_event(leader.events) == WorkerHello("algo-2")
-        leader.server.broadcast({"type": "launched"})
-        assert next_event(worker.events) == LeaderMessage({"type": "launched"})
-        worker.link.send({"type": "bye"})
+        leader.server.broadcast(Launched())
+        assert next_event(worker.events) == LeaderMessage(Launched())
+        worker.link.send(Bye("algo-2"))
         assert next_event(leader.events) == WorkerBye("algo-2")
         # Both ends keep pulsing: neither is lost.
         assert_no_event(leader.events, within=1.5 * roomy.timeout)
@@ -443,7 +444,7 @@ def test_leader_link_close_reports_nothing(fast_leader):
     assert next_event(fast_leader.events) == WorkerHello("algo-2")
     worker.link.close()
     assert_no_event(worker.events, within=3 * FAST.timeout)
-    worker.link.send({"type": "bye"})  # sending on a closed link does not raise
+    worker.link.send(Bye("algo-2"))  # sending on a closed link does not raise
 
 
 def test_leader_closing_is_leader_lost(fast_leader):

@@ -5,6 +5,7 @@ import socket
 import pytest
 
 from ringleader.wire import protocol
+from ringleader.wire.frames import control_frame
 from ringleader.wire.protocol import (
     OUTPUT_FRAME,
     Channel,
@@ -15,6 +16,11 @@ from ringleader.wire.protocol import (
     is_output,
     output_frame,
 )
+
+
+def send(channel, message):
+    """A control frame for any JSON object: what a peer of this or another version may send."""
+    channel.send_frame(control_frame(message))
 
 
 @pytest.fixture
@@ -28,8 +34,8 @@ def pair():
 
 def test_round_trip(pair):
     a, b, _, _ = pair
-    a.send({"type": "hello", "host": "algo-2", "n": [1, 2], "text": "é\nline"})
-    a.send({"type": "bye"})
+    send(a, {"type": "hello", "host": "algo-2", "n": [1, 2], "text": "é\nline"})
+    send(a, {"type": "bye"})
     assert b.receive(timeout=1.0) == {
         "type": "hello",
         "host": "algo-2",
@@ -37,7 +43,7 @@ def test_round_trip(pair):
         "text": "é\nline",
     }
     assert b.receive(timeout=1.0) == {"type": "bye"}
-    b.send({"type": "exit", "code": 3})
+    send(b, {"type": "exit", "code": 3})
     assert a.receive(timeout=1.0) == {"type": "exit", "code": 3}
 
 
@@ -45,7 +51,7 @@ def test_timeout_then_still_usable(pair):
     a, b, _, _ = pair
     with pytest.raises(TimeoutError):
         b.receive(timeout=0.05)
-    a.send({"type": "pulse"})
+    send(a, {"type": "pulse"})
     assert b.receive(timeout=1.0) == {"type": "pulse"}
 
 
@@ -61,7 +67,7 @@ def test_partial_message_survives_a_timeout(pair):
 
 def test_eof_is_channel_closed(pair):
     a, b, _, _ = pair
-    a.send({"type": "last"})
+    send(a, {"type": "last"})
     a.close()
     assert b.receive(timeout=1.0) == {"type": "last"}
     with pytest.raises(ChannelClosed):
@@ -81,7 +87,7 @@ def test_send_on_a_closed_channel_is_channel_closed(pair):
     a, _, _, _ = pair
     a.close()
     with pytest.raises(ChannelClosed):
-        a.send({"type": "pulse"})
+        send(a, {"type": "pulse"})
 
 
 def test_send_after_peer_closed_is_channel_closed(pair):
@@ -89,7 +95,7 @@ def test_send_after_peer_closed_is_channel_closed(pair):
     b.close()
     with pytest.raises(ChannelClosed):
         for _ in range(100):  # the first sends may still land in the socket buffer
-            a.send({"type": "pulse", "pad": "x" * 1000})
+            send(a, {"type": "pulse", "pad": "x" * 1000})
 
 
 def test_protocol_error_is_a_channel_closed():
@@ -131,7 +137,7 @@ def test_output_frame_round_trip_without_decoding_on_the_way(pair):
     assert frame.startswith(OUTPUT_FRAME)
     assert b"\n" not in frame  # one frame, one line
     a.send_frame(frame)
-    a.send({"type": "bye"})
+    send(a, {"type": "bye"})
     received = b.receive_frame(timeout=1.0)
     assert received == frame  # relayed as it came
     assert is_output(received)

@@ -26,6 +26,7 @@ from ringleader.core.records import RankRecord
 from ringleader.rank.capture import Pump, RankOutput
 from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
 from ringleader.rank.tree import become_subreaper, end_descendants
+from ringleader.wire.messages import RankEnd, RankStart
 from ringleader.wire.protocol import Channel, ChannelClosed
 
 STDERR_TAIL_LINES = 20
@@ -317,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # mpirun's daemon has killed this wrapper meanwhile.
         if channel is not None:
             with contextlib.suppress(ChannelClosed):
-                channel.send({"type": "rank-start", "rank": rank, "host": host, "pid": pid})
+                channel.send(RankStart(rank, host, pid))
 
     relayed = rank in RankSelection.parse("--relay-ranks", args.relay_ranks)
     output = RankOutput(host, rank, Path(args.log_dir) / host / f"rank-{rank}.log", relayed)
@@ -325,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = supervisor.run(output, announce)
     if channel is not None:
         with contextlib.suppress(ChannelClosed):
-            channel.send({"type": "rank-end", "record": record.to_json()})
+            channel.send(RankEnd(record))
             acked.wait(_REPORT_TIMEOUT)
     return record.exit_code
 

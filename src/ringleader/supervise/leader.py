@@ -31,7 +31,7 @@ from ringleader.wire.events import (
     WorkerHello,
     WorkerLost,
 )
-from ringleader.wire.protocol import Message
+from ringleader.wire.messages import Launched, Message, Terminate
 
 if TYPE_CHECKING:
     import concurrent.futures
@@ -222,7 +222,6 @@ class Leader:
         the leader stops everyone when one of them fails, as mpirun would."""
         timeouts = self._timeouts
         spawn = plan.spawn
-        launched: Message = {"type": "launched"}
         if spawn is None or self._host not in spawn.launching_hosts:
             self._log("launching: " + shlex.join(plan.argv))
         else:
@@ -230,12 +229,10 @@ class Leader:
                 f"spawning {spawn.processes_per_host} rank(s) on each of {len(spawn.hosts)} "
                 f"host(s): {shlex.join(plan.argv[plan.argv.index('--') + 1 :])}"
             )
-        if spawn is not None:
-            launched["spawn"] = spawn.to_json()
         if spawn is not None and spawn.plain_hosts:
             self._log(f"outside the distribution, running the program once: {spawn.plain_hosts}")
         if self._parts.link is not None:
-            self._parts.link.broadcast(launched)
+            self._parts.link.broadcast(Launched(spawn))
         launcher = self._parts.start_launcher(plan.argv, plan.env)
         self.timeline.mark(self._host, phases.LAUNCHED, self._clock.time())
         # The job ends when this host's launcher and every other host's own launcher (spawned
@@ -426,7 +423,7 @@ class Leader:
         if self._parts.local is not None:
             self._parts.local.terminate_all(grace)
         if self._parts.link is not None:
-            self._parts.link.broadcast({"type": "terminate", "grace": grace})
+            self._parts.link.broadcast(Terminate(grace))
 
     def tell_workers(self, outcome: Outcome) -> None:
         """Send the exit code to every worker and wait (bounded) until each confirmed."""

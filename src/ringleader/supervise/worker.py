@@ -33,7 +33,16 @@ from ringleader.wire.events import (
     RankStarted,
     SigtermReceived,
 )
-from ringleader.wire.protocol import Message
+from ringleader.wire.messages import (
+    Exit,
+    Launched,
+    Message,
+    RankEnd,
+    RanksExit,
+    RankStart,
+    Sigterm,
+    Terminate,
+)
 
 
 class LeaderLink(Protocol):
@@ -111,16 +120,16 @@ class Worker:
             if isinstance(event, RankStarted):
                 ranks_started = True
                 rank_deadline = None
-                link.send({"type": "rank-start", "rank": event.rank, "host": event.host})
+                link.send(RankStart(event.rank, event.host))
             elif isinstance(event, RankEnded):
-                link.send({"type": "rank-end", "record": event.record.to_json()})
+                link.send(RankEnd(event.record))
             elif isinstance(event, LauncherExited):
-                link.send({"type": "ranks-exited", "host": self._host, "code": event.exit_code})
+                link.send(RanksExit(self._host, event.exit_code))
                 self._kill_deadline = None
             elif isinstance(event, SigtermReceived):
                 self._parts.log("SIGTERM received: stopping local ranks and telling the leader")
                 self._stop_ranks(timeouts.sigterm_grace)
-                link.send({"type": "sigterm", "host": self._host})
+                link.send(Sigterm(self._host))
                 if sigterm_deadline is None:
                     sigterm_deadline = (
                         self._clock.monotonic() + timeouts.sigterm_grace + timeouts.finish
@@ -153,32 +162,27 @@ class Worker:
                     link.send(bye_message(self._host, marks))
                     self._wait_for_leader_to_leave(timeouts.finish + timeouts.leader_loss)
                     return outcome
-                if event.message.get("type") == "launched":
+                if isinstance(event.message, Launched):
                     self._launch(event.message)
                     if not ranks_started:
                         rank_deadline = self._clock.monotonic() + timeouts.startup
 
     def _obey(self, message: Message) -> Outcome | None:
         """Act on a leader's message; the verdict when it is the job's exit code."""
-        kind = message.get("type")
-        if kind == "terminate":
-            grace = message.get("grace")
-            if isinstance(grace, bool) or not isinstance(grace, int | float):
-                grace = self._timeouts.sigterm_grace
-            self._stop_ranks(float(grace))
-        elif kind == "exit":
+        if isinstance(message, Terminate):
+            self._stop_ranks(message.grace)
+        elif isinstance(message, Exit):
             self._local.reap(self._timeouts.abort_grace)
-            self._told = Outcome(int(message["code"]), message.get("failure"))
+            self._told = Outcome(message.code, message.failure)
             return self._told
         return None
 
-    def _launch(self, message: Message) -> None:
+    def _launch(self, message: Launched) -> None:
         """Spawned ranks: start this host's share of them from the leader's spec."""
-        spec = message.get("spawn")
+        spawn = message.spawn
         plan, start = self._parts.spawn_plan, self._parts.start_launcher
-        if spec is None or plan is None or start is None or self._launcher is not None:
+        if spawn is None or plan is None or start is None or self._launcher is not None:
             return
-        spawn = SpawnSpec.from_json(spec)
         if self._host not in spawn.launching_hosts:
             return  # mpirun starts this host's ranks
         launch = plan(spawn)

@@ -14,14 +14,14 @@ import threading
 import time
 from pathlib import Path
 
-from ringleader.core.records import RankRecord
+from ringleader.wire import messages
 from ringleader.wire.events import Event, RankEnded, RankStarted
+from ringleader.wire.messages import Ack, RankEnd, RankStart, Terminate, UnknownMessage
 from ringleader.wire.protocol import (
     Channel,
     ChannelClosed,
     OutputHandler,
     close_listener,
-    decode,
     is_output,
     serve_connections,
 )
@@ -35,8 +35,7 @@ class HostAgent:
         self._lock = threading.Lock()
         self._wrappers: list[Channel] = []
         self._terminating_since: float | None = None
-        self._terminate_message: dict[str, object] = {"type": "terminate"}
-        self._grace = 0.0  # what the ranks were given when told to stop
+        self._stop: Terminate | None = None  # what the ranks were told, once they were
         self._user_pids: set[int] = set()
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
@@ -53,11 +52,10 @@ class HostAgent:
         """Ask every rank wrapper on this host, now and later, to stop its rank: SIGTERM, then
         SIGKILL `grace` seconds later (the first request wins)."""
         with self._lock:
-            if self._terminating_since is None:
+            if self._stop is None:
                 self._terminating_since = time.monotonic()
-                self._grace = grace
-                self._terminate_message = {"type": "terminate", "grace": grace}
-            message = self._terminate_message
+                self._stop = Terminate(grace)
+            message = self._stop
             wrappers = list(self._wrappers)
         for channel in wrappers:
             with contextlib.suppress(ChannelClosed):
@@ -71,8 +69,7 @@ class HostAgent:
         after a failure elsewhere, bystanders get `abort_grace`.
         """
         with self._lock:
-            since = self._terminating_since
-            stop_grace = self._grace
+            since, stop = self._terminating_since, self._stop
             pids = [pid for pid in self._user_pids if _exists(pid)]
         if not pids:  # the usual end: every rank's process is gone, and no psutil to import
             return
@@ -82,10 +79,10 @@ class HostAgent:
         for pid in pids:
             with contextlib.suppress(psutil.Error):
                 processes.append(psutil.Process(pid))
-        if since is None:
+        if since is None or stop is None:
             since, grace = time.monotonic(), abort_grace
         else:
-            grace = stop_grace
+            grace = stop.grace
         timeout = max(since + grace - time.monotonic(), 0.0)
         _, alive = psutil.wait_procs(processes, timeout=timeout)
         for process in alive:
@@ -104,22 +101,24 @@ class HostAgent:
                 if is_output(frame):
                     self._on_output(frame)  # passed on still encoded: relayed or printed
                     continue
-                message = decode(frame)
-                kind = message.get("type")
-                if kind == "rank-start":
+                try:
+                    message = messages.decode(frame)
+                except UnknownMessage:
+                    continue
+                if isinstance(message, RankStart):
                     with self._lock:
                         self._wrappers.append(channel)
-                        self._user_pids.add(int(message["pid"]))
-                        terminating = self._terminating_since is not None
-                        stop = self._terminate_message
-                    self._events.put(RankStarted(int(message["rank"]), str(message["host"])))
-                    if terminating:
+                        if message.pid is not None:
+                            self._user_pids.add(message.pid)
+                        stop = self._stop
+                    self._events.put(RankStarted(message.rank, message.host))
+                    if stop is not None:
                         channel.send(stop)
-                elif kind == "rank-end":
-                    self._events.put(RankEnded(RankRecord.from_json(message["record"])))
-                    channel.send({"type": "ack"})
-        except (ChannelClosed, KeyError, ValueError, TypeError):
-            pass  # a wrapper that breaks the protocol only loses its own link
+                elif isinstance(message, RankEnd):
+                    self._events.put(RankEnded(message.record))
+                    channel.send(Ack())
+        except ChannelClosed:
+            pass  # a wrapper that breaks the protocol (ProtocolError) only loses its own link
         finally:
             with self._lock:
                 if channel in self._wrappers:

@@ -19,10 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Mark
+from ringleader.wire import messages
 from ringleader.wire.events import (
     Event,
     RankEnded,
@@ -33,15 +32,25 @@ from ringleader.wire.events import (
     WorkerHello,
     WorkerLost,
 )
-from ringleader.wire.liveness import PULSE_HELLO
+from ringleader.wire.messages import (
+    Bye,
+    ErrorReport,
+    Exit,
+    Hello,
+    Message,
+    PulseHello,
+    RankEnd,
+    RanksExit,
+    RankStart,
+    Sigterm,
+    UnknownMessage,
+)
 from ringleader.wire.protocol import (
     Channel,
     ChannelClosed,
-    Message,
     OutputHandler,
     ProtocolError,
     close_listener,
-    decode,
     is_output,
     serve_connections,
 )
@@ -94,7 +103,7 @@ class ControlServer:
         self._workers: dict[str, Channel] = {}
         self._replaced: set[int] = set()  # id() of control channels a reconnect replaced
         self._pulses = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
-        self._final: Message | None = None
+        self._final: Exit | None = None
         self._server = socket.create_server(("", port), backlog=256)
         threading.Thread(
             target=serve_connections, args=(self._server, self._serve), daemon=True
@@ -109,7 +118,7 @@ class ControlServer:
 
     def finish(self, exit_code: int, failure: str | None) -> None:
         """Send the job's result to every worker, including ones that connect from now on."""
-        message: Message = {"type": "exit", "code": exit_code, "failure": failure}
+        message = Exit(exit_code, failure)
         with self._lock:
             self._final = message
         self.broadcast(message)
@@ -128,40 +137,47 @@ class ControlServer:
 
     def _serve(self, channel: Channel) -> None:
         address = channel.peer_address or "?"
-        try:
-            hello = channel.receive(timeout=HELLO_TIMEOUT)
-        except (ChannelClosed, TimeoutError) as error:
-            self._log(f"refused a connection from {address}: no hello ({error or 'timeout'})")
-            channel.close()
-            return
-        host, problem = self._identify(hello, address)
+        hello, problem = self._receive_hello(channel)
+        host = None
+        if hello is not None:
+            host, problem = self._identify(hello, address)
         if host is None:
             self._log(f"refused a connection from {address}: {problem}")
             channel.close()
-            return
-        if hello["type"] == PULSE_HELLO:
+        elif isinstance(hello, PulseHello):
             self._watch(host, channel)
-        else:
+        elif isinstance(hello, Hello):
             self._serve_worker(host, hello, channel)
 
-    def _identify(self, hello: Message, address: str) -> tuple[str | None, str]:
+    @staticmethod
+    def _receive_hello(channel: Channel) -> tuple[Hello | PulseHello | None, str]:
+        """A connection's first message, or None and why it is not a hello."""
+        try:
+            message = channel.receive_message(timeout=HELLO_TIMEOUT)
+        except UnknownMessage as error:
+            return None, f"expected a hello, got {error.kind[:50]!r}"
+        except (ChannelClosed, TimeoutError) as error:
+            return None, f"no hello ({error or 'timeout'})"
+        if isinstance(message, Hello | PulseHello):
+            return message, ""
+        return None, f"expected a hello, got {message.kind!r}"
+
+    def _identify(self, hello: Hello | PulseHello, address: str) -> tuple[str | None, str]:
         """The worker a hello comes from, or None and why it is refused."""
-        kind, host = hello.get("type"), hello.get("host")
-        if kind not in ("hello", PULSE_HELLO):
-            return None, f"expected a hello, got {str(kind)[:50]!r}"
-        if isinstance(host, str) and host in self._workers_allowed:
+        host = hello.host
+        if host in self._workers_allowed:
             known = self._addresses_of(host)
             if address in known:
                 return host, ""
             shown = ", ".join(sorted(known)) or "nothing"
             return None, f"it claims to be {host}, but {host} resolves to {shown}"
-        if kind == "hello" and isinstance(hello.get("error"), dict):
+        if isinstance(hello, Hello) and hello.error is not None:
             # A worker whose own name is misconfigured still reports its error: it is known
             # by its address.
             for worker in sorted(self._workers_allowed):
                 if address in self._addresses_of(worker):
                     return worker, ""
-        return None, f"{str(host)[:100]!r} is not one of the job's worker hosts"
+        return None, f"{host[:100]!r} is not one of the job's worker hosts"
 
     def _watch(self, host: str, channel: Channel) -> None:
         def lost(reason: str, last_heard: float) -> None:
@@ -169,7 +185,7 @@ class ControlServer:
 
         self._pulses.watch(host, channel, lost)
 
-    def _serve_worker(self, host: str, hello: Message, channel: Channel) -> None:
+    def _serve_worker(self, host: str, hello: Hello, channel: Channel) -> None:
         with self._lock:
             previous = self._workers.get(host)
             if previous is not None:
@@ -179,30 +195,21 @@ class ControlServer:
         if previous is not None:
             self._log(f"{host} connected again: its entry point restarted; dropping the old link")
             previous.close()
-        error = hello.get("error")
+        error = hello.error
         try:
-            if isinstance(error, dict):
-                self._events.put(WorkerHello(host, int(error["code"]), str(error["message"])))
+            if error is not None:
+                self._events.put(WorkerHello(host, error.code, error.message))
             else:
-                self._events.put(WorkerHello(host, marks=_marks(hello.get("timeline"))))
+                self._events.put(WorkerHello(host, marks=hello.timeline))
             if final is not None:
                 channel.send(final)
             while True:
-                frame = channel.receive_frame(timeout=None)
-                if is_output(frame):
-                    self._on_output(frame)
-                else:
-                    self._dispatch(host, decode(frame))
-        except (ProtocolError, KeyError, ValueError, TypeError) as error:
-            # A frame that decodes but lacks a field or has one of the wrong type is as
-            # garbled as one that does not decode.
-            problem = (
-                str(error)
-                if isinstance(error, ProtocolError)
-                else f"malformed message ({type(error).__name__}: {error})"
-            )
-            self._log(f"protocol error from {host}: {problem}")
-            self._events.put(WorkerLost(host, f"protocol error: {problem}", time.time(), True))
+                self._dispatch(host, channel.receive_frame(timeout=None))
+        except ProtocolError as error:
+            # A frame with a field missing or of the wrong type is as garbled as one that
+            # does not decode.
+            self._log(f"protocol error from {host}: {error}")
+            self._events.put(WorkerLost(host, f"protocol error: {error}", time.time(), True))
         except ChannelClosed as error:
             with self._lock:
                 replaced = id(channel) in self._replaced
@@ -218,28 +225,39 @@ class ControlServer:
                     del self._workers[host]
             channel.close()
 
-    def _dispatch(self, host: str, message: Message) -> None:
-        kind = message["type"]
-        if kind == "rank-start":
-            self._events.put(RankStarted(int(message["rank"]), self._own(host, message["host"])))
-        elif kind == "rank-end":
-            record = RankRecord.from_json(message["record"])
-            self._own(host, record.host)
-            self._events.put(RankEnded(record))
-        elif kind == "sigterm":
+    def _dispatch(self, host: str, frame: bytes) -> None:
+        if is_output(frame):
+            try:
+                self._on_output(frame)
+            except (KeyError, TypeError, ValueError) as error:  # the batch lacks a field
+                raise ProtocolError(
+                    f"malformed output frame ({type(error).__name__}: {error})"
+                ) from error
+            return
+        try:
+            message = messages.decode(frame)
+        except UnknownMessage as unknown:
+            self._log(f"ignored a message of unknown type {unknown.kind[:50]!r} from {host}")
+            return
+        if isinstance(message, RankStart):
+            self._events.put(RankStarted(message.rank, self._own(host, message.host)))
+        elif isinstance(message, RankEnd):
+            self._own(host, message.record.host)
+            self._events.put(RankEnded(message.record))
+        elif isinstance(message, Sigterm):
             self._events.put(SigtermReceived(host))
-        elif kind == "ranks-exited":
-            self._events.put(RanksExited(host, int(message["code"])))
-        elif kind == "bye":
-            self._events.put(WorkerBye(host, _marks(message.get("timeline"))))
+        elif isinstance(message, RanksExit):
+            self._events.put(RanksExited(host, message.code))
+        elif isinstance(message, Bye):
+            self._events.put(WorkerBye(host, message.timeline))
         else:
-            self._log(f"ignored a message of unknown type {kind[:50]!r} from {host}")
+            self._log(f"ignored a {message.kind!r} message from {host}: not one a worker sends")
 
     @staticmethod
-    def _own(host: str, claimed: object) -> str:
+    def _own(host: str, claimed: str) -> str:
         """A worker speaks only for the ranks of its own host."""
         if claimed != host:
-            raise ProtocolError(f"{host} sent a rank event for host {str(claimed)[:100]!r}")
+            raise ProtocolError(f"{host} sent a rank event for host {claimed[:100]!r}")
         return host
 
 
@@ -269,29 +287,15 @@ def connect_to_leader(
 
 def hello_message(
     host: str, error: tuple[int, str] | None = None, marks: Sequence[Mark] = ()
-) -> dict[str, Any]:
-    """A worker's first message; `marks`: its timeline so far."""
-    message: dict[str, Any] = {"type": "hello", "host": host}
-    if marks:
-        message["timeline"] = [mark.to_json() for mark in marks]
-    if error is not None:
-        message["error"] = {"code": error[0], "message": error[1]}
-    return message
+) -> Hello:
+    """A worker's first message; `error`: (exit code, message); `marks`: its timeline so far."""
+    return Hello(host, None if error is None else ErrorReport(*error), tuple(marks))
 
 
-def bye_message(host: str, marks: Sequence[Mark]) -> dict[str, Any]:
+def bye_message(host: str, marks: Sequence[Mark]) -> Bye:
     """A worker's last message: it has the verdict; `marks`: its timeline since the hello."""
-    return {"type": "bye", "host": host, "timeline": [mark.to_json() for mark in marks]}
+    return Bye(host, tuple(marks))
 
 
-def pulse_hello(host: str) -> dict[str, Any]:
-    return {"type": PULSE_HELLO, "host": host}
-
-
-def _marks(value: Any) -> tuple[Mark, ...]:
-    """A hello's timeline; what cannot be read is left out (it is only for the timeline)."""
-    marks = []
-    for item in value if isinstance(value, list) else ():
-        with contextlib.suppress(KeyError, TypeError, ValueError):
-            marks.append(Mark.from_json(item))
-    return tuple(marks)
+def pulse_hello(host: str) -> PulseHello:
+    return PulseHello(host)

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Mark
-from ringleader.wire.protocol import Message
+from ringleader.wire.messages import Message
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class WorkerBye:
 
 @dataclass(frozen=True)
 class LeaderMessage:
-    message: Message
+    message: Message  # what the leader sent a worker (Launched, Terminate, Exit)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from ringleader.core.timeline import Mark
 from ringleader.wire.control import LEADER_TIMEOUT_SETTING, Liveness, hello_message, pulse_hello
 from ringleader.wire.events import Event, LeaderLost, LeaderMessage
-from ringleader.wire.protocol import Channel, ChannelClosed, Message, ProtocolError
+from ringleader.wire.messages import Message, UnknownMessage
+from ringleader.wire.protocol import Channel, ChannelClosed, ProtocolError
 from ringleader.wire.pulse_process import PulseHub
 
 
@@ -54,7 +55,9 @@ class LeaderLink:
     def _read(self) -> None:
         while True:
             try:
-                message = self.channel.receive(timeout=None)
+                message = self.channel.receive_message(timeout=None)
+            except UnknownMessage:
+                continue  # a type this version does not know: nothing to act on
             except ProtocolError as error:
                 self._report_lost(f"protocol error on the control connection: {error}")
                 return

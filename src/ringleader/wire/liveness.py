@@ -19,10 +19,11 @@ import threading
 import time
 from collections.abc import Callable
 
+from ringleader.wire import messages
 from ringleader.wire.protocol import Channel, ChannelClosed, ProtocolError
 
-PULSE_FRAME = b'{"type":"pulse"}'
-PULSE_HELLO = "pulse-hello"  # first message on a worker's pulse connection, with "host"
+# Sent as it is, and not decoded where it arrives: any frame on a pulse connection is a pulse.
+PULSE_FRAME = messages.encode(messages.Pulse())
 # A peer whose kernel still acknowledges our pulses is starved, not gone: it gets this many
 # timeouts of silence before it counts as lost.
 FROZEN_FACTOR = 3.0

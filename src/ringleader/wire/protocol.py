@@ -1,22 +1,42 @@
 """Framed messages over a stream socket (TCP between hosts, Unix on a host).
 
-Every frame is one line. Its first byte says what it is, so routing never depends on how a
-message happens to be encoded: `{` starts a JSON control message (an object with a "type"
-field), `O` starts a batch of rank output lines (JSON after the byte), relayed and printed from
-its encoded form without being decoded on the way.
+What a frame is lives in ringleader.wire.frames, what a control message holds in
+ringleader.wire.messages; a Channel moves frames, sends messages and receives either.
 """
 
 import contextlib
-import json
 import socket
 import struct
 import threading
 from collections.abc import Callable
-from typing import Any
 
-Message = dict[str, Any]
-OUTPUT_FRAME = b"O"  # first byte of an output frame: O{"rank", "host", "stream", "lines"}
-_CONTROL_FRAME = b"{"
+from ringleader.wire import messages
+from ringleader.wire.frames import (
+    OUTPUT_FRAME,
+    ChannelClosed,
+    JsonObject,
+    ProtocolError,
+    decode,
+    decode_output,
+    is_output,
+    output_frame,
+)
+
+__all__ = [  # what a frame is, for the modules that used to find it here
+    "OUTPUT_FRAME",
+    "Channel",
+    "ChannelClosed",
+    "JsonObject",
+    "OutputHandler",
+    "ProtocolError",
+    "close_listener",
+    "decode",
+    "decode_output",
+    "is_output",
+    "output_frame",
+    "serve_connections",
+]
+
 MAX_FRAME_BYTES = 4 << 20  # a frame longer than this is not ours
 _RECEIVE_BYTES = 1 << 18
 # struct tcp_info (linux/tcp.h): 8 bytes of u8 fields, then u32 rto, ato, snd_mss, rcv_mss,
@@ -27,46 +47,6 @@ _TCP_INFO_BYTES = 104
 
 # Takes one output frame (with its kind byte): relayed or printed.
 OutputHandler = Callable[[bytes], None]
-
-
-class ChannelClosed(Exception):
-    """The peer closed the connection or it broke."""
-
-
-class ProtocolError(ChannelClosed):
-    """The peer sent something that is not a frame of this protocol."""
-
-
-def is_output(frame: bytes) -> bool:
-    return frame.startswith(OUTPUT_FRAME)
-
-
-def output_frame(batch: Message) -> bytes:
-    return OUTPUT_FRAME + json.dumps(batch, separators=(",", ":")).encode()
-
-
-def decode_output(frame: bytes) -> Message:
-    return _decode_object(frame[len(OUTPUT_FRAME) :])
-
-
-def decode(frame: bytes) -> Message:
-    """A control message: a JSON object with a string "type"."""
-    if not frame.startswith(_CONTROL_FRAME):
-        raise ProtocolError(f"unknown frame kind: {frame[:100]!r}")
-    message = _decode_object(frame)
-    if not isinstance(message.get("type"), str):
-        raise ProtocolError(f"message without a type: {frame[:100]!r}")
-    return message
-
-
-def _decode_object(data: bytes) -> Message:
-    try:
-        message = json.loads(data)
-    except ValueError as error:
-        raise ProtocolError(f"garbled message: {data[:100]!r}") from error
-    if not isinstance(message, dict):
-        raise ProtocolError(f"garbled message: {data[:100]!r}")
-    return message
 
 
 class Channel:
@@ -85,8 +65,8 @@ class Channel:
             return None
         return str(address[0]) if isinstance(address, tuple) else None
 
-    def send(self, message: Message) -> None:
-        self.send_frame(json.dumps(message, separators=(",", ":")).encode())
+    def send(self, message: messages.Message) -> None:
+        self.send_frame(messages.encode(message))
 
     def send_frame(self, frame: bytes) -> None:
         """Send one already-encoded frame (relayed as it came, without re-encoding)."""
@@ -96,8 +76,14 @@ class Channel:
             except OSError as error:
                 raise ChannelClosed(str(error)) from error
 
-    def receive(self, timeout: float | None) -> Message:
-        """The next control message; TimeoutError when no frame came in `timeout` seconds."""
+    def receive_message(self, timeout: float | None) -> messages.Message:
+        """The next control message; TimeoutError when no frame came in `timeout` seconds,
+        ProtocolError when it is not a message (UnknownMessage: one of an unknown type)."""
+        return messages.decode(self.receive_frame(timeout))
+
+    def receive(self, timeout: float | None) -> JsonObject:
+        """The next control frame's JSON object, its fields unchecked (receive_message reads
+        them); TimeoutError when no frame came in `timeout` seconds."""
         return decode(self.receive_frame(timeout))
 
     def receive_frame(self, timeout: float | None) -> bytes:

@@ -1,0 +1,321 @@
+"""The control messages, one frozen dataclass per kind, and their one codec.
+
+`encode` turns a message into its control frame and `decode` a control frame into its message;
+nothing else reads or writes a message's fields. A field that is missing or of the wrong type
+is a ProtocolError, and so is a kind this version does not know (UnknownMessage, which a reader
+that tolerates newer peers may skip).
+
+Who sends what:
+- a worker to the leader, on its control connection: Hello, then RankStart, RankEnd (relayed
+  from its host agent), RanksExit (its own launcher exited), Sigterm, and Bye once it has the
+  job's exit code; on its pulse connection: PulseHello, then only Pulse (both ways).
+- the leader to its workers: Launched, Terminate, Exit.
+- a rank wrapper to its host agent: RankStart (with the user process's PID), RankEnd; the
+  agent answers Terminate (stop your rank) and Ack (the record arrived).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar, assert_never
+
+from ringleader.core.records import RankRecord
+from ringleader.core.timeline import Mark
+from ringleader.wire import frames
+from ringleader.wire.frames import JsonObject, ProtocolError
+
+if TYPE_CHECKING:
+    # Imported where a spec is read: every rank wrapper imports this module, and the spec's
+    # module brings the job's configuration with it (some 15 ms of each rank's start).
+    from ringleader.launch.spawn import SpawnSpec
+
+_T = TypeVar("_T")
+
+
+class UnknownMessage(ProtocolError):
+    """A well-formed control frame of a type this version does not know."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"unknown message type {kind[:50]!r}")
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    """A worker's error before the job could start (a configuration error, ...)."""
+
+    code: int  # the exit code it calls for
+    message: str
+
+
+@dataclass(frozen=True)
+class Hello:
+    """A worker's first message on its control connection: it is ready, or it has an error."""
+
+    kind: ClassVar[str] = "hello"
+    host: str
+    error: ErrorReport | None = None
+    timeline: tuple[Mark, ...] = ()  # the worker's timeline until it said hello
+
+
+@dataclass(frozen=True)
+class Bye:
+    """A worker's last message: it has the job's exit code."""
+
+    kind: ClassVar[str] = "bye"
+    host: str
+    timeline: tuple[Mark, ...] = ()  # the worker's timeline since its hello (verdict, exited)
+
+
+@dataclass(frozen=True)
+class PulseHello:
+    """The first message on a worker's pulse connection."""
+
+    kind: ClassVar[str] = "pulse-hello"
+    host: str
+
+
+@dataclass(frozen=True)
+class Pulse:
+    """I am alive (the only message on a pulse connection after its hello)."""
+
+    kind: ClassVar[str] = "pulse"
+
+
+@dataclass(frozen=True)
+class Launched:
+    """The leader started the job's launcher; with spawned ranks, the spec every host needs."""
+
+    kind: ClassVar[str] = "launched"
+    spawn: "SpawnSpec | None" = None
+
+
+@dataclass(frozen=True)
+class Terminate:
+    """Stop your ranks: SIGTERM, then SIGKILL `grace` seconds later."""
+
+    kind: ClassVar[str] = "terminate"
+    grace: float
+
+
+@dataclass(frozen=True)
+class Exit:
+    """The job's exit code and failure text: reply Bye, then exit."""
+
+    kind: ClassVar[str] = "exit"
+    code: int
+    failure: str | None
+
+
+@dataclass(frozen=True)
+class RankStart:
+    """A rank started; from a rank wrapper, with its user process's PID."""
+
+    kind: ClassVar[str] = "rank-start"
+    rank: int
+    host: str
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
+class RankEnd:
+    """A rank ended, with what its wrapper recorded."""
+
+    kind: ClassVar[str] = "rank-end"
+    record: RankRecord
+
+
+@dataclass(frozen=True)
+class RanksExit:
+    """A worker's own launcher (spawned ranks) exited: its ranks are done."""
+
+    kind: ClassVar[str] = "ranks-exited"
+    host: str
+    code: int
+
+
+@dataclass(frozen=True)
+class Sigterm:
+    """SIGTERM arrived on a worker."""
+
+    kind: ClassVar[str] = "sigterm"
+    host: str
+
+
+@dataclass(frozen=True)
+class Ack:
+    """The host agent has a rank's record."""
+
+    kind: ClassVar[str] = "ack"
+
+
+Message = (
+    Hello
+    | Bye
+    | PulseHello
+    | Pulse
+    | Launched
+    | Terminate
+    | Exit
+    | RankStart
+    | RankEnd
+    | RanksExit
+    | Sigterm
+    | Ack
+)
+
+
+def encode(message: Message) -> bytes:
+    """The control frame of `message` (without the newline that ends every frame)."""
+    return frames.control_frame({"type": message.kind, **_fields(message)})
+
+
+def decode(frame: bytes) -> Message:
+    """The message a control frame carries; ProtocolError when it is not one."""
+    data = frames.decode(frame)
+    kind: str = data["type"]
+    read = _Fields(data, f"{kind} message")
+    if kind == Hello.kind:
+        return Hello(read.text("host"), _error_report(read), _timeline(read))
+    if kind == Bye.kind:
+        return Bye(read.text("host"), _timeline(read))
+    if kind == PulseHello.kind:
+        return PulseHello(read.text("host"))
+    if kind == Pulse.kind:
+        return Pulse()
+    if kind == Launched.kind:
+        from ringleader.launch.spawn import SpawnSpec
+
+        spec = read.optional_object("spawn")
+        return Launched(None if spec is None else read.parsed("spawn", SpawnSpec.from_json))
+    if kind == Terminate.kind:
+        return Terminate(read.number("grace"))
+    if kind == Exit.kind:
+        return Exit(read.integer("code"), read.optional_text("failure"))
+    if kind == RankStart.kind:
+        return RankStart(read.integer("rank"), read.text("host"), read.optional_integer("pid"))
+    if kind == RankEnd.kind:
+        return RankEnd(read.parsed("record", RankRecord.from_json))
+    if kind == RanksExit.kind:
+        return RanksExit(read.text("host"), read.integer("code"))
+    if kind == Sigterm.kind:
+        return Sigterm(read.text("host"))
+    if kind == Ack.kind:
+        return Ack()
+    raise UnknownMessage(kind)
+
+
+def _fields(message: Message) -> JsonObject:
+    """`message`'s fields as JSON (its type apart); optional ones only when they are set."""
+    if isinstance(message, Hello):
+        fields: JsonObject = {"host": message.host}
+        if message.timeline:
+            fields["timeline"] = [mark.to_json() for mark in message.timeline]
+        if message.error is not None:
+            fields["error"] = {"code": message.error.code, "message": message.error.message}
+        return fields
+    if isinstance(message, Bye):
+        return {"host": message.host, "timeline": [mark.to_json() for mark in message.timeline]}
+    if isinstance(message, PulseHello | Sigterm):
+        return {"host": message.host}
+    if isinstance(message, Pulse | Ack):
+        return {}
+    if isinstance(message, Launched):
+        return {} if message.spawn is None else {"spawn": message.spawn.to_json()}
+    if isinstance(message, Terminate):
+        return {"grace": message.grace}
+    if isinstance(message, Exit):
+        return {"code": message.code, "failure": message.failure}
+    if isinstance(message, RankStart):
+        fields = {"rank": message.rank, "host": message.host}
+        if message.pid is not None:
+            fields["pid"] = message.pid
+        return fields
+    if isinstance(message, RankEnd):
+        return {"record": message.record.to_json()}
+    if isinstance(message, RanksExit):
+        return {"host": message.host, "code": message.code}
+    assert_never(message)
+
+
+def _error_report(read: "_Fields") -> ErrorReport | None:
+    error = read.optional_object("error")
+    if error is None:
+        return None
+    inner = _Fields(error, f"{read.label}'s error")
+    return ErrorReport(inner.integer("code"), inner.text("message"))
+
+
+def _timeline(read: "_Fields") -> tuple[Mark, ...]:
+    """Timeline marks; one that cannot be read is left out (they are only for the timeline)."""
+    marks = []
+    for item in read.optional_list("timeline"):
+        try:
+            marks.append(Mark.from_json(item))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return tuple(marks)
+
+
+class _Fields:
+    """Reads the fields of one JSON object (`label`: what it is, for errors), each checked for
+    its type."""
+
+    def __init__(self, data: JsonObject, label: str) -> None:
+        self._data = data
+        self.label = label
+
+    def text(self, name: str) -> str:
+        value = self._data.get(name)
+        if not isinstance(value, str):
+            self._fail(name, "a string")
+        return value
+
+    def optional_text(self, name: str) -> str | None:
+        return None if self._data.get(name) is None else self.text(name)
+
+    def integer(self, name: str) -> int:
+        value = self._data.get(name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self._fail(name, "an integer")
+        return value
+
+    def optional_integer(self, name: str) -> int | None:
+        return None if self._data.get(name) is None else self.integer(name)
+
+    def number(self, name: str) -> float:
+        value = self._data.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self._fail(name, "a number")
+        return float(value)
+
+    def object(self, name: str) -> JsonObject:
+        value = self._data.get(name)
+        if not isinstance(value, dict):
+            self._fail(name, "an object")
+        return value
+
+    def optional_object(self, name: str) -> JsonObject | None:
+        return None if self._data.get(name) is None else self.object(name)
+
+    def optional_list(self, name: str) -> list[Any]:
+        value = self._data.get(name)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self._fail(name, "a list")
+        return value
+
+    def parsed(self, name: str, parse: Callable[[JsonObject], _T]) -> _T:
+        """An object field read by `parse`, whose KeyError, TypeError or ValueError is a
+        ProtocolError."""
+        value = self.object(name)
+        try:
+            return parse(value)
+        except (KeyError, TypeError, ValueError) as error:
+            raise ProtocolError(
+                f"malformed {self.label}: {name!r} ({type(error).__name__}: {error})"
+            ) from error
+
+    def _fail(self, name: str, expected: str) -> NoReturn:
+        shown = repr(self._data[name])[:100] if name in self._data else "nothing"
+        raise ProtocolError(f"malformed {self.label}: {name!r} must be {expected}, not {shown}")

@@ -1,0 +1,203 @@
+"""The control messages' one codec: every kind round-trips, and what is not a message of this
+protocol is a ProtocolError."""
+
+import json
+
+import pytest
+
+from ringleader.core.records import RankRecord
+from ringleader.core.timeline import Mark
+from ringleader.launch.spawn import SpawnSpec
+from ringleader.wire.messages import (
+    Ack,
+    Bye,
+    ErrorReport,
+    Exit,
+    Hello,
+    Launched,
+    Message,
+    Pulse,
+    PulseHello,
+    RankEnd,
+    RanksExit,
+    RankStart,
+    Sigterm,
+    Terminate,
+    UnknownMessage,
+    decode,
+    encode,
+)
+from ringleader.wire.protocol import ProtocolError
+
+RECORD = RankRecord(
+    rank=3,
+    host="algo-2",
+    exit_code=137,
+    signal=9,
+    started_at=100.0,
+    ended_at=101.5,
+    terminated=True,
+    stderr_tail=("Traceback", "ValueError: é"),
+    error=("ValueError: x",),
+    role="ps:1",
+    first_output_at=100.25,
+    daemon_started_at=99.5,
+    wrapper_started_at=99.75,
+)
+# hosts, processes per host, master address and port, run id, interface, torch; a plain host
+SPEC = SpawnSpec(("algo-1", "algo-2"), 2, "algo-1", 29500, "job", "eth0", True, ("algo-3",), 4)
+MARKS = (Mark("algo-2", "sshd", 12.5), Mark("algo-2", "hello", 12.75))
+
+EVERY_KIND: list[Message] = [
+    Hello("algo-2"),
+    Hello("algo-2", timeline=MARKS),
+    Hello("algo-3", ErrorReport(78, "Configuration error in sagemaker_program: x")),
+    Bye("algo-2", MARKS),
+    Bye("algo-2"),
+    PulseHello("algo-2"),
+    Pulse(),
+    Launched(),
+    Launched(SPEC),
+    Terminate(30.0),
+    Terminate(0.5),
+    Exit(3, "Rank 4 on host algo-3 exited with code 3.\n"),
+    Exit(0, None),
+    RankStart(3, "algo-2", pid=4321),
+    RankStart(3, "algo-2"),
+    RankEnd(RECORD),
+    RanksExit("algo-2", 137),
+    Sigterm("algo-2"),
+    Ack(),
+]
+
+
+@pytest.mark.parametrize("message", EVERY_KIND, ids=repr)
+def test_every_kind_round_trips(message):
+    frame = encode(message)
+    assert b"\n" not in frame  # one frame, one line
+    assert decode(frame) == message
+
+
+def test_every_kind_is_covered():
+    covered = {type(message) for message in EVERY_KIND}
+    assert covered == set(Message.__args__)
+
+
+@pytest.mark.parametrize(
+    ("message", "wire"),
+    [
+        # What peers and tests have always seen: key order, optional fields left out.
+        (Pulse(), b'{"type":"pulse"}'),
+        (Ack(), b'{"type":"ack"}'),
+        (Hello("algo-2"), b'{"type":"hello","host":"algo-2"}'),
+        (
+            Hello("algo-3", ErrorReport(78, "bad")),
+            b'{"type":"hello","host":"algo-3","error":{"code":78,"message":"bad"}}',
+        ),
+        (Bye("algo-2"), b'{"type":"bye","host":"algo-2","timeline":[]}'),
+        (Launched(), b'{"type":"launched"}'),
+        (Terminate(5.0), b'{"type":"terminate","grace":5.0}'),
+        (Exit(0, None), b'{"type":"exit","code":0,"failure":null}'),
+        (RankStart(1, "algo-2"), b'{"type":"rank-start","rank":1,"host":"algo-2"}'),
+        (
+            RankStart(1, "algo-2", 77),
+            b'{"type":"rank-start","rank":1,"host":"algo-2","pid":77}',
+        ),
+        (RanksExit("algo-2", 0), b'{"type":"ranks-exited","host":"algo-2","code":0}'),
+        (Sigterm("algo-2"), b'{"type":"sigterm","host":"algo-2"}'),
+    ],
+)
+def test_the_json_on_the_wire(message, wire):
+    assert encode(message) == wire
+
+
+def test_a_rank_record_travels_whole():
+    wire = json.loads(encode(RankEnd(RECORD)))
+    assert wire == {"type": "rank-end", "record": RECORD.to_json()}
+    decoded = decode(encode(RankEnd(RECORD)))
+    assert isinstance(decoded, RankEnd)
+    assert decoded.record == RECORD
+
+
+def test_unknown_kind_is_a_protocol_error():
+    with pytest.raises(UnknownMessage, match="from-the-future") as caught:
+        decode(b'{"type":"from-the-future","x":1}')
+    assert caught.value.kind == "from-the-future"
+    assert isinstance(caught.value, ProtocolError)
+
+
+@pytest.mark.parametrize(
+    ("frame", "field"),
+    [
+        (b'{"type":"hello"}', "host"),
+        (b'{"type":"hello","host":3}', "host"),
+        (b'{"type":"hello","host":"algo-2","error":"bad"}', "error"),
+        (b'{"type":"hello","host":"algo-2","error":{"code":"78","message":"x"}}', "code"),
+        (b'{"type":"hello","host":"algo-2","error":{"code":78}}', "message"),
+        (b'{"type":"hello","host":"algo-2","timeline":"12.5"}', "timeline"),
+        (b'{"type":"bye","host":null}', "host"),
+        (b'{"type":"pulse-hello","host":["algo-2"]}', "host"),
+        (b'{"type":"launched","spawn":[]}', "spawn"),
+        (b'{"type":"launched","spawn":{"hosts":["algo-1"]}}', "spawn"),
+        (b'{"type":"terminate","grace":"30"}', "grace"),
+        (b'{"type":"terminate","grace":true}', "grace"),
+        (b'{"type":"exit","failure":null}', "code"),
+        (b'{"type":"exit","code":3.5,"failure":null}', "code"),
+        (b'{"type":"exit","code":3,"failure":7}', "failure"),
+        (b'{"type":"rank-start","rank":"one","host":"algo-2"}', "rank"),
+        (b'{"type":"rank-start","rank":true,"host":"algo-2"}', "rank"),
+        (b'{"type":"rank-start","rank":1,"host":"algo-2","pid":"77"}', "pid"),
+        (b'{"type":"rank-end","record":"x"}', "record"),
+        (b'{"type":"rank-end"}', "record"),
+        (b'{"type":"ranks-exited","host":"algo-2","code":null}', "code"),
+        (b'{"type":"sigterm"}', "host"),
+    ],
+)
+def test_a_field_missing_or_of_the_wrong_type_is_a_protocol_error(frame, field):
+    with pytest.raises(ProtocolError, match=f"malformed .*'{field}'") as caught:
+        decode(frame)
+    assert not isinstance(caught.value, UnknownMessage)
+
+
+def test_a_terminate_without_grace_is_a_protocol_error():
+    # The grace is read here, once: whoever obeys a Terminate has a number.
+    with pytest.raises(ProtocolError, match="malformed terminate message: 'grace'"):
+        decode(b'{"type":"terminate"}')
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"rank": 1},  # its fields missing
+        {**RECORD.to_json(), "exit_code": "three"},
+        {**RECORD.to_json(), "started_at": None},
+        {**RECORD.to_json(), "stderr_tail": 5},
+    ],
+)
+def test_a_malformed_rank_record_is_a_protocol_error(record):
+    frame = json.dumps({"type": "rank-end", "record": record}).encode()
+    with pytest.raises(ProtocolError, match="malformed rank-end message: 'record'"):
+        decode(frame)
+
+
+@pytest.mark.parametrize(
+    ("frame", "problem"),
+    [
+        (b"not json", "unknown frame kind"),
+        (b'O{"rank":1}', "unknown frame kind"),  # an output frame is not a message
+        (b"{not json", "garbled"),
+        (b'{"host":"algo-2"}', "without a type"),
+        (b'{"type":3}', "without a type"),
+    ],
+)
+def test_what_is_not_a_control_frame_is_a_protocol_error(frame, problem):
+    with pytest.raises(ProtocolError, match=problem):
+        decode(frame)
+
+
+def test_unreadable_timeline_marks_are_left_out():
+    # Marks are only for the timeline: one that cannot be read does not cost the hello.
+    frame = json.dumps(
+        {"type": "hello", "host": "algo-2", "timeline": [MARKS[0].to_json(), {"at": 1}, 3]}
+    ).encode()
+    assert decode(frame) == Hello("algo-2", timeline=MARKS[:1])
