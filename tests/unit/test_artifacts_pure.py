@@ -7,7 +7,7 @@ import pytest
 from ringleader.artifacts.archive import Skipped
 from ringleader.artifacts.manifest import manifest_line, manifest_text, parse_manifest
 from ringleader.artifacts.report import ArchiveResult, DeliveryReport, append_note
-from ringleader.artifacts.uri import OutputUri, parse_output_uri, path_component
+from ringleader.config.output_uri import OutputUri, parse_output_uri, path_component
 from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
 

@@ -2,10 +2,11 @@
 
 import pytest
 
-from ringleader.config.horovod import autotune_rows, files_to_keep, horovod_env, keep_files
+from ringleader.config.horovod import files_to_keep, horovod_env
 from ringleader.config.job import parse_job_config
 from ringleader.config.topology import Topology
 from ringleader.core.errors import ConfigError
+from ringleader.output.kept_files import autotune_rows, keep_files
 
 TOPOLOGY = Topology(("algo-1", "algo-2"), "algo-1", "eth0")
 

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from ringleader.config.metric_definitions import (
     MetricDefinition,
-    extract,
     literal_prefix,
     parse_definitions,
 )
+from ringleader.output.metrics import extract
 
 FIELD = "metric_definitions"
 

@@ -6,13 +6,13 @@ import json
 import pytest
 
 from ringleader.config.job import parse_job_config
-from ringleader.config.metric_definitions import extract, literal_prefix, parse_definitions
+from ringleader.config.metric_definitions import literal_prefix, parse_definitions
 from ringleader.config.selection import ALL_RANKS, RANK_ZERO, RankSelection
 from ringleader.config.topology import parse_topology
 from ringleader.core.errors import ConfigError
 from ringleader.launch.strategy import rank_command
 from ringleader.output.lines import LineSplitter
-from ringleader.output.metrics import MetricRecorder
+from ringleader.output.metrics import MetricRecorder, extract
 from ringleader.output.printer import OutputPrinter, tag
 from ringleader.wire.protocol import OUTPUT_FRAME, output_frame
 

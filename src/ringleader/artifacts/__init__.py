@@ -8,14 +8,15 @@ Before the job starts (only when `ringleader_output_uri` is set):
 At the end of every job, on every host, after the result files are written (only when
 `ringleader_output_uri` is set):
 
-    report = collect(OUTPUT_DIR, MODEL_DIR, uri, host)  # each retry: a line of log.log
+    report = collect(OUTPUT_DIR, MODEL_DIR, uri, host, log=log.log)  # each retry: a line
     for line in report.summary_lines():
         log.log(line)
     append_note(FAILURE_FILE, report.failure_note())
 
 `collect` never raises for a delivery problem and never changes the job's exit code. Its
-retries and failures are logged as they happen, by default to the toolkit's log
-(`ringleader.output.log.log`); `log=` sends them elsewhere.
+retries and failures go to `log` as they happen (the entry point passes the toolkit's log,
+`ringleader.output.log.log`): nothing in this package imports ringleader.output. The output
+URI itself is configuration (ringleader.config.output_uri), re-exported here.
 """
 
 import os
@@ -41,8 +42,8 @@ from ringleader.artifacts.delivery import (
 )
 from ringleader.artifacts.manifest import MANIFEST_NAME
 from ringleader.artifacts.report import ArchiveResult, DeliveryReport, append_note
-from ringleader.artifacts.uri import OutputUri, parse_output_uri
 from ringleader.aws.redact import redact, secret_values
+from ringleader.config.output_uri import OutputUri, parse_output_uri
 from ringleader.core import paths
 
 MODEL_DIR = paths.MODEL_DIR
@@ -87,8 +88,13 @@ def collect(
     """Build output.tar.gz (of `output_dir`) and model.tar.gz (of `model_dir`) and deliver them.
 
     An archive that cannot be built is reported as not delivered; the other still goes.
-    `log` receives a line per retry and failure; None means the toolkit's log.
+    `log` receives a line per retry and failure. None (the toolkit's log) is only for callers
+    that do not pass it yet: artifacts/ must not import output/.
     """
+    if log is None:
+        from ringleader.output import log as toolkit_log  # transitional, see above
+
+        log = toolkit_log.log
     shown = tuple(secrets) if secrets is not None else secret_values(os.environ)
     archives: list[Archive] = []
     failures: list[ArchiveResult] = []

@@ -4,9 +4,9 @@ Every archive goes to `<uri>/<host>/<name>`, so hosts never overwrite each other
 is written under a temporary name and renamed. S3 uploads use s3transfer's manager (what
 boto3's upload_file runs on), multipart above a threshold, botocore's standard retries per
 request and a bounded outer retry with exponential backoff per call; the whole delivery stops
-starting attempts at a deadline. Retries and failures go to `log`: by default the toolkit's
-own log (`ringleader.output.log.log`, `[ringleader <host>] ...` on stdout); pass another
-callable to collect them, or `lambda _line: None` to drop them.
+starting attempts at a deadline. Retries and failures go to `log`, which the caller gives:
+the entry point passes the toolkit's own log (`ringleader.output.log.log`); a test passes a
+list's append, or `lambda _line: None` drops them.
 """
 
 import contextlib
@@ -26,13 +26,12 @@ from s3transfer.subscribers import BaseSubscriber
 
 from ringleader.artifacts.archive import PARTIAL_SUFFIX, Archive
 from ringleader.artifacts.report import ArchiveResult, DeliveryReport
-from ringleader.artifacts.uri import FIELD, OutputUri
 from ringleader.aws.client import Client, client_config, make_client, s3_endpoint
 from ringleader.aws.errors import backoff_delay, error_code, error_text, http_status, is_retryable
 from ringleader.aws.redact import redact, secret_values
+from ringleader.config.output_uri import FIELD, OutputUri
 from ringleader.core.errors import ConfigError
 from ringleader.core.files import atomic_output
-from ringleader.output import log as output_log
 
 MIB = 1024 * 1024
 ClientFactory = Callable[[botocore.config.Config], Client]
@@ -104,7 +103,7 @@ def deliver(
     client_factory: ClientFactory = make_s3_client,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-    log: Log | None = None,
+    log: Log,
     secrets: Iterable[str] | None = None,
     keep_local: bool = False,
 ) -> DeliveryReport:
@@ -112,8 +111,8 @@ def deliver(
 
     A delivered archive is removed from the work directory unless `keep_local`; one that
     failed stays there and the report names its path. `secrets` (default: the AWS credential
-    variables of the environment) are masked in every message. Each retry is a line of `log`
-    (default: the toolkit's log).
+    variables of the environment) are masked in every message. Each retry and failure is a
+    line of `log`.
     """
     settings = settings or TransferSettings()
     context = _Context(
@@ -121,7 +120,7 @@ def deliver(
         clock() + settings.timeout,
         clock,
         sleep,
-        log if log is not None else output_log.log,
+        log,
         tuple(secrets) if secrets is not None else secret_values(os.environ),
     )
     results: list[ArchiveResult] = []

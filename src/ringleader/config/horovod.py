@@ -1,12 +1,12 @@
-"""Horovod settings as hyperparameters, and keeping the timeline and autotune log.
+"""Horovod settings as hyperparameters, and which files (timeline, autotune log) to keep.
 
 `ringleader_horovod_*` hyperparameters become HOROVOD_* variables for every rank. The seed
 style (`-x HOROVOD_TIMELINE=... -x HOROVOD_AUTOTUNE_LOG=...` in the custom MPI options) keeps
-working. Either way the files must be under /opt/ml/output, and after the job they are copied
-into /opt/ml/output/data, the only part of it SageMaker uploads.
+working. Either way the files must be under /opt/ml/output; after the job
+ringleader.output.kept_files copies them into /opt/ml/output/data, the only part of it
+SageMaker uploads.
 """
 
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -79,29 +79,11 @@ def files_to_keep(env: Mapping[str, str], forwarded: Mapping[str, str]) -> tuple
 
 
 def keep_files(written: Sequence[str], data_dir: Path = paths.DATA_DIR) -> list[str]:
-    """Copy the files into data_dir (if not already there); notes for the log."""
-    notes = []
-    for name in written:
-        source = Path(name)
-        if not source.is_file():
-            notes.append(f"warning: {source} was configured but not written")
-            continue
-        target = source if source.parent == data_dir else data_dir / source.name
-        if target != source:
-            data_dir.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-            notes.append(f"copied {source} to {target} (SageMaker uploads only output/data)")
-        if "autotune" in source.name.lower() and autotune_rows(target) == 0:
-            notes.append(
-                f"warning: the autotune log {target} has no data rows: Horovod writes one per "
-                "finished sample, which takes a few hundred steps"
-            )
-    return notes
+    """Moved to ringleader.output.kept_files (copying files is not configuration's job); this
+    name stays only until supervise/ calls it there."""
+    from ringleader.output.kept_files import keep_files as moved
 
-
-def autotune_rows(path: Path) -> int:
-    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    return max(len(lines) - 1, 0)  # the first line is the header
+    return moved(written, data_dir)
 
 
 def _flag(values: Mapping[str, Any], key: str) -> bool:

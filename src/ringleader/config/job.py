@@ -7,57 +7,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ringleader.config import horovod
 from ringleader.config import hyperparameters as hp
 from ringleader.config.metric_definitions import MetricDefinition, parse_definitions
 from ringleader.config.mpi_options import forwarded_values, take_nccl_debug
+from ringleader.config.output_uri import OutputUri, parse_output_uri
 from ringleader.config.selection import ALL_RANKS, RANK_ZERO, RankSelection
+from ringleader.config.timeouts import TIMEOUT_KEYS, parse_timeouts
+from ringleader.config.timeouts import Timeouts as Timeouts  # where the job's parts import it
 from ringleader.config.topology import Topology, parse_topology
 from ringleader.core import paths
 from ringleader.core.errors import ConfigError
 from ringleader.core.jsontext import parse_json
 
-if TYPE_CHECKING:
-    from ringleader.artifacts import OutputUri
-
 SAGEMAKER_PREFIX = "sagemaker_"
 RINGLEADER_PREFIX = "ringleader_"
 DEFAULT_CODE_DIR = str(paths.CODE_DIR)
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """Every wait in the job is bounded by one of these (seconds); each is a hyperparameter."""
-
-    startup: float = 180.0  # ringleader_startup_timeout: hosts, sshd and MPI daemons coming up
-    sigterm_grace: float = 30.0  # ringleader_sigterm_grace: SIGTERM to SIGKILL for the ranks
-    leader_loss: float = 10.0  # ringleader_leader_timeout: silence before a host counts as lost
-    finish: float = 30.0  # ringleader_finish_timeout: telling workers the exit code
-    # ringleader_abort_grace: SIGTERM to SIGKILL for bystanders of a failed rank; shorter than
-    # the 1 s after which mpirun's daemons kill the wrappers, so their records still arrive.
-    abort_grace: float = 0.5
-    # ringleader_launcher_exit_timeout: how long the launcher (mpirun) may run on after every
-    # rank has ended by itself before it is killed (a wedged MPI daemon must not hold the job)
-    launcher_exit: float = 30.0
-
-    @property
-    def pulse_interval(self) -> float:
-        """How often leader and workers send each other a pulse (liveness)."""
-        return max(self.leader_loss / 4, 0.05)
-
-
-# ringleader_* hyperparameter -> Timeouts field
-_TIMEOUT_KEYS = {
-    "ringleader_startup_timeout": "startup",
-    "ringleader_sigterm_grace": "sigterm_grace",
-    "ringleader_leader_timeout": "leader_loss",
-    "ringleader_finish_timeout": "finish",
-    "ringleader_abort_grace": "abort_grace",
-    "ringleader_launcher_exit_timeout": "launcher_exit",
-}
-
 
 MPI = "mpi"
 TORCH_DISTRIBUTED = "torch_distributed"
@@ -71,6 +38,9 @@ DISTRIBUTION_KEYS = {
     "sagemaker_parameter_server_enabled": PARAMETER_SERVER,
     "sagemaker_multi_worker_mirrored_strategy_enabled": MULTI_WORKER_MIRRORED,
 }
+# The hyperparameter that turns each distribution on: what a launcher of jobs writes.
+ENABLED_KEYS = {name: key for key, name in DISTRIBUTION_KEYS.items()}
+DISTRIBUTIONS = (*DISTRIBUTION_KEYS.values(), NO_DISTRIBUTION)  # every distribution's name
 TF_DISTRIBUTIONS = (PARAMETER_SERVER, MULTI_WORKER_MIRRORED)
 TF_MASTER_ROLES = "master"  # SageMaker's layout: the script runs as master and workers
 TF_CHIEF_ROLES = "chief"  # TF2 ParameterServerStrategy + ClusterCoordinator
@@ -80,9 +50,7 @@ PS_FRAMEWORK_AUTO = "auto"
 PS_FRAMEWORKS = (PS_FRAMEWORK_AUTO, "tensorflow", "mxnet")
 
 
-def _output_uri(field: str, value: Any) -> "OutputUri":
-    from ringleader.artifacts import parse_output_uri  # imports boto3: only when asked for
-
+def _output_uri(field: str, value: Any) -> OutputUri:
     if not isinstance(value, str):
         raise ConfigError(field, f"expected s3://bucket/prefix or an absolute path, got {value!r}")
     return parse_output_uri(value)
@@ -144,7 +112,7 @@ class JobConfig:
     horovod_env: Mapping[str, str] = field(default_factory=dict)  # HOROVOD_* for every rank
     kept_files: tuple[str, ...] = ()  # timeline/autotune log, copied into output/data
     # Outside SageMaker: where each host's output.tar.gz and model.tar.gz go at the end.
-    output_uri: "OutputUri | None" = None
+    output_uri: OutputUri | None = None
     # sagemaker_submit_directory when it is a sourcedir tarball (s3:// or a local file): it is
     # fetched and extracted into code_dir before the job starts (ringleader.source.usercode).
     code_archive: str | None = None
@@ -352,7 +320,7 @@ def _parse_ringleader_keys(
     values: Mapping[str, Any], environ: Mapping[str, str]
 ) -> tuple[Timeouts, dict[str, Any]]:
     known = {
-        **_TIMEOUT_KEYS,
+        **TIMEOUT_KEYS,
         **_SETTING_KEYS,
         **dict.fromkeys(horovod.KEYS),
         PROCESSES_PER_HOST_KEY: None,
@@ -363,11 +331,7 @@ def _parse_ringleader_keys(
     )
     if unknown:
         raise ConfigError(unknown[0], f"unknown ringleader setting; known ones are {sorted(known)}")
-    seconds = {
-        target: hp.as_positive_seconds(key, values[key])
-        for key, target in _TIMEOUT_KEYS.items()
-        if key in values
-    }
+    timeouts = parse_timeouts(values)
     settings = {
         target: parse(key, values[key])
         for key, (target, parse) in _SETTING_KEYS.items()
@@ -377,7 +341,7 @@ def _parse_ringleader_keys(
         settings["metric_definitions"] = parse_definitions(
             METRIC_DEFINITIONS_ENV, environ[METRIC_DEFINITIONS_ENV]
         )
-    return Timeouts(**seconds), settings
+    return timeouts, settings
 
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
@@ -481,11 +445,7 @@ def reporting_settings(files: ConfigFiles) -> ReportingSettings:
         values = hp.decode_all(read_json_object(files.hyperparameters, "hyperparameters") or {})
     except ConfigError:
         return ReportingSettings()
-    seconds = {}
-    for key, target in _TIMEOUT_KEYS.items():
-        with contextlib.suppress(ConfigError, KeyError):
-            seconds[target] = hp.as_positive_seconds(key, values[key])
     port = DEFAULT_CONTROL_PORT
     with contextlib.suppress(ConfigError, KeyError):
         port = hp.as_port("ringleader_control_port", values["ringleader_control_port"])
-    return ReportingSettings(Timeouts(**seconds), port)
+    return ReportingSettings(parse_timeouts(values, lenient=True), port)

@@ -1,8 +1,7 @@
-"""SageMaker-style metric definitions: parsed and validated, and matched against a line."""
+"""SageMaker-style metric definitions: parsed and validated (ringleader.output.metrics matches
+them against the ranks' lines)."""
 
-import math
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,21 +85,3 @@ def parse_definitions(field: str, value: Any) -> tuple[MetricDefinition, ...]:
             )
         definitions.append(MetricDefinition(name, pattern, literal_prefix(pattern)))
     return tuple(definitions)
-
-
-def extract(definitions: Iterable[MetricDefinition], line: str) -> list[tuple[str, float]]:
-    """(name, value) for every definition whose regex matches the line with a number."""
-    found = []
-    for definition in definitions:
-        if definition.required_text not in line:
-            continue
-        match = definition.pattern.search(line)
-        if match is None:
-            continue
-        try:
-            value = float(match.group(1))
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(value):  # JSON has no NaN or infinity
-            found.append((definition.name, value))
-    return found

@@ -1,6 +1,8 @@
 """The output URI (`ringleader_output_uri`): where archives go when the job runs outside SageMaker.
 
-Pure: parsing and the destination of one host's archive. Checked before the job starts.
+Pure: parsing and the destination of one host's archive. Part of the job's configuration;
+whether the bucket exists or the directory can be made is checked before the job starts by
+ringleader.artifacts (check_output_uri), which delivers the archives there at its end.
 """
 
 import posixpath

@@ -1,7 +1,7 @@
 """Who the hosts are, which one this is, and which one leads."""
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -11,6 +11,14 @@ from ringleader.core.jsontext import parse_json
 DEFAULT_INTERFACE = "eth0"
 # Docker container names and DNS labels: what can appear in -H host lists and ssh targets.
 _HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")  # fullmatch: no trailing newline
+
+
+def elect_leader(hosts: Iterable[str], distribution_hosts: Iterable[str] = ()) -> str:
+    """The one leader-election rule: the first host in sorted order, of the distribution's
+    hosts when the distributed job runs on some of them (with instance groups: the host that
+    runs mpirun or rank 0), else of all. As on SageMaker, every host computes it alike from
+    the same names; local mode names hosts algo-1-xxxxx, so never assume "algo-1"."""
+    return min(tuple(distribution_hosts) or tuple(hosts))
 
 
 @dataclass(frozen=True)
@@ -44,9 +52,7 @@ class Topology:
 
     @property
     def leader(self) -> str:
-        # First in sorted order: local mode names hosts algo-1-xxxxx, never assume "algo-1".
-        # With instance groups, the first host of the distribution: it runs mpirun or rank 0.
-        return self.participants[0]
+        return elect_leader(self.hosts, self.distribution_hosts)
 
     @property
     def workers(self) -> tuple[str, ...]:
@@ -169,9 +175,11 @@ def leader_hint(
     """The leader's name when only the host list can be read (to report an error to it)."""
     try:
         if "SM_HOSTS" in environ:
-            return _parse_hosts("SM_HOSTS", _load_json("SM_HOSTS", environ["SM_HOSTS"]))[0]
+            return elect_leader(
+                _parse_hosts("SM_HOSTS", _load_json("SM_HOSTS", environ["SM_HOSTS"]))
+            )
         if resource_config is not None:
-            return _parse_hosts("hosts", resource_config.get("hosts"))[0]
+            return elect_leader(_parse_hosts("hosts", resource_config.get("hosts")))
     except ConfigError:
         return None
     return None

@@ -4,6 +4,8 @@ The toolkit codes come from BSD's sysexits range so they rarely collide with wha
 scripts return (1, 2, or 128+N after a signal).
 """
 
+from collections.abc import Iterable
+
 SUCCESS = 0
 SIGTERM_EXIT = 143  # 128 + SIGTERM, what SageMaker and `docker stop` expect after a stop
 CONFIG_ERROR = 78  # EX_CONFIG: a configuration value is wrong; the failure file names it
@@ -16,3 +18,29 @@ PROTOCOL_ERROR = 76  # EX_PROTOCOL: a host sent messages that are not ringleader
 def signal_exit_code(signal_number: int) -> int:
     """The shell convention for a process killed by a signal."""
     return 128 + signal_number
+
+
+def first_failure(codes: Iterable[int]) -> int:
+    """The first non-zero code (in the order given), or 0 when every one is 0."""
+    return next((code for code in codes if code != 0), 0)
+
+
+def job_exit_code(
+    leader: int | None, hosts: Iterable[int | None], *, lost: int, unknown_fails: bool = False
+) -> int:
+    """A job's exit code from its hosts' own (None: not known, the host's connection or the
+    wait for it failed); `hosts` may include the leader.
+
+    The leader's code is the job's: it told every host its verdict before it exited. When the
+    leader's is not known, the first failure another host knows stands for it (each host ends
+    with the leader's verdict), else `lost`. With `unknown_fails`, a host whose code is not
+    known is a failure (`lost`) unless the leader's own code is one already.
+    """
+    codes = list(hosts)
+    if leader is not None and leader != 0:
+        return leader
+    if unknown_fails and (leader is None or None in codes):
+        return lost
+    if leader is not None:
+        return leader
+    return first_failure(code for code in codes if code is not None) or lost

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ringleader.core import exitcodes, paths
+from ringleader.core.exitcodes import first_failure as first_failure  # for supervise/leader.py
 from ringleader.launch import mxnet_ps, tfconfig
 from ringleader.launch.roles import RoleTask
 
@@ -218,10 +219,6 @@ def spawn_argv(spec: SpawnSpec, host: str, rank_command: Sequence[str]) -> list[
     ]
 
 
-def first_failure(codes_in_exit_order: Sequence[int]) -> int:
-    return next((code for code in codes_in_exit_order if code != 0), 0)
-
-
 def task_command(
     spec: SpawnSpec, host: str, local_rank: int, rank_command: Sequence[str]
 ) -> list[str]:
@@ -250,7 +247,7 @@ def run(spec: SpawnSpec, host: str, rank_command: Sequence[str]) -> int:
         if children.pop(pid, None) is not None:
             code = os.waitstatus_to_exitcode(status)
             codes.append(exitcodes.signal_exit_code(-code) if code < 0 else code)
-    return first_failure(codes)
+    return exitcodes.first_failure(codes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

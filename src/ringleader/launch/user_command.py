@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ringleader.config.program import EntryPointKind, program_kind
 from ringleader.core.errors import ConfigError
 
 
@@ -26,9 +27,10 @@ def build_user_command(
     runner = [python, "-m", "mpi4py"] if mpi4py_run else [python]
     if module is not None:
         return [*runner, "-m", module, *user_args]
-    if program.suffix == ".py":
+    kind = program_kind(program.name)
+    if kind is EntryPointKind.PYTHON_SCRIPT:
         return [*runner, str(program), *user_args]
-    if program.suffix == ".sh":
+    if kind is EntryPointKind.SHELL_SCRIPT:
         return ["/bin/sh", str(program), *user_args]
     if not os.access(program, os.X_OK):
         raise ConfigError(

@@ -1,13 +1,33 @@
 """Metric records: lines that match a metric definition become rows of metrics.jsonl."""
 
 import json
+import math
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ringleader.config.metric_definitions import MetricDefinition, extract
+from ringleader.config.metric_definitions import MetricDefinition
+
+
+def extract(definitions: Iterable[MetricDefinition], line: str) -> list[tuple[str, float]]:
+    """(name, value) for every definition whose regex matches the line with a number."""
+    found = []
+    for definition in definitions:
+        if definition.required_text not in line:
+            continue
+        match = definition.pattern.search(line)
+        if match is None:
+            continue
+        try:
+            value = float(match.group(1))
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value):  # JSON has no NaN or infinity
+            found.append((definition.name, value))
+    return found
 
 
 @dataclass

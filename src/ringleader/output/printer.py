@@ -45,8 +45,7 @@ class OutputPrinter:
         rank, host = int(message["rank"]), str(message["host"])
         lines: list[str] = message["lines"]
         if rank in self._shown and lines:
-            prefix = tag(host, rank)
-            data = (prefix + ("\n" + prefix).join(lines) + "\n").encode(errors="replace")
+            data = console.prefixed(tag(host, rank), lines).encode(errors="replace")
             console.write(data, self._streams.get(str(message["stream"]), self._streams["stdout"]))
         if self._metrics is not None and rank in self._metric_ranks:
             for line in lines:

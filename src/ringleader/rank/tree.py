@@ -10,8 +10,9 @@ process exits it ends whatever is left of its tree.
 import contextlib
 import ctypes
 import os
-import signal
 from pathlib import Path
+
+from ringleader.core.processes import stop_processes
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -38,12 +39,7 @@ def end_descendants(grace: float) -> list[str]:
     for process in descendants:
         with contextlib.suppress(psutil.Error):
             ended.append(f"{process.pid} ({process.name()})")
-            process.send_signal(signal.SIGTERM)
-    _, alive = psutil.wait_procs(descendants, timeout=grace)
-    for process in alive:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-    psutil.wait_procs(alive, timeout=grace)
+    stop_processes(descendants, grace)
     _reap_adopted()
     return ended
 

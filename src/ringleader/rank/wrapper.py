@@ -19,8 +19,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ringleader.config import timeouts
 from ringleader.config.selection import RankSelection
 from ringleader.core import exitcodes, paths
+from ringleader.core.processes import escalate, signal_group
 from ringleader.core.proctimes import process_name, process_started_at
 from ringleader.core.records import RankRecord
 from ringleader.rank.capture import Pump, RankOutput
@@ -102,22 +104,13 @@ class RankSupervisor:
             if self._terminated.is_set():
                 return
             self._terminated.set()
-            if term_after <= 0:
-                self.forward(signal.SIGTERM)
-        later = [(kill_after, signal.SIGKILL)]
-        if term_after > 0:
-            later.insert(0, (term_after, signal.SIGTERM))
-        for delay, signum in later:
-            timer = threading.Timer(delay, self.forward, args=(signum,))
-            timer.daemon = True
-            timer.start()
+            escalate(self.forward, term_after, kill_after)
 
     def forward(self, signum: int) -> None:
         """Send `signum` to the rank's whole process group."""
         child = self._child
         if child is not None and child.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pid, signum)
+            signal_group(child.pid, signum)
 
     def run(self, output: RankOutput, on_started: Callable[[int], None]) -> RankRecord:
         """Run the command to its end; `on_started` gets the child's PID once it runs."""
@@ -252,13 +245,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--grace",
         type=float,
-        default=30.0,
+        default=timeouts.DEFAULTS.sigterm_grace,
         help="SIGTERM to SIGKILL when the job is stopped (host agent)",
     )
     parser.add_argument(
         "--abort-grace",
         type=float,
-        default=0.5,
+        default=timeouts.DEFAULTS.abort_grace,
         help="SIGTERM to SIGKILL when mpirun aborts after another rank failed",
     )
     parser.add_argument("--cwd", default=None)

@@ -8,9 +8,9 @@ point is checked. Every host does this for its own copy; any problem is a Config
 `sagemaker_submit_directory`, `sagemaker_program` or `requirements.txt`, which the entry point
 turns into exit code 78 and a failure file on every host.
 
-The checks (member paths, link targets, entry point kinds, S3 URIs, pip's command line) are
-pure functions; fetching, extracting and running pip are bounded by timeouts that are named in
-the error when they fire.
+The checks (member paths, link targets, S3 URIs, pip's command line) are pure functions, as
+is the entry point's kind (ringleader.config.program); fetching, extracting and running pip
+are bounded by timeouts that are named in the error when they fire.
 """
 
 import contextlib
@@ -31,8 +31,10 @@ from typing import IO, TYPE_CHECKING
 
 from ringleader.aws.uri import S3UriError, parse_s3_object_uri
 from ringleader.config.job import JobConfig
+from ringleader.config.program import EntryPointKind, entry_point_kind
 from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
+from ringleader.core.processes import signal_group
 from ringleader.output import log
 
 if TYPE_CHECKING:
@@ -174,13 +176,6 @@ def unsafe_members(members: Sequence[Member]) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------------ pure: entry point
 
 
-class EntryPointKind(enum.Enum):
-    PYTHON_SCRIPT = "Python script"
-    PYTHON_PACKAGE = "Python package"  # the code dir is installed with pip first
-    SHELL_SCRIPT = "shell script"
-    EXECUTABLE = "executable"
-
-
 def is_python_package(names: Collection[str], pyproject_text: str | None) -> bool:
     """setup.py (what sagemaker-training looks for), or a pyproject.toml that builds a package."""
     if "setup.py" in names:
@@ -194,17 +189,6 @@ def is_python_package(names: Collection[str], pyproject_text: str | None) -> boo
     except tomllib.TOMLDecodeError:
         return False
     return "project" in pyproject or "build-system" in pyproject
-
-
-def entry_point_kind(program: str, package: bool) -> EntryPointKind:
-    """The same order as sagemaker-training: shell script, then package, then Python script."""
-    if program.endswith(".sh"):
-        return EntryPointKind.SHELL_SCRIPT
-    if package:
-        return EntryPointKind.PYTHON_PACKAGE
-    if program.endswith(".py"):
-        return EntryPointKind.PYTHON_SCRIPT
-    return EntryPointKind.EXECUTABLE
 
 
 def program_problem(program: str) -> str | None:
@@ -501,8 +485,7 @@ def run_bounded(
                     )
         finally:
             if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
+                signal_group(process.pid, signal.SIGKILL)
                 process.wait()
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ringleader import __version__
+from ringleader.config.job import DISTRIBUTIONS, MPI, NO_DISTRIBUTION
 from ringleader.tools.cluster import cli as cluster_cli
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.local.options import (
@@ -20,7 +21,6 @@ from ringleader.tools.local.options import (
     parse_host_env,
 )
 from ringleader.tools.local.plan import (
-    DISTRIBUTIONS,
     LocalJobSpec,
     parse_instance_groups,
     parse_key_values,
@@ -269,9 +269,9 @@ def _run_local(args: argparse.Namespace) -> int:
 
 
 def _distribution(args: argparse.Namespace) -> str:
-    if args.no_mpi and args.distribution not in (None, "none"):
+    if args.no_mpi and args.distribution not in (None, NO_DISTRIBUTION):
         raise UsageError(f"--no-mpi contradicts --distribution {args.distribution}")
-    return "none" if args.no_mpi else args.distribution or "mpi"
+    return NO_DISTRIBUTION if args.no_mpi else args.distribution or MPI
 
 
 def _flag_settings(args: argparse.Namespace) -> dict[str, str]:

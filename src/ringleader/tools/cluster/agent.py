@@ -27,6 +27,7 @@ import psutil
 
 from ringleader.core import paths
 from ringleader.core.files import write_atomically
+from ringleader.core.processes import stop_processes
 from ringleader.rank.tree import become_subreaper
 
 STOP = "stop"
@@ -125,14 +126,7 @@ def sweep(mark: str, grace: float, descendants: bool = False) -> int:
                 for process in psutil.Process().children(recursive=True)
                 if process.pid not in known
             ]
-    for process in left:
-        with contextlib.suppress(psutil.Error):
-            process.terminate()
-    _, alive = psutil.wait_procs(left, timeout=grace)
-    for process in alive:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-    psutil.wait_procs(alive, timeout=grace)
+    stop_processes(left, grace)
     return len(left)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from ringleader.config.job import MPI, TORCH_DISTRIBUTED
 from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
 from ringleader.tools.cluster.hostfile import (
@@ -47,7 +48,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     )
     _add_hosts(run)
     run.add_argument("--processes-per-host", type=int, help="ranks per host (default: slots)")
-    run.add_argument("--distribution", choices=("mpi", "torch_distributed"), default="mpi")
+    run.add_argument("--distribution", choices=(MPI, TORCH_DISTRIBUTED), default=MPI)
     run.add_argument(
         "--output",
         type=Path,

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from ringleader.core.exitcodes import first_failure
+from ringleader.output.console import LinePrinter
 from ringleader.tools.cluster.hostfile import ClusterHost
 from ringleader.tools.cluster.ssh import SshOptions
 
@@ -28,7 +30,7 @@ class HostResult:
 
 def overall_exit_code(results: Sequence[HostResult]) -> int:
     """0 when every host succeeded, else the first failing host's code (in hostfile order)."""
-    return next((result.exit_code for result in results if result.exit_code != 0), 0)
+    return first_failure(result.exit_code for result in results)
 
 
 def result_table(results: Sequence[HostResult]) -> list[str]:
@@ -44,13 +46,11 @@ def result_table(results: Sequence[HostResult]) -> list[str]:
 
 class Fanout:
     def __init__(self, hosts: Sequence[ClusterHost], ssh: SshOptions, stream: IO[str]) -> None:
-        self.hosts, self.ssh, self._stream = hosts, ssh, stream
-        self._lock = threading.Lock()
+        self.hosts, self.ssh = hosts, ssh
+        self._out = LinePrinter(stream)
 
     def say(self, text: str) -> None:
-        with self._lock:
-            self._stream.write(text + "\n")
-            self._stream.flush()
+        self._out.line(text)
 
     def each(self, work: Callable[[ClusterHost], HostResult]) -> list[HostResult]:
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(self.hosts))) as pool:

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Sequence
 from typing import IO
 
+from ringleader.config.topology import elect_leader
 from ringleader.core import exitcodes
 from ringleader.tools.cluster import registry
 from ringleader.tools.cluster.hostfile import ClusterHost
@@ -19,8 +20,9 @@ JOBS_MODULE = "ringleader.tools.cluster.jobs"
 
 
 def leader(hosts: Sequence[ClusterHost]) -> ClusterHost:
-    """As on SageMaker: the first host in sorted order leads."""
-    return min(hosts, key=lambda host: host.name)
+    """The host the job's leader-election rule picks by name (as on SageMaker)."""
+    name = elect_leader(host.name for host in hosts)
+    return next(host for host in hosts if host.name == name)
 
 
 def start_detached(job: ClusterJob, preamble: Sequence[str], timeout: float, out: IO[str]) -> int:

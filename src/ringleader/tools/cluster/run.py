@@ -17,16 +17,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from ringleader.config.job import Timeouts
+from ringleader.config.job import ENABLED_KEYS, MPI
+from ringleader.config.timeouts import DEFAULTS
+from ringleader.config.topology import elect_leader
 from ringleader.core import exitcodes, paths
 from ringleader.core.errors import ConfigError
+from ringleader.output.console import LinePrinter
 from ringleader.tools.cluster import install_remote, preflight, wheels
 from ringleader.tools.cluster.agent import STOP, AgentJob
 from ringleader.tools.cluster.hostfile import ClusterHost
 from ringleader.tools.cluster.preflight import Needs, Probe
 from ringleader.tools.cluster.ssh import BOOTSTRAP_VENV, SshOptions
 
-DISTRIBUTIONS = ("mpi", "torch_distributed")
 SSH_FAILED = 255  # ssh's own exit code: the connection, not the command
 FETCH_TIMEOUT = 300.0
 
@@ -37,7 +39,7 @@ class ClusterJob:
     command: tuple[str, ...]
     cwd: str
     processes_per_host: int
-    distribution: str = "mpi"
+    distribution: str = MPI
     settings: Mapping[str, str] = field(default_factory=dict)  # ringleader_* without the prefix
     job_id: str = ""
     output_dir: Path | None = None
@@ -66,7 +68,7 @@ class ClusterJob:
         return Needs(
             processes_per_host=self.processes_per_host,
             min_free_bytes=self.min_free_bytes,
-            mpirun=self.distribution == "mpi",
+            mpirun=self.distribution == MPI,
             cwd=self.cwd,
             job_root=self.remote_dir,
         )
@@ -81,14 +83,14 @@ def cluster_hyperparameters(job: ClusterJob) -> dict[str, str]:
     values: dict[str, Any] = {
         "ringleader_command": list(job.command),
         "sagemaker_submit_directory": job.cwd,
-        "sagemaker_mpi_enabled": job.distribution == "mpi",
+        "sagemaker_mpi_enabled": job.distribution == MPI,
     }
-    if job.distribution == "mpi":
+    if job.distribution == MPI:
         values["sagemaker_mpi_num_of_processes_per_host"] = job.processes_per_host
         if job.mpi_options:
             values["sagemaker_mpi_custom_mpi_options"] = job.mpi_options
     else:
-        values[f"sagemaker_{job.distribution}_enabled"] = True
+        values[ENABLED_KEYS[job.distribution]] = True
         values["ringleader_processes_per_host"] = job.processes_per_host
     values.update({f"ringleader_{key}": value for key, value in job.settings.items()})
     return {key: json.dumps(value) for key, value in values.items()}
@@ -98,28 +100,22 @@ def stop_grace(settings: Mapping[str, str]) -> float:
     """After a stop, how long each host waits before it kills what is left: the ranks' own
     SIGTERM grace, capped so nothing of the job outlives a stop by more than ~15 s."""
     try:
-        grace = float(settings.get("sigterm_grace", Timeouts().sigterm_grace))
+        grace = float(settings.get("sigterm_grace", DEFAULTS.sigterm_grace))
     except ValueError:
-        grace = Timeouts().sigterm_grace
+        grace = DEFAULTS.sigterm_grace
     return min(max(grace, 1.0), 12.0)
 
 
 def job_exit_code(leader: int, others: Sequence[int]) -> int:
-    """The leader's code is the job's; when its ssh connection failed, the hosts' own."""
-    if leader != SSH_FAILED:
-        return leader
-    known = [code for code in others if code not in (SSH_FAILED, 0)]
-    return known[0] if known else exitcodes.HOST_LOST
+    """The job's exit code from each host's agent's, of which ssh's own 255 (the connection
+    failed) says nothing (see exitcodes.job_exit_code)."""
 
+    def known(code: int) -> int | None:
+        return None if code == SSH_FAILED else code
 
-class Console:
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream, self._lock = stream, threading.Lock()
-
-    def line(self, text: str) -> None:
-        with self._lock:
-            self._stream.write(text if text.endswith("\n") else text + "\n")
-            self._stream.flush()
+    return exitcodes.job_exit_code(
+        known(leader), [known(code) for code in others], lost=exitcodes.HOST_LOST
+    )
 
 
 def headline(job: ClusterJob) -> str:
@@ -140,7 +136,7 @@ class ClusterRun:
         self, job: ClusterJob, stream: IO[str] = sys.stdout, local_host: str | None = None
     ) -> None:
         self.job = job
-        self.console = Console(stream)
+        self.console = LinePrinter(stream)
         self.local_host = local_host
         self._agents: dict[str, subprocess.Popen[bytes]] = {}
         self._interrupts = 0
@@ -162,7 +158,7 @@ class ClusterRun:
         finally:
             for number, handler in previous.items():
                 signal.signal(number, handler)
-        leader = sorted(job.names)[0]  # as on SageMaker: the first host in sorted order leads
+        leader = elect_leader(job.names)
         exit_code = job_exit_code(codes[leader], [codes[name] for name in job.names])
         self._fetch_results(codes)
         self.console.line(f"==> job {job.job_id} ended: exit code {exit_code}")
@@ -268,11 +264,11 @@ class ClusterRun:
             pump = threading.Thread(target=self._relay, args=(host, agent), daemon=True)
             pump.start()
             pumps.append(pump)
-        leader = sorted(job.names)[0]
+        leader = elect_leader(job.names)
         codes = {leader: self._agents[leader].wait()}
         # The leader has told every host the verdict; one that does not end within the
         # finish timeout and the grace is stopped, then cut off.
-        deadline = time.monotonic() + Timeouts().finish + grace
+        deadline = time.monotonic() + DEFAULTS.finish + grace
         for name, agent in self._agents.items():
             if name != leader:
                 codes[name] = self._wait_or_stop(name, agent, deadline, grace)

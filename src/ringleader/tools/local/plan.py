@@ -7,23 +7,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ringleader.config.job import (
+    DISTRIBUTIONS,
+    ENABLED_KEYS,
+    MPI,
+    MULTI_WORKER_MIRRORED,
+    PARAMETER_SERVER,
+)
+from ringleader.config.topology import elect_leader
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.local.options import DEFAULT_SHM, Channel, parse_size
 
-DISTRIBUTIONS = (
-    "mpi",
-    "torch_distributed",
-    "parameter_server",
-    "multi_worker_mirrored_strategy",
-    "none",
-)
-# What the SDK's estimators send for each distribution that is not mpi.
-_ENABLED_KEYS = {
-    "torch_distributed": "sagemaker_torch_distributed_enabled",
-    "parameter_server": "sagemaker_parameter_server_enabled",
-    "multi_worker_mirrored_strategy": "sagemaker_multi_worker_mirrored_strategy_enabled",
-}
-_FIXED_TASKS = ("parameter_server", "multi_worker_mirrored_strategy")
+# Each runs fixed tasks per host (TensorFlow's or MXNet's), not a number of processes.
+_FIXED_TASKS = (PARAMETER_SERVER, MULTI_WORKER_MIRRORED)
 
 
 @dataclass(frozen=True)
@@ -32,7 +28,7 @@ class LocalJobSpec:
     source_dir: Path
     entry_point: str
     processes_per_host: int | None = None
-    distribution: str = "mpi"  # one of DISTRIBUTIONS
+    distribution: str = MPI  # one of DISTRIBUTIONS
     # A heterogeneous cluster: (group name, host count) in host order, and the groups the
     # distribution runs on (the others' hosts run the script once each, plainly).
     instance_groups: tuple[tuple[str, int], ...] = ()
@@ -165,7 +161,7 @@ YIELD_OPTION = "--mca mpi_yield_when_idle 1"
 
 def oversubscribed(spec: LocalJobSpec, cpus: int) -> bool:
     """More ranks on the fake hosts together than the machine has cores."""
-    return spec.distribution == "mpi" and spec.hosts * (spec.processes_per_host or 1) > cpus
+    return spec.distribution == MPI and spec.hosts * (spec.processes_per_host or 1) > cpus
 
 
 def mpi_options(spec: LocalJobSpec, cpus: int) -> str:
@@ -186,11 +182,12 @@ def sagemaker_hyperparameters(spec: LocalJobSpec, cpus: int) -> dict[str, str]:
     values: dict[str, Any] = {
         "sagemaker_program": spec.entry_point,
         "sagemaker_submit_directory": "/opt/ml/code",
-        "sagemaker_mpi_enabled": spec.distribution == "mpi",
+        "sagemaker_mpi_enabled": spec.distribution == MPI,
     }
-    if spec.distribution in _ENABLED_KEYS:
+    enabled = ENABLED_KEYS.get(spec.distribution)
+    if enabled is not None and spec.distribution != MPI:
         # as the SDK's estimators send it; they have no processes-per-host field for these
-        values[_ENABLED_KEYS[spec.distribution]] = True
+        values[enabled] = True
         if spec.processes_per_host is not None:
             values["ringleader_processes_per_host"] = spec.processes_per_host
     elif spec.processes_per_host is not None:
@@ -253,8 +250,8 @@ def group_hosts(
 def leader_host(spec: LocalJobSpec, names: Sequence[str]) -> str:
     """The host that leads: the first of the distribution's groups (else the first host)."""
     groups = group_hosts(spec.instance_groups, names)
-    members = sorted(h for group in spec.distribution_groups for h in groups.get(group, ()))
-    return members[0] if members else sorted(names)[0]
+    members = [h for group in spec.distribution_groups for h in groups.get(group, ())]
+    return elect_leader(names, members)
 
 
 def parse_script_args(tokens: Sequence[str]) -> dict[str, str]:

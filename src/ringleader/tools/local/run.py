@@ -11,7 +11,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -19,6 +19,9 @@ from typing import Any, TextIO
 import docker
 import docker.errors
 
+from ringleader.config.timeouts import DEFAULTS
+from ringleader.core import exitcodes
+from ringleader.output.console import LinePrinter
 from ringleader.output.lines import LineSplitter
 from ringleader.tools.local.data import HostData, cache_root, fetch_s3_channel
 from ringleader.tools.local.errors import UsageError
@@ -70,49 +73,24 @@ class LocalJobResult:
     output_dir: Path
 
 
-class _Printer:
-    """Whole lines only, one writer at a time, each prefixed with its host."""
-
-    def __init__(self, out: TextIO) -> None:
-        self._out = out
-        self._lock = threading.Lock()
-        self.count = 0  # lines written so far
-
-    def line(self, prefix: str, text: str) -> None:
-        self.lines(prefix, [text])
-
-    def lines(self, prefix: str, texts: Sequence[str]) -> None:
-        """One write for many lines: a job printing 100,000 lines/s must not cost a lock, a
-        write and a flush per line here."""
-        if not texts:
-            return
-        with self._lock:
-            self._out.write("".join(f"{prefix}{text}\n" for text in texts))
-            self._out.flush()
-            self.count += len(texts)
-
-    def note(self, text: str) -> None:
-        self.line("==> ", text)
-
-
 class LocalJob:
     def __init__(self, spec: LocalJobSpec, out: TextIO, client: Any = None) -> None:
         validate(spec)
         self.spec = spec
         self.job_id = job_id()
         self._client = client or docker.from_env()
-        self._print = _Printer(out)
+        self._print = LinePrinter(out)
         names = host_names(spec.hosts, spec.random_suffix)
         cpus = os.cpu_count() or 1
         if oversubscribed(spec, cpus) and "mpi_yield_when_idle" not in spec.mpi_options:
-            self._print.note(
+            self._note(
                 f"{spec.hosts} host(s) x {spec.processes_per_host or 1} rank(s) on {cpus} core(s): "
                 f"ranks yield while they wait ({YIELD_OPTION})"
             )
         memory = parse_size("--memory", spec.memory) if spec.memory else None
         machine_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         for warning in resource_warnings(spec.hosts, spec.cpus, memory, cpus, machine_memory):
-            self._print.note(f"warning: {warning}")
+            self._note(f"warning: {warning}")
         self.hosts = plan_hosts(spec, self.job_id, names, cpus)
         self._width = max(len(name) for name in names)
         self._containers: dict[str, str] = {}  # host -> container id
@@ -130,6 +108,9 @@ class LocalJob:
     def container_ids(self) -> dict[str, str]:
         """host -> container id of every created container."""
         return dict(self._containers)
+
+    def _note(self, text: str) -> None:
+        self._print.line(text, "==> ")
 
     def run(self) -> LocalJobResult:
         # Signal handlers only exist in the main thread (tests run jobs in other threads).
@@ -149,7 +130,7 @@ class LocalJob:
             # A second Ctrl-C must not abandon the containers half-stopped.
             for signum in previous:
                 signal.signal(signum, signal.SIG_IGN)
-            self._print.note("interrupted: stopping every host (they exit 143)")
+            self._note("interrupted: stopping every host (they exit 143)")
             self._stop_all()
             results = self._wait_all(self._started_at)
             return self._finish(results)
@@ -173,7 +154,7 @@ class LocalJob:
         for channel in self.spec.channels:
             if channel.from_s3:
                 roots[channel.name] = fetch_s3_channel(
-                    channel, {**os.environ, **self.spec.env}, cache_root(), self._print.note
+                    channel, {**os.environ, **self.spec.env}, cache_root(), self._note
                 )
             else:
                 roots[channel.name] = Path(channel.source).resolve()
@@ -230,7 +211,7 @@ class LocalJob:
     def _create(self) -> None:
         api = self._client.api
         network_name = f"{self.job_id}-net"
-        self._print.note(
+        self._note(
             f"job {self.job_id}: {len(self.hosts)} host(s) on network {network_name}, "
             f"image {self.spec.image}, output in {self.output_dir}"
         )
@@ -274,7 +255,7 @@ class LocalJob:
         return config_dir
 
     def _start(self) -> dict[str, float]:
-        self._print.note(f"starting {len(self._containers)} container(s) at once")
+        self._note(f"starting {len(self._containers)} container(s) at once")
 
         def start(host: str) -> None:
             self._started_wall[host] = time.time()
@@ -343,7 +324,7 @@ class LocalJob:
         return HostResult(host, code, seconds, self._started_wall.get(host, 0.0), finished)
 
     def _stop_all(self) -> None:
-        grace = float(self.spec.settings.get("sigterm_grace", 30))
+        grace = float(self.spec.settings.get("sigterm_grace", DEFAULTS.sigterm_grace))
         timeout = int(grace) + STOP_TIMEOUT_MARGIN
 
         def stop(host: str) -> None:
@@ -361,7 +342,7 @@ class LocalJob:
             if self._print.count != progress:
                 progress, progress_at = self._print.count, time.monotonic()
             elif time.monotonic() - progress_at >= LOG_STALL_SECONDS:
-                self._print.note(
+                self._note(
                     f"warning: no log line for {LOG_STALL_SECONDS} s from "
                     f"{len(alive)} stream(s) still open; the rest of their logs is not shown"
                 )
@@ -375,40 +356,41 @@ class LocalJob:
         rows = [results.get(host.name, HostResult(host.name, None, 0.0)) for host in self.hosts]
         leader_name = leader_host(self.spec, [host.name for host in self.hosts])
         leader = next(row for row in rows if row.name == leader_name)
-        exit_code = leader.exit_code if leader.exit_code is not None else 1
         lost = [row for row in rows if row.error is not None]
-        if lost and exit_code == 0:
-            exit_code = LOST_HOST_EXIT_CODE
-        self._print.note("results")
-        self._print.line("", f"  {'host':<{self._width}}  exit  seconds  error")
+        # Hosts planned absent never ran; one whose wait failed has no code (and fails the job).
+        started = [row.exit_code for row in rows if row.exit_code is not None or row.error]
+        exit_code = exitcodes.job_exit_code(
+            leader.exit_code, started, lost=LOST_HOST_EXIT_CODE, unknown_fails=True
+        )
+        self._note("results")
+        self._print.line(f"  {'host':<{self._width}}  exit  seconds  error")
         for row in rows:
             code = "-" if row.exit_code is None else str(row.exit_code)
             self._print.line(
-                "",
                 f"  {row.name:<{self._width}}  {code:>4}  {row.seconds:7.1f}  "
-                f"{row.error or ''}".rstrip(),
+                f"{row.error or ''}".rstrip()
             )
         for row in lost:
-            self._print.note(
+            self._note(
                 f"error: host {row.name}: waiting for its container failed, its exit code is "
                 f"unknown: {row.error}"
             )
         codes = {row.exit_code for row in rows if row.exit_code is not None}
         if len(codes) > 1:
-            self._print.note(f"warning: hosts disagree on the exit code: {sorted(codes)}")
+            self._note(f"warning: hosts disagree on the exit code: {sorted(codes)}")
         failure = self.output_dir / leader_name / "output" / "failure"
         if failure.is_file():
-            self._print.note("failure file of the leader:")
+            self._note("failure file of the leader:")
             for line in failure.read_text(errors="replace").splitlines():
-                self._print.line("  ", line)
-        self._print.note(f"job exit code {exit_code}; outputs in {self.output_dir}")
+                self._print.line(line, "  ")
+        self._note(f"job exit code {exit_code}; outputs in {self.output_dir}")
         return LocalJobResult(self.job_id, exit_code, tuple(rows), self.output_dir)
 
     def _cleanup(self) -> None:
         for data in self._data.values():
             data.stop()
         if self.spec.keep and self._containers:
-            self._print.note(
+            self._note(
                 f"kept {len(self._containers)} container(s) and network {self.job_id}-net "
                 f"(--keep): docker ps -a --filter label=ringleader.job={self.job_id}; remove "
                 f"them with docker rm -f $(docker ps -aq --filter label=ringleader.job="

@@ -1,0 +1,84 @@
+"""Stopping processes: the one rule for SIGTERM, a grace period, then SIGKILL.
+
+Everything the toolkit stops goes through here: a rank's leftover helpers (rank/tree.py), a
+rank itself when the job is stopped or aborted (rank/wrapper.py), the launcher and everything
+under it (launch/process.py), pip when preparation is stopped (source/usercode.py) and a
+cluster host's leftovers (tools/cluster/agent.py).
+
+- `signal_group`: a signal to a whole process group; one that is gone already is no error.
+- `stop_processes`: SIGTERM each process, SIGKILL those alive `grace` seconds later, wait
+  for them (bounded).
+- `kill_processes`, `kill_tree`: SIGKILL at once (no grace) some processes, or a process's
+  group and every descendant of it, also those in groups or sessions of their own (ssh
+  clients, daemons); nothing is waited for.
+- `escalate`: the same steps on timers, for a caller that must not block (a signal handler).
+
+psutil is imported only where a process list is needed: every rank wrapper imports this
+module, and most ranks end without anything to stop.
+"""
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
+
+
+def signal_group(pgid: int, signum: int) -> None:
+    """Send `signum` to process group `pgid`; a group that is gone (or not ours) is skipped."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def stop_processes(processes: Sequence["psutil.Process"], grace: float) -> None:
+    """SIGTERM every process, SIGKILL those still alive `grace` seconds later, then wait up to
+    `grace` more for them to go (waiting reaps those that are this process's children)."""
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    kill_processes(alive)
+    psutil.wait_procs(alive, timeout=grace)
+
+
+def kill_processes(processes: Iterable["psutil.Process"]) -> None:
+    """SIGKILL every process now; one that is gone already is skipped. Nothing is waited for."""
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL the process group `pid` leads and every descendant of `pid`: children that run
+    in groups of their own (mpirun's ssh clients) would otherwise hold the output pipes open.
+    Nothing is waited for: whoever started `pid` reaps it."""
+    import psutil
+
+    descendants: list[psutil.Process] = []
+    with contextlib.suppress(psutil.Error):
+        descendants = psutil.Process(pid).children(recursive=True)
+    signal_group(pid, signal.SIGKILL)
+    kill_processes(descendants)
+
+
+def escalate(send: Callable[[int], None], term_after: float, kill_after: float) -> None:
+    """SIGTERM through `send` after `term_after` seconds (at once, on this thread, when 0),
+    SIGKILL after `kill_after` seconds, each later one from a timer thread. `send` decides
+    what receives the signal and skips a process that has ended."""
+    later = [(kill_after, signal.SIGKILL)]
+    if term_after > 0:
+        later.insert(0, (term_after, signal.SIGTERM))
+    else:
+        send(signal.SIGTERM)
+    for delay, signum in later:
+        timer = threading.Timer(delay, send, args=(signum,))
+        timer.daemon = True
+        timer.start()

@@ -1,0 +1,73 @@
+"""Stopping processes: SIGTERM, a grace period, SIGKILL (core.processes), on real processes."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from ringleader.core import processes
+
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+POLITE = "import time; time.sleep(60)"
+
+
+def start(code: str, **options: object) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", code], **options)  # type: ignore[call-overload]
+
+
+def test_stop_processes_terms_then_kills_what_ignores_sigterm() -> None:
+    polite, stubborn = start(POLITE), start(STUBBORN)
+    time.sleep(0.3)  # the stubborn one has installed its handler
+    watched = [psutil.Process(polite.pid), psutil.Process(stubborn.pid)]
+    begun = time.monotonic()
+    processes.stop_processes(watched, 1.0)  # reaps them: psutil holds their exit codes
+    assert 0.9 <= time.monotonic() - begun < 10
+    assert [process.returncode for process in watched] == [-signal.SIGTERM, -signal.SIGKILL]
+
+
+def test_kill_tree_kills_the_group_and_descendants_in_sessions_of_their_own() -> None:
+    parent = start(
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {POLITE!r}], start_new_session=True)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n",
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert parent.stdout is not None
+    child = psutil.Process(int(parent.stdout.readline()))
+    processes.kill_tree(parent.pid)
+    assert parent.wait(5) == -signal.SIGKILL
+    child.wait(5)  # raises psutil.TimeoutExpired if it lived on
+    processes.kill_tree(parent.pid)  # gone already: no error
+
+
+def test_signal_group_of_a_gone_group_is_no_error() -> None:
+    process = start("pass", start_new_session=True)
+    process.wait(5)
+    processes.signal_group(process.pid, signal.SIGTERM)
+
+
+def test_escalate_sends_sigterm_now_or_later_then_sigkill() -> None:
+    sent: list[tuple[int, float]] = []
+    begun = time.monotonic()
+
+    def send(signum: int) -> None:
+        sent.append((signum, time.monotonic() - begun))
+
+    processes.escalate(send, 0.0, 0.2)
+    assert [signum for signum, _ in sent] == [signal.SIGTERM]  # at once, on this thread
+    processes.escalate(send, 0.1, 0.3)
+    deadline = time.monotonic() + 5
+    while len(sent) < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    signals = sorted(sent, key=lambda item: item[1])
+    assert [signum for signum, _ in signals] == [
+        signal.SIGTERM,
+        signal.SIGTERM,
+        signal.SIGKILL,
+        signal.SIGKILL,
+    ]
+    assert signals[1][1] >= 0.1 and signals[3][1] >= 0.3
