@@ -111,31 +111,26 @@ def shard(files: Sequence[str], hosts: int, index: int) -> list[str]:
 
 
 def parse_env(items: Sequence[str], option: str = "--env") -> dict[str, str]:
-    values = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not _ENV_NAME.fullmatch(key):
-            raise UsageError(
-                f"{option}: expected KEY=VALUE with KEY a variable name, got {_shown(item)}"
-            )
-        values[key] = value
-    return values
+    expected = f"{option}: expected KEY=VALUE with KEY a variable name"
+    return dict(_assignment(item, expected) for item in items)
 
 
 def parse_env_file(text: str, source: str) -> dict[str, str]:
     """Docker's --env-file format: KEY=VALUE lines, `#` comments and blank lines ignored."""
-    values = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        key, sep, value = stripped.partition("=")
-        if not sep or not _ENV_NAME.fullmatch(key):
-            raise UsageError(
-                f"--env-file: {source}:{number}: expected KEY=VALUE, got {_shown(line)}"
-            )
-        values[key] = value
-    return values
+    return dict(
+        _assignment(line.strip(), f"--env-file: {source}:{number}: expected KEY=VALUE", line)
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip() and not line.strip().startswith("#")
+    )
+
+
+def _assignment(text: str, expected: str, shown: str | None = None) -> tuple[str, str]:
+    """(KEY, VALUE) of `KEY=VALUE` with KEY a variable name; else a UsageError that says what
+    was expected and quotes `shown` (default `text`) without its value."""
+    key, sep, value = text.partition("=")
+    if not sep or not _ENV_NAME.fullmatch(key):
+        raise UsageError(f"{expected}, got {_shown(text if shown is None else shown)}")
+    return key, value
 
 
 def parse_host_env(items: Sequence[str], hosts: Sequence[str]) -> dict[str, dict[str, str]]:
