@@ -71,10 +71,11 @@ class RunningLauncher(Protocol):
 
     def output_tail(self) -> tuple[str, ...]: ...
 
-    def mpi_aborts(self) -> Mapping[int, int]: ...
+    def rank_codes(self) -> Mapping[int, int]:
+        """rank -> exit code, as the launcher's own output reported them."""
 
 
-StartLauncher = Callable[[Sequence[str], Mapping[str, str]], RunningLauncher]
+StartLauncher = Callable[[LaunchPlan], RunningLauncher]
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ class Leader:
         ranks end it when every host's own launcher has exited (or the host was lost), and
         the leader stops everyone when one of them fails, as mpirun would."""
         timeouts = self._timeouts
-        spawn = plan.spawn
+        spawn, policy = plan.spawn, plan.policy
         if spawn is None or self._host not in spawn.launching_hosts:
             self._log("launching: " + shlex.join(plan.argv))
         else:
@@ -233,14 +234,13 @@ class Leader:
             self._log(f"outside the distribution, running the program once: {spawn.plain_hosts}")
         if self._parts.link is not None:
             self._parts.link.broadcast(Launched(spawn))
-        launcher = self._parts.start_launcher(plan.argv, plan.env)
+        launcher = self._parts.start_launcher(plan)
         self.timeline.mark(self._host, phases.LAUNCHED, self._clock.time())
         # The job ends when this host's launcher and every other host's own launcher (spawned
         # ranks, or the plain hosts of a heterogeneous cluster) have exited or the host was lost.
-        waits_for = set(spawn.launching_hosts) - {self._host} if spawn is not None else set()
-        spawned_here = spawn is not None and self._host in spawn.launching_hosts
-        launcher_name = "the rank launcher" if spawned_here else "mpirun"
-        main_ranks = spawn.main_ranks() if spawn is not None else None
+        waits_for = set(policy.other_launchers)
+        launcher_name = policy.launcher_name
+        main_ranks = policy.main_ranks
         run = _Run()
         launch_deadline: float | None = self._clock.monotonic() + timeouts.startup
         kill_deadline: float | None = None
@@ -278,7 +278,7 @@ class Leader:
                         kill_deadline, now + timeouts.abort_grace + LOST_HOST_KILL_MARGIN_SECONDS
                     )
                 if (
-                    spawn is None
+                    policy.launcher_holds_every_rank
                     and kill_deadline is not None
                     and len(run.records) >= self.world_size
                 ):
@@ -308,7 +308,7 @@ class Leader:
                 run.exited[event.host] = event.exit_code
             if self._host in run.exited and waits_for <= set(run.exited) | set(run.lost):
                 code = first_failure(list(run.exited.values()))
-                if (spawned_here or run.launcher_outlived_ranks) and not run.unreported(
+                if (policy.ranks_decide or run.launcher_outlived_ranks) and not run.unreported(
                     self._hosts
                 ):
                     code = 0  # every rank reported: the ranks' own codes tell the story
@@ -332,9 +332,9 @@ class Leader:
         Under mpirun, not after a failure that blames another rank (Horovod shut down, ...):
         the rank that failed first may still be in MPI_Abort, and a stop from us would kill it
         before mpirun reports its code; mpirun's own abort follows such a failure anyway."""
-        if not plan.stops_all_on_rank_failure or not record.failed or record.terminated:
+        if not plan.policy.rank_failure_stops_all or not record.failed or record.terminated:
             return False
-        if run.aborted or (plan.spawn is None and blames_another_rank(record)):
+        if run.aborted or (plan.policy.blamed_ranks_start_no_stop and blames_another_rank(record)):
             return False
         run.aborted = True
         if run.stopped_on is None and not run.lost:
@@ -399,7 +399,7 @@ class Leader:
             launcher_exit_code=launcher_code,
             launcher_name=launcher_name,
             launcher_output_tail=launcher.output_tail(),
-            mpi_aborts=tuple(sorted(launcher.mpi_aborts().items())),
+            mpi_aborts=tuple(sorted(launcher.rank_codes().items())),
             stopped_on=run.stopped_on,
             stopped_at=run.stopped_at,
             sigterm_grace=self._timeouts.sigterm_grace,
@@ -427,9 +427,18 @@ class Leader:
 
     def tell_workers(self, outcome: Outcome) -> None:
         """Send the exit code to every worker and wait (bounded) until each confirmed."""
+        self.announce(outcome)
+        self.await_confirmations()
+
+    def announce(self, outcome: Outcome) -> None:
+        """Send the exit code to every worker."""
+        if self._parts.link is not None:
+            self._parts.link.finish(outcome.exit_code, outcome.failure)
+
+    def await_confirmations(self) -> None:
+        """Until every worker told confirmed (bounded by ringleader_finish_timeout)."""
         if self._parts.link is None:
             return
-        self._parts.link.finish(outcome.exit_code, outcome.failure)
         pending = set(self._workers) - self._settled
         timeout = self._timeouts.finish
         deadline = self._clock.monotonic() + timeout

@@ -186,7 +186,7 @@ class Worker:
         if self._host not in spawn.launching_hosts:
             return  # mpirun starts this host's ranks
         launch = plan(spawn)
-        self._launcher = start(launch.argv, launch.env)
+        self._launcher = start(launch)
 
     def _stop_ranks(self, grace: float) -> None:
         """Stop the local ranks; this host's own launcher is killed if they outlast `grace`."""
