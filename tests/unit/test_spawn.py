@@ -11,11 +11,11 @@ import pytest
 from ringleader.config.job import MPI, NO_DISTRIBUTION, TORCH_DISTRIBUTED, parse_job_config
 from ringleader.config.topology import parse_topology
 from ringleader.core.errors import ConfigError
+from ringleader.core.exitcodes import first_failure
 from ringleader.launch.spawn import (
     RANK_VARIABLE,
     TORCH_VARIABLES,
     SpawnSpec,
-    first_failure,
     rank_environment,
     spawn_argv,
 )
