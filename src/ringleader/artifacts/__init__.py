@@ -15,8 +15,9 @@ At the end of every job, on every host, after the result files are written (only
 
 `collect` never raises for a delivery problem and never changes the job's exit code. Its
 retries and failures go to `log` as they happen (the entry point passes the toolkit's log,
-`ringleader.output.log.log`): nothing in this package imports ringleader.output. The output
-URI itself is configuration (ringleader.config.output_uri), re-exported here.
+`ringleader.output.log.log`), so that this package need not import ringleader.output (only
+collect's transitional fallback for a caller that passes no `log` still does). The output URI
+itself is configuration (ringleader.config.output_uri), re-exported here.
 """
 
 import os
