@@ -1,7 +1,6 @@
 """Runs a launch plan's command (mpirun, or the rank wrapper alone) and streams its output."""
 
 import collections
-import queue
 import subprocess
 import sys
 import threading
@@ -11,7 +10,6 @@ from typing import IO, Protocol
 
 from ringleader.core.processes import kill_tree
 from ringleader.output import console
-from ringleader.wire.events import Event, LauncherExited
 
 OUTPUT_TAIL_LINES = 30
 OUTPUT_DRAIN_SECONDS = 1.0  # after the launcher exits, for the rest of its output
@@ -41,13 +39,13 @@ PLAIN_OUTPUT: OutputReader = _PlainOutput()  # a launcher that reports nothing a
 
 
 class Launcher:
-    """The running launcher; LauncherExited goes to `events` once it and its output ended."""
+    """The running launcher; `on_exit` gets its exit code once it and its output ended."""
 
     def __init__(
         self,
         argv: Sequence[str],
         env: Mapping[str, str],
-        events: "queue.Queue[Event]",
+        on_exit: Callable[[int], None],
         on_kill: Callable[[], None] | None = None,
         reader: OutputReader = PLAIN_OUTPUT,
     ) -> None:
@@ -79,7 +77,7 @@ class Launcher:
             drained_by = time.monotonic() + OUTPUT_DRAIN_SECONDS
             for pump in pumps:
                 pump.join(timeout=max(drained_by - time.monotonic(), 0.0))
-            events.put(LauncherExited(code))
+            on_exit(code)
 
         threading.Thread(target=wait, name="launcher-wait", daemon=True).start()
 

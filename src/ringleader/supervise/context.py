@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from ringleader.core.outcome import Outcome
 from ringleader.core.timeline import Timeline
 from ringleader.launch.strategy import LaunchPlan, LaunchStrategy
+from ringleader.supervise.common import RunningLauncher, StartLauncher
 from ringleader.supervise.eventloop import EventQueue
-from ringleader.supervise.leader import RunningLauncher, StartLauncher
 from ringleader.supervise.parts import RootParts
 from ringleader.supervise.verdict import write_outcome
 

@@ -12,8 +12,9 @@ from ringleader.core.outcome import Outcome, truncate
 from ringleader.launch.strategy import LaunchPlan, LaunchStrategy
 from ringleader.output.metrics import MetricRecorder
 from ringleader.output.printer import OutputPrinter
+from ringleader.supervise.common import RunningLauncher
 from ringleader.supervise.context import HostContext
-from ringleader.supervise.leader import Leader, LeaderParts, RunningLauncher
+from ringleader.supervise.leader import Leader, LeaderParts
 from ringleader.supervise.verdict import conclude
 
 

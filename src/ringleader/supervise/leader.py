@@ -1,13 +1,15 @@
 """The leader's state machine: wait for workers, launch, supervise, decide, tell workers.
 
-Every wait is a bounded read of one event source, fed by the control server (workers), the
-host agent (local ranks), the launcher and the SIGTERM handler. Its collaborators (events,
-clock, local ranks, the link to the workers, how a launcher starts, the ssh check) are
-injected, so each fault is a unit test without containers.
+The leader moves through explicit phases (`Phase`); in each, every wait is a bounded read of
+one event source, fed by the control server (workers), the host agent (local ranks), the
+launcher and the SIGTERM handler, and each kind of event has one handler. Its collaborators
+(events, clock, local ranks, the link to the workers, how a launcher starts, the ssh check)
+are injected, so each fault is a unit test without containers.
 """
 
+import enum
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -15,13 +17,21 @@ from ringleader.config.job import Timeouts
 from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
 from ringleader.core.errors import JobError, StartupError
+from ringleader.core.exitcodes import first_failure
 from ringleader.core.outcome import HostLoss, JobFacts, Outcome, blames_another_rank, decide
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Timeline
-from ringleader.launch.spawn import first_failure
-from ringleader.launch.strategy import LaunchPlan, LaunchStrategy
+from ringleader.launch.strategy import EndPolicy, LaunchPlan, LaunchStrategy, SshCheck
+from ringleader.supervise.common import (
+    KILL_MARGIN_SECONDS,
+    LocalRanks,
+    Logger,
+    RunningLauncher,
+    StartLauncher,
+)
 from ringleader.supervise.eventloop import Clock, EventSource, earliest
 from ringleader.wire.events import (
+    Event,
     LauncherExited,
     RankEnded,
     RanksExited,
@@ -36,26 +46,25 @@ from ringleader.wire.messages import Launched, Message, Terminate
 if TYPE_CHECKING:
     import concurrent.futures
 
+__all__ = ["KILL_MARGIN_SECONDS", "Leader", "LeaderParts", "Phase"]
+
 # After the launcher exits, how long to wait for rank records still in flight from workers,
 # counted from the last output the leader took (a busy leader may be seconds behind).
 RECORD_SETTLE_SECONDS = 2.0
 SETTLE_CHECK_SECONDS = 0.25  # while settling: how often to look whether output still arrives
-# Extra time beyond the grace period before the launcher itself is killed after SIGTERM.
-KILL_MARGIN_SECONDS = 10.0
 # After a host is lost: beyond the abort grace, before the launcher (which may wait minutes
 # for the lost host's MPI daemon) is killed.
 LOST_HOST_KILL_MARGIN_SECONDS = 0.5
 
-Logger = Callable[[str], None]
-SshCheck = Callable[[str, float], str | None]  # (host, timeout) -> problem or None
 
-
-class LocalRanks(Protocol):
-    """This host's ranks (the host agent)."""
-
-    def terminate_all(self, grace: float) -> None: ...
-
-    def reap(self, abort_grace: float) -> None: ...
+class Phase(enum.Enum):
+    GATHERING = "waiting for every worker's hello"
+    LAUNCHING = "waiting for every rank to start"
+    RUNNING = "every rank started"
+    STOPPING = "every rank told to stop"
+    SETTLING = "every launcher exited: collecting the last rank records"
+    TELLING = "telling the workers the verdict"
+    DONE = "done"
 
 
 class WorkerLink(Protocol):
@@ -64,18 +73,6 @@ class WorkerLink(Protocol):
     def broadcast(self, message: Message) -> None: ...
 
     def finish(self, exit_code: int, failure: str | None) -> None: ...
-
-
-class RunningLauncher(Protocol):
-    def kill(self) -> None: ...
-
-    def output_tail(self) -> tuple[str, ...]: ...
-
-    def rank_codes(self) -> Mapping[int, int]:
-        """rank -> exit code, as the launcher's own output reported them."""
-
-
-StartLauncher = Callable[[LaunchPlan], RunningLauncher]
 
 
 @dataclass(frozen=True)
@@ -106,20 +103,30 @@ class JobStopped(Exception):
 
 @dataclass
 class _Run:
+    """One launch, from the launcher's start to the verdict."""
+
+    plan: LaunchPlan
+    launcher: RunningLauncher
+    launch_deadline: float | None  # every rank must have started by then
+    kill_deadline: float | None = None  # the launcher is killed then
     started: dict[int, str] = field(default_factory=dict)  # rank -> host
     records: dict[int, RankRecord] = field(default_factory=dict)
     stopped_on: str | None = None
     stopped_at: float = 0.0
     lost: dict[str, WorkerLost] = field(default_factory=dict)
     startup_error: str | None = None
-    aborted: bool = False  # a spawned rank failed and every other rank was told to stop
+    aborted: bool = False  # a rank failed and every other rank was told to stop
     # TensorFlow: ranks still running when every main task had ended (parameter servers):
     # stopped then, and their end is not a failure.
     released: frozenset[int] | None = None
-    exited: dict[str, int] = field(default_factory=dict)  # spawned: host -> launcher code
+    exited: dict[str, int] = field(default_factory=dict)  # host -> its launcher's code
     # The launcher was killed after every rank had ended (a wedged orted, or nothing left
     # after a stop): its exit code says nothing about the job, the ranks' records do.
     launcher_outlived_ranks: bool = False
+
+    @property
+    def policy(self) -> EndPolicy:
+        return self.plan.policy
 
     def unreported(self, hosts: Sequence[str]) -> set[int]:
         return {
@@ -127,6 +134,9 @@ class _Run:
             for rank, host in self.started.items()
             if host in hosts and rank not in self.records
         }
+
+    def stop_launcher_by(self, deadline: float) -> None:
+        self.kill_deadline = earliest(self.kill_deadline, deadline)
 
 
 class Leader:
@@ -144,6 +154,7 @@ class Leader:
         self.records: tuple[RankRecord, ...] = ()  # every rank's record, once the job ended
         self.timeline = parts.timeline
         self.world_size = 0
+        self.phase = Phase.GATHERING
         self._settled: set[str] = set()  # workers that will not need the final exit message
 
     def run(self, strategy: LaunchStrategy) -> Outcome:
@@ -186,28 +197,28 @@ class Leader:
         deadline = self._clock.monotonic() + timeout
         checks = []
         while pending:
-            event = self._events.next(deadline)
-            if event is None:
-                self._settled.update(pending)  # nobody there to tell the result
-                raise StartupError(
-                    f"Host(s) {', '.join(sorted(pending))} never answered within {timeout:g} s "
-                    "(ringleader_startup_timeout)."
-                )
-            if isinstance(event, WorkerHello) and event.host in pending:
-                pending.discard(event.host)
-                self.timeline.extend(event.marks)
-                if event.error_code is not None:
-                    self._settled.add(event.host)
-                    raise _HostError(event.host, event.error_code, event.error_message or "")
-                if self._parts.check_ssh is not None:
-                    checks.append(pool.submit(self._check_ssh, event.host, timeout))
-            elif isinstance(event, WorkerLost) and event.host in self._workers:
-                self._settled.add(event.host)
-                raise StartupError(
-                    f"Host {event.host} was lost before the job started: {event.reason}."
-                )
-            elif isinstance(event, SigtermReceived):
-                raise JobStopped(event.host, self._clock.time())
+            match self._events.next(deadline):
+                case None:
+                    self._settled.update(pending)  # nobody there to tell the result
+                    raise StartupError(
+                        f"Host(s) {', '.join(sorted(pending))} never answered within "
+                        f"{timeout:g} s (ringleader_startup_timeout)."
+                    )
+                case WorkerHello() as hello if hello.host in pending:
+                    pending.discard(hello.host)
+                    self.timeline.extend(hello.marks)
+                    if hello.error_code is not None:
+                        self._settled.add(hello.host)
+                        raise _HostError(hello.host, hello.error_code, hello.error_message or "")
+                    if self._parts.check_ssh is not None:
+                        checks.append(pool.submit(self._check_ssh, hello.host, timeout))
+                case WorkerLost() as lost if lost.host in self._workers:
+                    self._settled.add(lost.host)
+                    raise StartupError(
+                        f"Host {lost.host} was lost before the job started: {lost.reason}."
+                    )
+                case SigtermReceived() as sigterm:
+                    raise JobStopped(sigterm.host, self._clock.time())
         return checks
 
     def _check_ssh(self, host: str, timeout: float) -> str | None:
@@ -218,11 +229,29 @@ class Leader:
         return problem
 
     def _supervise(self, plan: LaunchPlan) -> Outcome:
-        """Run the launcher to the job's end. mpirun ends the job when it exits; spawned
-        ranks end it when every host's own launcher has exited (or the host was lost), and
-        the leader stops everyone when one of them fails, as mpirun would."""
-        timeouts = self._timeouts
-        spawn, policy = plan.spawn, plan.policy
+        """Run the launcher to the job's end: when this host's launcher and every other host's
+        own launcher in the plan's policy (spawned ranks, or the plain hosts of a
+        heterogeneous cluster) have exited or their host was lost."""
+        self._announce_launch(plan)
+        launcher = self._parts.start_launcher(plan)
+        self.timeline.mark(self._host, phases.LAUNCHED, self._clock.time())
+        run = _Run(plan, launcher, self._clock.monotonic() + self._timeouts.startup)
+        self.phase = Phase.LAUNCHING
+        while not self._every_launcher_exited(run):
+            event = self._events.next(earliest(run.launch_deadline, run.kill_deadline))
+            if event is None:
+                self._on_deadline(run, self._clock.monotonic())
+            else:
+                self._on_event(run, event, self._clock.monotonic())
+        code = first_failure(list(run.exited.values()))
+        if (run.policy.ranks_decide or run.launcher_outlived_ranks) and not run.unreported(
+            self._hosts
+        ):
+            code = 0  # every rank reported: the ranks' own codes tell the story
+        return self._conclude(run, code)
+
+    def _announce_launch(self, plan: LaunchPlan) -> None:
+        spawn = plan.spawn
         if spawn is None or self._host not in spawn.launching_hosts:
             self._log("launching: " + shlex.join(plan.argv))
         else:
@@ -234,85 +263,83 @@ class Leader:
             self._log(f"outside the distribution, running the program once: {spawn.plain_hosts}")
         if self._parts.link is not None:
             self._parts.link.broadcast(Launched(spawn))
-        launcher = self._parts.start_launcher(plan)
-        self.timeline.mark(self._host, phases.LAUNCHED, self._clock.time())
-        # The job ends when this host's launcher and every other host's own launcher (spawned
-        # ranks, or the plain hosts of a heterogeneous cluster) have exited or the host was lost.
-        waits_for = set(policy.other_launchers)
-        launcher_name = policy.launcher_name
-        main_ranks = policy.main_ranks
-        run = _Run()
-        launch_deadline: float | None = self._clock.monotonic() + timeouts.startup
-        kill_deadline: float | None = None
-        while True:
-            event = self._events.next(earliest(launch_deadline, kill_deadline))
-            now = self._clock.monotonic()
-            if event is None:
-                if kill_deadline is not None and now >= kill_deadline:
-                    if len(run.records) >= self.world_size:
-                        run.launcher_outlived_ranks = True
-                        self._log(f"every rank has ended; killing {launcher_name}, still running")
-                    else:
-                        self._log(
-                            "ranks did not end within their grace period; killing the launcher"
-                        )
-                    launcher.kill()
-                    kill_deadline = None
-                elif launch_deadline is not None and now >= launch_deadline:
-                    run.startup_error = self._missing_ranks_message(run.started)
-                    self._log(run.startup_error)
-                    launcher.kill()
-                    launch_deadline = None
-                continue
-            if isinstance(event, RankStarted):
-                run.started[event.rank] = event.host
-                if len(run.started) >= self.world_size:
-                    launch_deadline = None
-            elif isinstance(event, RankEnded):
-                run.records[event.record.rank] = event.record
-                stopping = self._abort_after(run, event.record, plan)
-                if main_ranks is not None and self._release_after(run, main_ranks):
-                    stopping = True
-                if stopping:
-                    kill_deadline = earliest(
-                        kill_deadline, now + timeouts.abort_grace + LOST_HOST_KILL_MARGIN_SECONDS
-                    )
-                if (
-                    policy.launcher_holds_every_rank
-                    and kill_deadline is not None
-                    and len(run.records) >= self.world_size
-                ):
-                    kill_deadline = now  # stopped and every rank ended: mpirun has nothing left
-                elif kill_deadline is None and len(run.records) >= self.world_size:
-                    # every rank ended by itself: a launcher that hangs on (a wedged MPI
-                    # daemon) gets ringleader_launcher_exit_timeout, then is killed
-                    kill_deadline = now + timeouts.launcher_exit
-            elif isinstance(event, SigtermReceived) and run.stopped_on is None:
-                self._log(f"SIGTERM received on {event.host}: stopping every rank")
-                run.stopped_on, run.stopped_at = event.host, self._clock.time()
-                self._terminate_everywhere(timeouts.sigterm_grace)
-                kill_deadline = earliest(
-                    kill_deadline, now + timeouts.sigterm_grace + KILL_MARGIN_SECONDS
-                )
-            elif isinstance(event, WorkerLost) and self._record_loss(run, event):
-                if run.stopped_on is None and len(run.lost) == 1:
-                    self._terminate_everywhere(timeouts.abort_grace)
-                launch_deadline = None
-                kill_deadline = earliest(
-                    kill_deadline, now + timeouts.abort_grace + LOST_HOST_KILL_MARGIN_SECONDS
-                )
-            elif isinstance(event, LauncherExited):
+
+    def _every_launcher_exited(self, run: _Run) -> bool:
+        others = run.policy.other_launchers
+        return self._host in run.exited and others <= set(run.exited) | set(run.lost)
+
+    def _on_event(self, run: _Run, event: Event, now: float) -> None:
+        """One handler per kind of event; the others do not concern a running job."""
+        match event:
+            case RankStarted():
+                self._on_rank_started(run, event)
+            case RankEnded():
+                self._on_rank_ended(run, event.record, now)
+            case SigtermReceived():
+                self._on_sigterm(run, event, now)
+            case WorkerLost():
+                self._on_worker_lost(run, event, now)
+            case LauncherExited():
                 self._log(f"launcher exited with code {event.exit_code}")
                 run.exited[self._host] = event.exit_code
-            elif isinstance(event, RanksExited) and event.host in waits_for:
+            case RanksExited() if event.host in run.policy.other_launchers:
                 run.exited[event.host] = event.exit_code
-            if self._host in run.exited and waits_for <= set(run.exited) | set(run.lost):
-                code = first_failure(list(run.exited.values()))
-                if (policy.ranks_decide or run.launcher_outlived_ranks) and not run.unreported(
-                    self._hosts
-                ):
-                    code = 0  # every rank reported: the ranks' own codes tell the story
-                return self._conclude(run, code, launcher, launcher_name)
+
+    def _on_deadline(self, run: _Run, now: float) -> None:
+        if run.kill_deadline is not None and now >= run.kill_deadline:
+            if len(run.records) >= self.world_size:
+                run.launcher_outlived_ranks = True
+                self._log(
+                    f"every rank has ended; killing {run.policy.launcher_name}, still running"
+                )
+            else:
+                self._log("ranks did not end within their grace period; killing the launcher")
+            run.launcher.kill()
+            run.kill_deadline = None
+        elif run.launch_deadline is not None and now >= run.launch_deadline:
+            run.startup_error = self._missing_ranks_message(run.started)
+            self._log(run.startup_error)
+            run.launcher.kill()
+            run.launch_deadline = None
+
+    def _on_rank_started(self, run: _Run, event: RankStarted) -> None:
+        run.started[event.rank] = event.host
+        if len(run.started) >= self.world_size:
+            run.launch_deadline = None
+            if self.phase is Phase.LAUNCHING:
+                self.phase = Phase.RUNNING
+
+    def _on_rank_ended(self, run: _Run, record: RankRecord, now: float) -> None:
+        run.records[record.rank] = record
+        stopping = self._abort_after(run, record)
+        if run.policy.main_ranks is not None and self._release_after(run, run.policy.main_ranks):
+            stopping = True
+        if stopping:
+            run.stop_launcher_by(now + self._timeouts.abort_grace + LOST_HOST_KILL_MARGIN_SECONDS)
+        if len(run.records) < self.world_size:
+            return
+        if run.policy.launcher_holds_every_rank and run.kill_deadline is not None:
+            run.kill_deadline = now  # stopped and every rank ended: mpirun has nothing left
+        elif run.kill_deadline is None:
+            # every rank ended by itself: a launcher that hangs on (a wedged MPI daemon) gets
+            # ringleader_launcher_exit_timeout, then is killed
+            run.kill_deadline = now + self._timeouts.launcher_exit
+
+    def _on_sigterm(self, run: _Run, event: SigtermReceived, now: float) -> None:
+        if run.stopped_on is not None:
+            return
+        self._log(f"SIGTERM received on {event.host}: stopping every rank")
+        run.stopped_on, run.stopped_at = event.host, self._clock.time()
+        self._terminate_everywhere(self._timeouts.sigterm_grace)
+        run.stop_launcher_by(now + self._timeouts.sigterm_grace + KILL_MARGIN_SECONDS)
+
+    def _on_worker_lost(self, run: _Run, event: WorkerLost, now: float) -> None:
+        if not self._record_loss(run, event):
+            return
+        if run.stopped_on is None and len(run.lost) == 1:
+            self._terminate_everywhere(self._timeouts.abort_grace)
+        run.launch_deadline = None
+        run.stop_launcher_by(now + self._timeouts.abort_grace + LOST_HOST_KILL_MARGIN_SECONDS)
 
     def _release_after(self, run: _Run, main_ranks: frozenset[int]) -> bool:
         """TensorFlow: once every main task (master/chief, or all mirrored workers) has ended,
@@ -326,15 +353,16 @@ class Leader:
             self._terminate_everywhere(self._timeouts.abort_grace)
         return bool(run.released)
 
-    def _abort_after(self, run: _Run, record: RankRecord, plan: LaunchPlan) -> bool:
+    def _abort_after(self, run: _Run, record: RankRecord) -> bool:
         """A rank failed on its own: stop every other rank (abort grace), once.
 
         Under mpirun, not after a failure that blames another rank (Horovod shut down, ...):
         the rank that failed first may still be in MPI_Abort, and a stop from us would kill it
         before mpirun reports its code; mpirun's own abort follows such a failure anyway."""
-        if not plan.policy.rank_failure_stops_all or not record.failed or record.terminated:
+        policy = run.policy
+        if not policy.rank_failure_stops_all or not record.failed or record.terminated:
             return False
-        if run.aborted or (plan.policy.blamed_ranks_start_no_stop and blames_another_rank(record)):
+        if run.aborted or (policy.blamed_ranks_start_no_stop and blames_another_rank(record)):
             return False
         run.aborted = True
         if run.stopped_on is None and not run.lost:
@@ -351,12 +379,18 @@ class Leader:
         self._settled.add(event.host)
         return True
 
-    def _conclude(
-        self, run: _Run, launcher_code: int, launcher: RunningLauncher, launcher_name: str
-    ) -> Outcome:
+    def _terminate_everywhere(self, grace: float) -> None:
+        self.phase = Phase.STOPPING
+        if self._parts.local is not None:
+            self._parts.local.terminate_all(grace)
+        if self._parts.link is not None:
+            self._parts.link.broadcast(Terminate(grace))
+
+    def _conclude(self, run: _Run, launcher_code: int) -> Outcome:
         # After a loss, a host whose ranks stay silent may be lost too (a partition silences
         # every host at once, and busy machines notice each silence at its own time): wait
         # until it would count as lost, so the verdict names every lost host.
+        self.phase = Phase.SETTLING
         settle = RECORD_SETTLE_SECONDS
         if run.lost:
             settle = max(settle, self._timeouts.leader_loss)
@@ -397,9 +431,9 @@ class Leader:
             ),
             world_size=self.world_size,
             launcher_exit_code=launcher_code,
-            launcher_name=launcher_name,
-            launcher_output_tail=launcher.output_tail(),
-            mpi_aborts=tuple(sorted(launcher.rank_codes().items())),
+            launcher_name=run.policy.launcher_name,
+            launcher_output_tail=run.launcher.output_tail(),
+            mpi_aborts=tuple(sorted(run.launcher.rank_codes().items())),
             stopped_on=run.stopped_on,
             stopped_at=run.stopped_at,
             sigterm_grace=self._timeouts.sigterm_grace,
@@ -419,12 +453,6 @@ class Leader:
             f"or rank came up on: {', '.join(missing) or 'unknown hosts'}."
         )
 
-    def _terminate_everywhere(self, grace: float) -> None:
-        if self._parts.local is not None:
-            self._parts.local.terminate_all(grace)
-        if self._parts.link is not None:
-            self._parts.link.broadcast(Terminate(grace))
-
     def tell_workers(self, outcome: Outcome) -> None:
         """Send the exit code to every worker and wait (bounded) until each confirmed."""
         self.announce(outcome)
@@ -432,32 +460,35 @@ class Leader:
 
     def announce(self, outcome: Outcome) -> None:
         """Send the exit code to every worker."""
+        self.phase = Phase.TELLING
         if self._parts.link is not None:
             self._parts.link.finish(outcome.exit_code, outcome.failure)
 
     def await_confirmations(self) -> None:
         """Until every worker told confirmed (bounded by ringleader_finish_timeout)."""
-        if self._parts.link is None:
-            return
-        pending = set(self._workers) - self._settled
+        pending = set(self._workers) - self._settled if self._parts.link is not None else set()
         timeout = self._timeouts.finish
         deadline = self._clock.monotonic() + timeout
         while pending:
-            event = self._events.next(deadline)
-            if event is None:
-                self._log(
-                    f"no confirmation within {timeout:g} s (ringleader_finish_timeout) "
-                    f"from: {', '.join(sorted(pending))}"
-                )
-                return
-            # A plain hello is a late worker still to be told; an error hello exits alone.
-            if isinstance(event, WorkerBye | WorkerLost) or (
-                isinstance(event, WorkerHello) and event.error_code is not None
-            ):
-                pending.discard(event.host)
-                if isinstance(event, WorkerBye):
-                    self.timeline.extend(event.marks)
-        self._log("every worker has the exit code")
+            match self._events.next(deadline):
+                case None:
+                    self._log(
+                        f"no confirmation within {timeout:g} s (ringleader_finish_timeout) "
+                        f"from: {', '.join(sorted(pending))}"
+                    )
+                    break
+                case WorkerBye() as bye:
+                    pending.discard(bye.host)
+                    self.timeline.extend(bye.marks)
+                case WorkerLost() as lost:
+                    pending.discard(lost.host)
+                # A plain hello is a late worker still to be told; an error hello exits alone.
+                case WorkerHello() as hello if hello.error_code is not None:
+                    pending.discard(hello.host)
+        else:
+            if self._parts.link is not None:
+                self._log("every worker has the exit code")
+        self.phase = Phase.DONE
 
 
 class _HostError(JobError):

@@ -21,12 +21,14 @@ from ringleader.launch.select import HostFacts, select_strategy
 from ringleader.launch.strategy import HostSetup, LaunchPlan, LaunchStrategy
 from ringleader.output import log
 from ringleader.source import usercode
+from ringleader.supervise.common import LocalRanks, RunningLauncher
 from ringleader.supervise.eventloop import Clock, EventQueue, SystemClock
-from ringleader.supervise.leader import LocalRanks, RunningLauncher, WorkerLink
+from ringleader.supervise.leader import WorkerLink
 from ringleader.supervise.verdict import ResultFiles
 from ringleader.supervise.worker import LeaderLink as LinkToLeader
 from ringleader.wire.agent import HostAgent
 from ringleader.wire.control import ControlServer, Liveness, connect_to_leader
+from ringleader.wire.events import LauncherExited
 from ringleader.wire.leader_link import LeaderLink
 from ringleader.wire.protocol import Channel, OutputHandler
 
@@ -93,7 +95,10 @@ def _leader_link(
 
 
 def _start_launcher(plan: LaunchPlan, events: EventQueue, setup: HostSetup) -> Launcher:
-    return Launcher(plan.argv, plan.env, events, setup.launcher_killed, plan.output)
+    def exited(code: int) -> None:
+        events.put(LauncherExited(code))
+
+    return Launcher(plan.argv, plan.env, exited, setup.launcher_killed, plan.output)
 
 
 def _prepare_code(config: JobConfig, stop: threading.Event) -> None:

@@ -5,6 +5,7 @@ code; it gives up when the leader goes away or silent (pulses), or never launche
 collaborators (events, clock, local ranks, the link to the leader) are injected.
 """
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -16,16 +17,17 @@ from ringleader.core.outcome import Outcome, truncate
 from ringleader.core.timeline import Mark
 from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.strategy import LaunchPlan
-from ringleader.supervise.eventloop import Clock, EventSource, earliest
-from ringleader.supervise.leader import (
+from ringleader.supervise.common import (
     KILL_MARGIN_SECONDS,
     LocalRanks,
     Logger,
     RunningLauncher,
     StartLauncher,
 )
+from ringleader.supervise.eventloop import Clock, EventSource, earliest
 from ringleader.wire.control import bye_message
 from ringleader.wire.events import (
+    Event,
     LauncherExited,
     LeaderLost,
     LeaderMessage,
@@ -62,6 +64,15 @@ class WorkerParts:
     start_launcher: StartLauncher | None = None
 
 
+class Phase(enum.Enum):
+    WAITING = "waiting for the leader's launch"
+    LAUNCHED = "launched: waiting for this host's first rank"
+    RUNNING = "this host's ranks run"
+    STOPPING = "this host's ranks told to stop"
+    TOLD = "has the verdict: waiting for the leader to leave first"
+    DONE = "done"
+
+
 class Worker:
     def __init__(self, host: str, leader: str, timeouts: Timeouts, parts: WorkerParts) -> None:
         self._host = host
@@ -71,9 +82,12 @@ class Worker:
         self._events = parts.events
         self._clock = parts.clock
         self._local = parts.local
+        self.phase = Phase.WAITING
         self._told: Outcome | None = None  # the leader's verdict, once it came
         self._launcher: RunningLauncher | None = None  # this host's own (spawned ranks)
         self._kill_deadline: float | None = None  # for it, once the ranks were told to stop
+        self._sigterm_deadline: float | None = None  # for the leader's verdict after SIGTERM
+        self._rank_deadline: float | None = None  # for the first rank after the launch
 
     def run(self, on_outcome: Callable[[Outcome], None]) -> Outcome:
         """Follow the leader to the job's end; `on_outcome` writes the result files, before
@@ -85,97 +99,116 @@ class Worker:
                 self._launcher.kill()  # spawned ranks' launcher: gone with the job, always
         if self._told is None:
             on_outcome(outcome)
+        self.phase = Phase.DONE
         return outcome
 
     def _follow(self, on_outcome: Callable[[Outcome], None]) -> Outcome:
-        timeouts = self._timeouts
-        link = self._parts.link
-        sigterm_deadline: float | None = None
-        rank_deadline: float | None = None
-        ranks_started = False
         while True:
-            event = self._events.next(
-                earliest(sigterm_deadline, rank_deadline, self._kill_deadline)
-            )
-            now = self._clock.monotonic()
-            if self._kill_deadline is not None and now >= self._kill_deadline:
+            deadline = earliest(self._sigterm_deadline, self._rank_deadline, self._kill_deadline)
+            event = self._events.next(deadline)
+            if self._kill_deadline is not None and self._clock.monotonic() >= self._kill_deadline:
                 self._parts.log("ranks did not end within their grace period; killing them")
                 self._kill_deadline = None
                 if self._launcher is not None:
                     self._launcher.kill()
                 if event is None:
                     continue
-            if event is None:
-                self._local.terminate_all(timeouts.abort_grace)
-                if sigterm_deadline is not None and self._clock.monotonic() >= sigterm_deadline:
-                    return self._outcome(
-                        exitcodes.SIGTERM_EXIT,
-                        "stopped by SIGTERM; the leader did not confirm the job's end in time",
-                    )
-                return self._outcome(
-                    exitcodes.HOST_UNREACHABLE,
-                    f"the MPI daemon never started a rank on {self._host} within "
-                    f"{timeouts.startup:g} s of the launch (ringleader_startup_timeout)",
-                )
-            if isinstance(event, RankStarted):
-                ranks_started = True
-                rank_deadline = None
+            outcome = self._on_timeout() if event is None else self._on_event(event, on_outcome)
+            if outcome is not None:
+                return outcome
+
+    def _on_timeout(self) -> Outcome:
+        """No verdict in time after SIGTERM, or no rank after the launch."""
+        self._local.terminate_all(self._timeouts.abort_grace)
+        sigterm_deadline = self._sigterm_deadline
+        if sigterm_deadline is not None and self._clock.monotonic() >= sigterm_deadline:
+            return self._outcome(
+                exitcodes.SIGTERM_EXIT,
+                "stopped by SIGTERM; the leader did not confirm the job's end in time",
+            )
+        return self._outcome(
+            exitcodes.HOST_UNREACHABLE,
+            f"the MPI daemon never started a rank on {self._host} within "
+            f"{self._timeouts.startup:g} s of the launch (ringleader_startup_timeout)",
+        )
+
+    def _on_event(self, event: Event, on_outcome: Callable[[Outcome], None]) -> Outcome | None:
+        """One handler per kind of event; the verdict ends the wait."""
+        link = self._parts.link
+        match event:
+            case RankStarted():
+                self._rank_deadline = None
+                if self.phase in (Phase.WAITING, Phase.LAUNCHED):
+                    self.phase = Phase.RUNNING
                 link.send(RankStart(event.rank, event.host))
-            elif isinstance(event, RankEnded):
+            case RankEnded():
                 link.send(RankEnd(event.record))
-            elif isinstance(event, LauncherExited):
+            case LauncherExited():
                 link.send(RanksExit(self._host, event.exit_code))
                 self._kill_deadline = None
-            elif isinstance(event, SigtermReceived):
-                self._parts.log("SIGTERM received: stopping local ranks and telling the leader")
-                self._stop_ranks(timeouts.sigterm_grace)
-                link.send(Sigterm(self._host))
-                if sigterm_deadline is None:
-                    sigterm_deadline = (
-                        self._clock.monotonic() + timeouts.sigterm_grace + timeouts.finish
-                    )
-            elif isinstance(event, LeaderLost):
-                self._local.terminate_all(timeouts.abort_grace)
-                self._local.reap(timeouts.abort_grace)
-                if sigterm_deadline is not None:
-                    return self._outcome(
-                        exitcodes.SIGTERM_EXIT,
-                        f"stopped by SIGTERM; then lost the leader {self._leader}: {event.reason}",
-                    )
-                return Outcome(
-                    exitcodes.HOST_LOST,
-                    truncate(
-                        f"Host {self._leader} (the leader): {event.reason}; "
-                        f"noticed by {self._host}, which stopped its ranks."
-                    ),
-                )
-            elif isinstance(event, LeaderMessage):
-                received = self._clock.time()
-                outcome = self._obey(event.message)
-                if outcome is not None:
-                    on_outcome(outcome)  # files first, then bye, then let the leader go first
-                    # This host is done: what is left is the wait for the leader to go first.
-                    marks = (
-                        Mark(self._host, phases.VERDICT_RECEIVED, received),
-                        Mark(self._host, phases.EXITED, self._clock.time()),
-                    )
-                    link.send(bye_message(self._host, marks))
-                    self._wait_for_leader_to_leave(timeouts.finish + timeouts.leader_loss)
-                    return outcome
-                if isinstance(event.message, Launched):
-                    self._launch(event.message)
-                    if not ranks_started:
-                        rank_deadline = self._clock.monotonic() + timeouts.startup
-
-    def _obey(self, message: Message) -> Outcome | None:
-        """Act on a leader's message; the verdict when it is the job's exit code."""
-        if isinstance(message, Terminate):
-            self._stop_ranks(message.grace)
-        elif isinstance(message, Exit):
-            self._local.reap(self._timeouts.abort_grace)
-            self._told = Outcome(message.code, message.failure)
-            return self._told
+            case SigtermReceived():
+                self._on_sigterm()
+            case LeaderLost():
+                return self._on_leader_lost(event)
+            case LeaderMessage():
+                return self._on_leader_message(event.message, on_outcome)
         return None
+
+    def _on_sigterm(self) -> None:
+        self._parts.log("SIGTERM received: stopping local ranks and telling the leader")
+        self._stop_ranks(self._timeouts.sigterm_grace)
+        self._parts.link.send(Sigterm(self._host))
+        if self._sigterm_deadline is None:
+            timeouts = self._timeouts
+            self._sigterm_deadline = (
+                self._clock.monotonic() + timeouts.sigterm_grace + timeouts.finish
+            )
+
+    def _on_leader_lost(self, event: LeaderLost) -> Outcome:
+        self._local.terminate_all(self._timeouts.abort_grace)
+        self._local.reap(self._timeouts.abort_grace)
+        if self._sigterm_deadline is not None:
+            return self._outcome(
+                exitcodes.SIGTERM_EXIT,
+                f"stopped by SIGTERM; then lost the leader {self._leader}: {event.reason}",
+            )
+        return Outcome(
+            exitcodes.HOST_LOST,
+            truncate(
+                f"Host {self._leader} (the leader): {event.reason}; "
+                f"noticed by {self._host}, which stopped its ranks."
+            ),
+        )
+
+    def _on_leader_message(
+        self, message: Message, on_outcome: Callable[[Outcome], None]
+    ) -> Outcome | None:
+        match message:
+            case Terminate():
+                self._stop_ranks(message.grace)
+            case Launched():
+                self._launch(message)
+                if self.phase is Phase.WAITING:
+                    self.phase = Phase.LAUNCHED
+                    self._rank_deadline = self._clock.monotonic() + self._timeouts.startup
+            case Exit():
+                return self._on_verdict(Outcome(message.code, message.failure), on_outcome)
+        return None
+
+    def _on_verdict(self, outcome: Outcome, on_outcome: Callable[[Outcome], None]) -> Outcome:
+        """Files first, then bye, then let the leader go first."""
+        received = self._clock.time()
+        self._local.reap(self._timeouts.abort_grace)
+        self._told = outcome
+        self.phase = Phase.TOLD
+        on_outcome(outcome)
+        marks = (
+            Mark(self._host, phases.VERDICT_RECEIVED, received),
+            Mark(self._host, phases.EXITED, self._clock.time()),
+        )
+        self._parts.link.send(bye_message(self._host, marks))
+        self._wait_for_leader_to_leave(self._timeouts.finish + self._timeouts.leader_loss)
+        return outcome
 
     def _launch(self, message: Launched) -> None:
         """Spawned ranks: start this host's share of them from the leader's spec."""
@@ -190,6 +223,8 @@ class Worker:
 
     def _stop_ranks(self, grace: float) -> None:
         """Stop the local ranks; this host's own launcher is killed if they outlast `grace`."""
+        if self.phase is not Phase.TOLD:
+            self.phase = Phase.STOPPING
         self._local.terminate_all(grace)
         if self._launcher is not None and self._kill_deadline is None:
             self._kill_deadline = self._clock.monotonic() + grace + KILL_MARGIN_SECONDS
