@@ -275,7 +275,7 @@ def test_collect_to_a_local_directory(tmp_path):
     write(output / "failure", "Rank 2 failed")
     files = model_tree(model)
     uri = parse_output_uri(f"file://{tmp_path}/delivered")
-    report = collect(output, model, uri, "algo-2", work_dir=work)
+    report = collect(output, model, uri, "algo-2", work_dir=work, log=print)
     assert report.ok, report.summary_lines()
     host_dir = tmp_path / "delivered" / "algo-2"
     assert sorted(path.name for path in host_dir.iterdir()) == ["model.tar.gz", "output.tar.gz"]
@@ -300,6 +300,7 @@ def test_hosts_never_clash_in_the_output_directory(tmp_path):
             uri,
             host,
             work_dir=tmp_path / host / "work",
+            log=print,
         )
         assert report.ok
     for host in ("algo-1", "algo-2"):
@@ -323,6 +324,7 @@ def test_a_failed_copy_leaves_no_partial_file_and_keeps_the_archive(tmp_path, mo
         parse_output_uri(str(tmp_path / "out")),
         "algo-1",
         work_dir=tmp_path / "work",
+        log=print,
     )
     assert not report.ok
     assert destination.read_bytes() == b"earlier run"
@@ -343,6 +345,7 @@ def test_an_archive_that_cannot_be_built_does_not_stop_the_other(tmp_path):
         parse_output_uri(str(tmp_path / "out")),
         "algo-1",
         work_dir=tmp_path / "work",
+        log=print,
     )
     output, model = report.results
     assert output.delivered and (tmp_path / "out" / "algo-1" / "output.tar.gz").is_file()

@@ -33,6 +33,7 @@ from ringleader.artifacts import (
     verify_archive,
 )
 from ringleader.core.errors import ConfigError
+from ringleader.output import log as toolkit_log
 
 REGION = "us-east-1"
 BUCKET = "ringleader-artifacts"
@@ -293,7 +294,8 @@ def test_slowdown_twice_then_success_with_outer_retries(s3, big_job):
 
 
 def test_retries_go_to_the_toolkit_log_by_default(s3, job, capsys, monkeypatch):
-    """As the entry point calls it (no `log=`): each retry is a `[ringleader <host>]` line."""
+    """As the entry point calls it (`log=` the toolkit's log): each retry is a
+    `[ringleader <host>]` line."""
     monkeypatch.setattr("ringleader.output.log._host", "algo-1")
     fault = SendFault("PutObject", 503, "SlowDown", "Please reduce your request rate.", times=1)
     clock = FakeTime()
@@ -307,6 +309,7 @@ def test_retries_go_to_the_toolkit_log_by_default(s3, job, capsys, monkeypatch):
         client_factory=factory(fault),
         sleep=clock.sleep,
         clock=clock.monotonic,
+        log=toolkit_log.log,
     )
     assert report.ok, report.summary_lines()
     assert [result.attempts for result in report.results] == [2, 1]

@@ -747,11 +747,13 @@ def test_a_ranks_end_is_when_it_was_reaped_not_after_the_cleanup(workdir, agent)
     rank exited; the record's end is the rank's own, so a bystander on another host is not
     taken for the first to fail because this cleanup took longer."""
     write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    # The helper says when it ignores SIGTERM: under load its start can outlast the rank's.
     code = (
         "import subprocess, sys\n"
         "helper = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
-        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'], "
-        "start_new_session=True)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)'], "
+        "stdout=subprocess.PIPE, start_new_session=True)\n"
+        "helper.stdout.readline()\n"
         "print(f'stray={helper.pid}', flush=True)\n"
     )
     wrapper = Wrapper(workdir, python_command(code), rank=1, grace=20, abort_grace=2)

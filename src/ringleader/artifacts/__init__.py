@@ -15,8 +15,7 @@ At the end of every job, on every host, after the result files are written (only
 
 `collect` never raises for a delivery problem and never changes the job's exit code. Its
 retries and failures go to `log` as they happen (the entry point passes the toolkit's log,
-`ringleader.output.log.log`), so that this package need not import ringleader.output (only
-collect's transitional fallback for a caller that passes no `log` still does). The output URI
+`ringleader.output.log.log`), so that this package need not import ringleader.output. The output URI
 itself is configuration (ringleader.config.output_uri), re-exported here.
 """
 
@@ -83,19 +82,14 @@ def collect(
     client_factory: ClientFactory = make_s3_client,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-    log: Log | None = None,
+    log: Log,
     secrets: Iterable[str] | None = None,
 ) -> DeliveryReport:
     """Build output.tar.gz (of `output_dir`) and model.tar.gz (of `model_dir`) and deliver them.
 
     An archive that cannot be built is reported as not delivered; the other still goes.
-    `log` receives a line per retry and failure. None (the toolkit's log) is only for callers
-    that do not pass it yet: artifacts/ must not import output/.
+    `log` receives a line per retry and failure.
     """
-    if log is None:
-        from ringleader.output import log as toolkit_log  # transitional, see above
-
-        log = toolkit_log.log
     shown = tuple(secrets) if secrets is not None else secret_values(os.environ)
     archives: list[Archive] = []
     failures: list[ArchiveResult] = []

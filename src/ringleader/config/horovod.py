@@ -7,8 +7,8 @@ ringleader.output.kept_files copies them into /opt/ml/output/data, the only part
 SageMaker uploads.
 """
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path, PurePosixPath
+from collections.abc import Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 from ringleader.config import hyperparameters as hp
@@ -76,14 +76,6 @@ def files_to_keep(env: Mapping[str, str], forwarded: Mapping[str, str]) -> tuple
         )
         _check_under_output(field, f"{name}={value}", value)
     return tuple(sorted(set(found.values())))
-
-
-def keep_files(written: Sequence[str], data_dir: Path = paths.DATA_DIR) -> list[str]:
-    """Moved to ringleader.output.kept_files (copying files is not configuration's job); this
-    name stays only until supervise/ calls it there."""
-    from ringleader.output.kept_files import keep_files as moved
-
-    return moved(written, data_dir)
 
 
 def _flag(values: Mapping[str, Any], key: str) -> bool:

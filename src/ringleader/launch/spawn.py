@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ringleader.core import exitcodes, paths
-from ringleader.core.exitcodes import first_failure as first_failure  # for supervise/leader.py
 from ringleader.launch import mxnet_ps, tfconfig
 from ringleader.launch.roles import RoleTask
 

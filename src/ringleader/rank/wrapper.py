@@ -28,8 +28,8 @@ from ringleader.core.records import RankRecord
 from ringleader.rank.capture import Pump, RankOutput
 from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
 from ringleader.rank.tree import become_subreaper, end_descendants
-from ringleader.wire.messages import RankEnd, RankStart
-from ringleader.wire.protocol import Channel, ChannelClosed
+from ringleader.wire.messages import Ack, RankEnd, RankStart, Terminate, UnknownMessage
+from ringleader.wire.protocol import Channel, ChannelClosed, ProtocolError
 
 STDERR_TAIL_LINES = 20
 _MPI_PREFIXES = ("OMPI_", "PMIX_", "OPAL_", "ORTE_", "PRTE_")
@@ -218,14 +218,17 @@ def _listen_for_terminate(
 ) -> None:
     try:
         while True:
-            message = channel.receive(timeout=None)
-            if message.get("type") == "terminate":
-                grace = message.get("grace")
-                supervisor.terminate(float(grace) if isinstance(grace, int | float) else None)
-            elif message.get("type") == "ack":
-                acked.set()
-    except (ChannelClosed, OSError):
-        acked.set()
+            try:
+                message = channel.receive_message(timeout=None)
+            except UnknownMessage:
+                continue  # a newer agent's: nothing this wrapper acts on
+            match message:
+                case Terminate():
+                    supervisor.terminate(message.grace)
+                case Ack():
+                    acked.set()
+    except (ChannelClosed, ProtocolError, OSError):
+        acked.set()  # the agent is gone (or garbled): nobody will acknowledge
 
 
 def _load_host_env(path: str) -> dict[str, str] | None:

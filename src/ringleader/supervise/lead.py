@@ -3,13 +3,13 @@ itself, then the verdict to every worker and the job's files (supervise/verdict.
 
 from collections.abc import Sequence
 
-from ringleader.config import horovod
 from ringleader.config.job import JobConfig, ReportingSettings
 from ringleader.core import paths
 from ringleader.core import timeline as phases
 from ringleader.core.errors import JobError
 from ringleader.core.outcome import Outcome, truncate
 from ringleader.launch.strategy import LaunchPlan, LaunchStrategy
+from ringleader.output.kept_files import keep_files
 from ringleader.output.metrics import MetricRecorder
 from ringleader.output.printer import OutputPrinter
 from ringleader.supervise.common import RunningLauncher
@@ -48,7 +48,7 @@ def lead(
     try:
         outcome = _ready_then_run(context, leader, strategy, timeouts.startup, with_workers)
         context.timeline.mark(context.host, phases.VERDICT)
-        for line in printer.close() + horovod.keep_files(config.kept_files):
+        for line in printer.close() + keep_files(config.kept_files):
             context.log(line)
         conclude(
             leader,

@@ -117,7 +117,7 @@ def _deliver(uri: "OutputUri", host: str) -> None:
     never changes the job's exit code."""
     from ringleader import artifacts
 
-    report = artifacts.collect(paths.OUTPUT_DIR, artifacts.MODEL_DIR, uri, host)
+    report = artifacts.collect(paths.OUTPUT_DIR, artifacts.MODEL_DIR, uri, host, log=log.log)
     for line in report.summary_lines():
         log.log(line)
     artifacts.append_note(paths.FAILURE_FILE, report.failure_note())
