@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Protocol
 
+from ringleader.core import console
 from ringleader.core.processes import kill_tree
-from ringleader.output import console
 
 OUTPUT_TAIL_LINES = 30
 OUTPUT_DRAIN_SECONDS = 1.0  # after the launcher exits, for the rest of its output

@@ -1,29 +1,11 @@
-"""Whole writes to this process's stdout/stderr, one writer at a time; prefixed lines.
-
-With PYTHONUNBUFFERED (set in the image) sys.stdout.buffer is a raw file: one write() call may
-write only part of a large block, and writes from two threads to the same pipe can interleave
-inside a line. Every writer of the toolkit (its log, rank output, mpirun's own messages)
-goes through here. The commands a person runs (`ringleader local|cluster`) print their hosts'
-lines, each with a prefix, through a LinePrinter.
+"""Prefixed lines: the tags of rank output, and the commands a person runs (`ringleader
+local|cluster`) printing their hosts' lines through a LinePrinter. Whole writes to stdout and
+stderr are ringleader.core.console's.
 """
 
-import sys
 import threading
 from collections.abc import Iterable, Sequence
 from typing import IO
-
-_lock = threading.Lock()
-
-
-def write(data: bytes, stream: IO[bytes] | None = None) -> None:
-    """Write all of `data` to `stream` (default stdout) before anyone else writes."""
-    target = stream if stream is not None else sys.stdout.buffer
-    view = memoryview(data)
-    with _lock:
-        while view:
-            written = target.write(view)
-            view = view[len(view) if written is None else written :]
-        target.flush()
 
 
 def prefixed(prefix: str, lines: Iterable[str]) -> str:

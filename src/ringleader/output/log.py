@@ -2,7 +2,7 @@
 
 import time
 
-from ringleader.output import console
+from ringleader.core import console
 
 _host = "?"
 

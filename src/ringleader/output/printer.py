@@ -10,7 +10,8 @@ import sys
 from typing import IO
 
 from ringleader.config.selection import RankSelection
-from ringleader.output import console
+from ringleader.core import console
+from ringleader.output.console import prefixed
 from ringleader.output.metrics import MetricRecorder
 from ringleader.wire.protocol import Channel, ChannelClosed, decode_output
 
@@ -45,7 +46,7 @@ class OutputPrinter:
         rank, host = int(message["rank"]), str(message["host"])
         lines: list[str] = message["lines"]
         if rank in self._shown and lines:
-            data = console.prefixed(tag(host, rank), lines).encode(errors="replace")
+            data = prefixed(tag(host, rank), lines).encode(errors="replace")
             console.write(data, self._streams.get(str(message["stream"]), self._streams["stdout"]))
         if self._metrics is not None and rank in self._metric_ranks:
             for line in lines:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ringleader.output import console
+from ringleader.core import console
 from ringleader.output.lines import LineSplitter
 from ringleader.output.printer import tag
 from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
