@@ -210,8 +210,8 @@ def test_every_host_gets_a_job_config_the_entry_point_accepts():
     raw = run.cluster_hyperparameters(cluster_job(settings={"sigterm_grace": "5"}))
     topology = parse_topology({}, {"hosts": ["a", "b"], "current_host": "b"})
     config = parse_job_config(topology, raw, {})
-    assert config.command == ("python", "train.py", "--epochs", "2")
-    assert config.code_dir == "/work"
+    assert config.source.command == ("python", "train.py", "--epochs", "2")
+    assert config.source.code_dir == "/work"
     assert config.distribution == "mpi"
     assert config.ranks_per_host(0) == 2
     assert config.timeouts.sigterm_grace == 5

@@ -66,12 +66,12 @@ def test_sdk_encoded_mpi_job(job_dirs):
         ),
     )
     config = load_job_config(TOPOLOGY, {}, files)
-    assert config.program == "train.py"
-    assert config.code_dir == str(code_dir)
-    assert config.program_path == code_dir / "train.py"
-    assert config.mpi_enabled is True
-    assert config.processes_per_host == 2
-    assert config.custom_mpi_options == (
+    assert config.source.program == "train.py"
+    assert config.source.code_dir == str(code_dir)
+    assert config.source.program_path == code_dir / "train.py"
+    assert config.distribution == "mpi"
+    assert config.mpi.processes_per_host == 2
+    assert config.mpi.custom_options == (
         "-x",
         "FOO=1",
         "--mca",
@@ -83,7 +83,7 @@ def test_sdk_encoded_mpi_job(job_dirs):
     )
     assert config.timeouts.pulse_interval == 0.5
     assert config.control_port == 31000
-    assert config.mpi4py_run is False
+    assert config.mpi.mpi4py_run is False
     assert config.user_hyperparameters == {"rounds": 3, "lr": "0.1"}
     # sagemaker-training gets all of them, decoded
     assert config.hyperparameters["sagemaker_mpi_enabled"] is True
@@ -103,27 +103,27 @@ def test_plain_hand_written_values(job_dirs):
         },
     )
     config = load_job_config(TOPOLOGY, {}, files)
-    assert config.code_dir == str(code_dir)
-    assert config.mpi_enabled is True
-    assert config.processes_per_host == 2
+    assert config.source.code_dir == str(code_dir)
+    assert config.distribution == "mpi"
+    assert config.mpi.processes_per_host == 2
     assert config.user_hyperparameters == {"epochs": 4}
 
 
 def test_defaults():
     config = parse_job_config(TOPOLOGY, {"sagemaker_program": "train.py"}, {})
-    assert config.code_dir == DEFAULT_CODE_DIR
-    assert config.mpi_enabled is False
-    assert config.processes_per_host is None
-    assert config.custom_mpi_options == ()
+    assert config.source.code_dir == DEFAULT_CODE_DIR
+    assert config.distribution != "mpi"
+    assert config.mpi.processes_per_host is None
+    assert config.mpi.custom_options == ()
     assert config.timeouts == Timeouts()
     assert config.control_port == DEFAULT_CONTROL_PORT
-    assert config.mpi4py_run is True
+    assert config.mpi.mpi4py_run is True
     assert config.user_hyperparameters == {}
 
 
 def test_program_from_environment():
     config = parse_job_config(TOPOLOGY, {}, {"SAGEMAKER_PROGRAM": "run.sh"})
-    assert config.program == "run.sh"
+    assert config.source.program == "run.sh"
 
 
 def test_user_hyperparameters_exclude_toolkit_keys():
@@ -146,7 +146,7 @@ def test_mpi4py_run_can_be_turned_off(value):
     config = parse_job_config(
         TOPOLOGY, {"sagemaker_program": "t.py", "ringleader_mpi4py_run": value}, {}
     )
-    assert config.mpi4py_run is False
+    assert config.mpi.mpi4py_run is False
 
 
 @pytest.mark.parametrize("raw", [{}, {"sagemaker_program": ""}, {"sagemaker_program": '"  "'}])

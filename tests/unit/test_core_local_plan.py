@@ -63,9 +63,9 @@ def test_sagemaker_hyperparameters_json_encode_every_value(source):
     # and the entry point reads them back as intended
     topology = parse_topology({}, {"hosts": ["algo-1"], "current_host": "algo-1"})
     config = parse_job_config(topology, values, {})
-    assert config.program == "train.py"
-    assert config.processes_per_host == 2
-    assert config.custom_mpi_options == ("-x", "FOO=1")
+    assert config.source.program == "train.py"
+    assert config.mpi.processes_per_host == 2
+    assert config.mpi.custom_options == ("-x", "FOO=1")
     assert config.timeouts.sigterm_grace == 5
     assert config.user_hyperparameters == {"rounds": "3", "lr": "0.1"}
 

@@ -223,7 +223,7 @@ class Rig:
         (self.config_dir / name).write_text(json.dumps(value))
 
     def prepare_host(self, config: JobConfig, shape: CommandShape) -> list[str]:
-        return list(config.command)
+        return list(config.source.command)
 
     def select(
         self, config: JobConfig, facts: HostFacts, user_command: Callable[[], Sequence[str]]

@@ -44,7 +44,7 @@ def test_config_carries_the_variables_and_the_files_to_keep():
         ringleader_horovod_timeline="/opt/ml/output/tl.json", ringleader_horovod_autotune="true"
     )
     assert job.horovod_env["HOROVOD_TIMELINE"] == "/opt/ml/output/tl.json"
-    assert job.kept_files == (
+    assert job.output.kept_files == (
         "/opt/ml/output/data/horovod_autotune_log.csv",
         "/opt/ml/output/tl.json",
     )
@@ -56,7 +56,10 @@ def test_seed_style_custom_options_are_kept_too():
         "-x HOROVOD_AUTOTUNE_LOG=/opt/ml/output/autotune_log.csv"
     )
     job = config(sagemaker_mpi_custom_mpi_options=options)
-    assert job.kept_files == ("/opt/ml/output/autotune_log.csv", "/opt/ml/output/timeline.json")
+    assert job.output.kept_files == (
+        "/opt/ml/output/autotune_log.csv",
+        "/opt/ml/output/timeline.json",
+    )
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import sys
 import tarfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import boto3
@@ -440,11 +441,12 @@ def test_run_bounded_lets_a_command_finish_within_the_grace_period(tmp_path):
 
 
 def job_config(code_dir: Path, program: str = "train.py", submit: str | None = None):
+    """The job's source settings, as the entry point hands them to prepare()."""
     values = {"sagemaker_program": program, "sagemaker_submit_directory": submit or str(code_dir)}
-    config = parse_job_config(TOPOLOGY, values, {})
-    if config.code_archive is not None:  # extract into the test's directory, not /opt/ml/code
-        config = type(config)(**{**config.__dict__, "code_dir": str(code_dir)})
-    return config
+    source = parse_job_config(TOPOLOGY, values, {}).source
+    if source.code_archive is not None:  # extract into the test's directory, not /opt/ml/code
+        source = replace(source, code_dir=str(code_dir))
+    return source
 
 
 @pytest.fixture
@@ -468,15 +470,18 @@ def test_config_accepts_s3_and_local_tarballs():
         {"sagemaker_program": "t.py", "sagemaker_submit_directory": '"s3://b/p/sourcedir.tar.gz"'},
         {},
     )
-    assert (s3.code_dir, s3.code_archive) == (DEFAULT_CODE_DIR, "s3://b/p/sourcedir.tar.gz")
+    assert (s3.source.code_dir, s3.source.code_archive) == (
+        DEFAULT_CODE_DIR,
+        "s3://b/p/sourcedir.tar.gz",
+    )
     local = parse_job_config(
         TOPOLOGY, {"sagemaker_program": "t.py", "sagemaker_submit_directory": "file:///x/s.tgz"}, {}
     )
-    assert (local.code_dir, local.code_archive) == (DEFAULT_CODE_DIR, "/x/s.tgz")
+    assert (local.source.code_dir, local.source.code_archive) == (DEFAULT_CODE_DIR, "/x/s.tgz")
     plain = parse_job_config(
         TOPOLOGY, {"sagemaker_program": "t.py", "sagemaker_submit_directory": "/opt/ml/code"}, {}
     )
-    assert (plain.code_dir, plain.code_archive) == ("/opt/ml/code", None)
+    assert (plain.source.code_dir, plain.source.code_archive) == ("/opt/ml/code", None)
 
 
 def test_load_job_config_leaves_archives_to_prepare(tmp_path):
@@ -490,7 +495,7 @@ def test_load_job_config_leaves_archives_to_prepare(tmp_path):
         )
     )
     config = load_job_config(TOPOLOGY, {}, files)  # no code yet: no error
-    assert config.code_archive == "s3://b/sourcedir.tar.gz"
+    assert config.source.code_archive == "s3://b/sourcedir.tar.gz"
 
 
 def test_prepare_extracts_from_s3_and_installs_requirements(s3, tmp_path, fake_python):

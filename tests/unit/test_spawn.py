@@ -160,7 +160,7 @@ def test_distribution_follows_the_sdks_fields() -> None:
     assert config(sagemaker_mpi_enabled="true").distribution == MPI  # type: ignore[attr-defined]
     torch = config(sagemaker_torch_distributed_enabled="true")
     assert torch.distribution == TORCH_DISTRIBUTED  # type: ignore[attr-defined]
-    assert torch.master_port == 7777  # type: ignore[attr-defined]
+    assert torch.spawn.master_port == 7777  # type: ignore[attr-defined]
 
 
 def test_torch_distributed_and_mpi_together_are_refused() -> None:
@@ -208,8 +208,8 @@ def test_processes_per_host() -> None:
 
 def test_a_module_entry_point_is_named_with_dash_m() -> None:
     module = config(sagemaker_program="-m pkg.train")
-    assert module.module == "pkg.train"  # type: ignore[attr-defined]
-    assert config(sagemaker_program="train.py").module is None  # type: ignore[attr-defined]
+    assert module.source.module == "pkg.train"  # type: ignore[attr-defined]
+    assert config(sagemaker_program="train.py").source.module is None  # type: ignore[attr-defined]
     with pytest.raises(ConfigError) as caught:
         config(sagemaker_program="-m not a module")
     assert caught.value.field == "sagemaker_program"

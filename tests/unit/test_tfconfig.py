@@ -160,7 +160,7 @@ def test_tensorflow_distributions_are_recognised() -> None:
         },
         {},
     )
-    assert (config.distribution, config.tf_roles, config.tf_ps_port) == (
+    assert (config.distribution, config.spawn.tf_roles, config.spawn.tf_ps_port) == (
         "parameter_server",
         "chief",
         3333,

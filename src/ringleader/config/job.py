@@ -56,25 +56,30 @@ def _output_uri(field: str, value: Any) -> OutputUri:
     return parse_output_uri(value)
 
 
-# ringleader_* hyperparameter -> (JobConfig field, parser(field name, value))
-_SETTING_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
-    "ringleader_control_port": ("control_port", hp.as_port),
-    "ringleader_mpi4py_run": ("mpi4py_run", hp.as_bool),
-    "ringleader_log_ranks": ("log_ranks", RankSelection.parse),
-    "ringleader_metric_ranks": ("metric_ranks", RankSelection.parse),
-    "ringleader_metric_definitions": ("metric_definitions", parse_definitions),
-    "ringleader_output_uri": ("output_uri", _output_uri),
-    "ringleader_master_port": ("master_port", hp.as_port),
-    "ringleader_tf_worker_port": ("tf_worker_port", hp.as_port),
-    "ringleader_tf_ps_port": ("tf_ps_port", hp.as_port),
-    "ringleader_tf_mirrored_port": ("tf_mirrored_port", hp.as_port),
-    "ringleader_tf_roles": ("tf_roles", lambda field, value: _choice(field, value, TF_ROLES)),
+# ringleader_* hyperparameter -> (the part of JobConfig, its field, parser(field name, value))
+_SETTING_KEYS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
+    "ringleader_control_port": ("job", "control_port", hp.as_port),
+    "ringleader_output_uri": ("job", "output_uri", _output_uri),
+    "ringleader_mpi4py_run": ("mpi", "mpi4py_run", hp.as_bool),
+    "ringleader_log_ranks": ("output", "log_ranks", RankSelection.parse),
+    "ringleader_metric_ranks": ("output", "metric_ranks", RankSelection.parse),
+    "ringleader_metric_definitions": ("output", "metric_definitions", parse_definitions),
+    "ringleader_master_port": ("spawn", "master_port", hp.as_port),
+    "ringleader_tf_worker_port": ("spawn", "tf_worker_port", hp.as_port),
+    "ringleader_tf_ps_port": ("spawn", "tf_ps_port", hp.as_port),
+    "ringleader_tf_mirrored_port": ("spawn", "tf_mirrored_port", hp.as_port),
+    "ringleader_tf_roles": (
+        "spawn",
+        "tf_roles",
+        lambda field, value: _choice(field, value, TF_ROLES),
+    ),
     "ringleader_ps_framework": (
+        "spawn",
         "ps_framework",
         lambda field, value: _choice(field, value, PS_FRAMEWORKS),
     ),
-    "ringleader_mxnet_servers_per_host": ("mxnet_servers_per_host", hp.as_positive_int),
-    "ringleader_mxnet_ps_port": ("mxnet_ps_port", hp.as_port),
+    "ringleader_mxnet_servers_per_host": ("spawn", "mxnet_servers_per_host", hp.as_positive_int),
+    "ringleader_mxnet_ps_port": ("spawn", "mxnet_ps_port", hp.as_port),
 }
 
 
@@ -93,31 +98,45 @@ DEFAULT_MASTER_PORT = 7777  # SageMaker's PyTorch container uses it for torch_di
 
 
 @dataclass(frozen=True)
-class JobConfig:
-    topology: Topology
-    program: str
-    code_dir: str
-    mpi_enabled: bool
-    processes_per_host: int | None  # sagemaker_mpi_num_of_processes_per_host (mpi only)
-    custom_mpi_options: tuple[str, ...]  # for mpirun: less SageMaker's own --NCCL_DEBUG
-    hyperparameters: Mapping[str, Any]  # all of them, decoded: sagemaker-training wants them
-    timeouts: Timeouts = field(default_factory=Timeouts)
-    control_port: int = DEFAULT_CONTROL_PORT
-    # Run Python scripts as `python -m mpi4py script.py`: an exception or sys.exit(N) in one
-    # rank then calls MPI_Abort instead of hanging in MPI_Finalize while peers wait for it.
-    mpi4py_run: bool = True
-    log_ranks: RankSelection = ALL_RANKS  # whose output the leader prints
-    metric_ranks: RankSelection = RANK_ZERO  # so metrics are not multiplied by the ranks
-    metric_definitions: tuple[MetricDefinition, ...] = ()
-    horovod_env: Mapping[str, str] = field(default_factory=dict)  # HOROVOD_* for every rank
-    kept_files: tuple[str, ...] = ()  # timeline/autotune log, copied into output/data
-    # Outside SageMaker: where each host's output.tar.gz and model.tar.gz go at the end.
-    output_uri: OutputUri | None = None
+class SourceConfig:
+    """What runs, and where its code comes from (source/, launch/hostprep.py)."""
+
+    program: str  # sagemaker_program: a script in code_dir, or "-m package.module"
+    code_dir: str = DEFAULT_CODE_DIR
     # sagemaker_submit_directory when it is a sourcedir tarball (s3:// or a local file): it is
     # fetched and extracted into code_dir before the job starts (ringleader.source.usercode).
     code_archive: str | None = None
-    distribution: str = NO_DISTRIBUTION  # one of DISTRIBUTION_KEYS' values, or NO_DISTRIBUTION
-    own_processes_per_host: int | None = None  # ringleader_processes_per_host
+    # ringleader_command: a whole command line instead of a program in the code directory
+    # (`ringleader cluster run -- COMMAND...`); it runs as given, in the code directory.
+    command: tuple[str, ...] = ()
+
+    @property
+    def program_path(self) -> Path:
+        return Path(self.code_dir) / self.program
+
+    @property
+    def module(self) -> str | None:
+        """`sagemaker_program: "-m package.module"` runs a module, as `torchrun -m` does."""
+        return module_name(self.program)
+
+
+@dataclass(frozen=True)
+class MpiConfig:
+    """What mpirun is given (launch/mpirun_strategy.py)."""
+
+    processes_per_host: int | None = None  # sagemaker_mpi_num_of_processes_per_host
+    custom_options: tuple[str, ...] = ()  # for mpirun: less SageMaker's own --NCCL_DEBUG
+    nccl_debug: str | None = None  # `--NCCL_DEBUG=X` in sagemaker_mpi_custom_mpi_options
+    # Run Python scripts as `python -m mpi4py script.py`: an exception or sys.exit(N) in one
+    # rank then calls MPI_Abort instead of hanging in MPI_Finalize while peers wait for it.
+    mpi4py_run: bool = True
+
+
+@dataclass(frozen=True)
+class SpawnConfig:
+    """Ports and roles of the distributions whose hosts start their own ranks
+    (launch/spawn_strategy.py)."""
+
     master_port: int = DEFAULT_MASTER_PORT  # torch_distributed's MASTER_PORT
     # TensorFlow (SageMaker's ports): master/chief and workers, parameter servers, and
     # multi_worker_mirrored_strategy's workers; the roles of the parameter_server layout.
@@ -129,16 +148,41 @@ class JobConfig:
     # MXNet's parameter servers: servers on each host, and the scheduler's port on the leader
     mxnet_servers_per_host: int = 1
     mxnet_ps_port: int = 8000
-    nccl_debug: str | None = None  # `--NCCL_DEBUG=X` in sagemaker_mpi_custom_mpi_options
-    # ringleader_command: a whole command line instead of a program in the code directory
-    # (`ringleader cluster run -- COMMAND...`); it runs as given, in the code directory.
-    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """What the leader shows, meters and keeps (output/, supervise/lead.py)."""
+
+    log_ranks: RankSelection = ALL_RANKS  # whose output the leader prints
+    metric_ranks: RankSelection = RANK_ZERO  # so metrics are not multiplied by the ranks
+    metric_definitions: tuple[MetricDefinition, ...] = ()
+    kept_files: tuple[str, ...] = ()  # timeline/autotune log, copied into output/data
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """The whole job's settings, in the parts each consumer reads."""
+
+    topology: Topology
+    source: SourceConfig
+    hyperparameters: Mapping[str, Any]  # all of them, decoded: sagemaker-training wants them
+    distribution: str = NO_DISTRIBUTION  # one of DISTRIBUTION_KEYS' values, or NO_DISTRIBUTION
+    mpi: MpiConfig = field(default_factory=MpiConfig)
+    spawn: SpawnConfig = field(default_factory=SpawnConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    control_port: int = DEFAULT_CONTROL_PORT
+    horovod_env: Mapping[str, str] = field(default_factory=dict)  # HOROVOD_* for every rank
+    # Outside SageMaker: where each host's output.tar.gz and model.tar.gz go at the end.
+    output_uri: OutputUri | None = None
+    own_processes_per_host: int | None = None  # ringleader_processes_per_host
 
     def ranks_per_host(self, gpus: int) -> int:
         """For mpi, sagemaker_mpi_num_of_processes_per_host wins; then the ringleader setting
         (the SDK sends no such field for torch_distributed), the GPUs found, else 1."""
-        if self.distribution == MPI and self.processes_per_host is not None:
-            return self.processes_per_host
+        if self.distribution == MPI and self.mpi.processes_per_host is not None:
+            return self.mpi.processes_per_host
         return self.own_processes_per_host or gpus or 1
 
     @property
@@ -149,15 +193,6 @@ class JobConfig:
             for key, value in self.hyperparameters.items()
             if not key.startswith((SAGEMAKER_PREFIX, RINGLEADER_PREFIX))
         }
-
-    @property
-    def program_path(self) -> Path:
-        return Path(self.code_dir) / self.program
-
-    @property
-    def module(self) -> str | None:
-        """`sagemaker_program: "-m package.module"` runs a module, as `torchrun -m` does."""
-        return module_name(self.program)
 
 
 MODULE_PREFIX = "-m "
@@ -212,23 +247,18 @@ def parse_job_config(
     code_dir, code_archive = _code_source(values.get("sagemaker_submit_directory"))
     return JobConfig(
         topology=topology,
-        program=program,
-        code_dir=code_dir,
-        mpi_enabled=mpi_enabled,
-        processes_per_host=processes_per_host,
-        custom_mpi_options=custom_options,
-        nccl_debug=nccl_debug,
+        source=SourceConfig(program, code_dir, code_archive, command),
         hyperparameters=MappingProxyType(values),
+        distribution=distribution,
+        mpi=MpiConfig(processes_per_host, custom_options, nccl_debug, **settings["mpi"]),
+        spawn=SpawnConfig(**settings["spawn"]),
+        output=OutputConfig(**settings["output"], kept_files=kept_files),
         timeouts=timeouts,
         horovod_env=MappingProxyType(horovod_vars),
-        kept_files=kept_files,
-        **settings,
-        code_archive=code_archive,
-        distribution=distribution,
         own_processes_per_host=_own_processes_per_host(
             topology, values.get(PROCESSES_PER_HOST_KEY)
         ),
-        command=command,
+        **settings["job"],
     )
 
 
@@ -318,7 +348,8 @@ def _split_custom_options(value: Any) -> tuple[str, ...]:
 
 def _parse_ringleader_keys(
     values: Mapping[str, Any], environ: Mapping[str, str]
-) -> tuple[Timeouts, dict[str, Any]]:
+) -> tuple[Timeouts, dict[str, dict[str, Any]]]:
+    """The timeouts, and the other settings by the part of JobConfig they belong to."""
     known = {
         **TIMEOUT_KEYS,
         **_SETTING_KEYS,
@@ -332,13 +363,13 @@ def _parse_ringleader_keys(
     if unknown:
         raise ConfigError(unknown[0], f"unknown ringleader setting; known ones are {sorted(known)}")
     timeouts = parse_timeouts(values)
-    settings = {
-        target: parse(key, values[key])
-        for key, (target, parse) in _SETTING_KEYS.items()
-        if key in values
-    }
-    if "metric_definitions" not in settings and METRIC_DEFINITIONS_ENV in environ:
-        settings["metric_definitions"] = parse_definitions(
+    settings: dict[str, dict[str, Any]] = {"job": {}, "mpi": {}, "spawn": {}, "output": {}}
+    for key, (part, target, parse) in _SETTING_KEYS.items():
+        if key in values:
+            settings[part][target] = parse(key, values[key])
+    output = settings["output"]
+    if "metric_definitions" not in output and METRIC_DEFINITIONS_ENV in environ:
+        output["metric_definitions"] = parse_definitions(
             METRIC_DEFINITIONS_ENV, environ[METRIC_DEFINITIONS_ENV]
         )
     return timeouts, settings
@@ -418,14 +449,14 @@ def load_job_config(
     config = parse_job_config(topology, raw, environ)
     # An archive is checked once extracted (ringleader.source.usercode.prepare).
     if (
-        not config.command
-        and config.code_archive is None
-        and config.module is None
-        and not config.program_path.is_file()
+        not (source := config.source).command
+        and source.code_archive is None
+        and source.module is None
+        and not source.program_path.is_file()
     ):
         raise ConfigError(
             "sagemaker_program",
-            f"{config.program!r} not found in the code directory {config.code_dir}",
+            f"{source.program!r} not found in the code directory {source.code_dir}",
         )
     return config
 

@@ -36,18 +36,18 @@ def prepare_host(files: ConfigFiles, config: JobConfig, shape: CommandShape) -> 
     """Write this host's environment file for its ranks; return the user's command."""
     if shape.check is not None:
         shape.check()
-    if config.command:
-        user_command = list(config.command)
+    if config.source.command:
+        user_command = list(config.source.command)
         wrapped = mpi4py_command(user_command) if shape.mpi4py else None
         interpreter = user_command[command_interpreter(user_command) or 0]
-        if wrapped and has_mpi4py(interpreter, config.code_dir, config.timeouts.startup):
+        if wrapped and has_mpi4py(interpreter, config.source.code_dir, config.timeouts.startup):
             user_command = wrapped
     else:
         user_command = build_user_command(
-            config.program_path,
+            config.source.program_path,
             hostenv.user_args(config),
             mpi4py_run=shape.mpi4py and importlib.util.find_spec("mpi4py") is not None,
-            module=config.module,
+            module=config.source.module,
         )
     if shape.fail_fast:
         user_command = fail_fast_command(user_command)

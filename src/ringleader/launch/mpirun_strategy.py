@@ -71,9 +71,9 @@ class MpirunStrategy:
     def prepare(self) -> LaunchPlan:
         topology = self.config.topology
         choice = job_interface(self.config, self.log)
-        custom = self.config.custom_mpi_options
+        custom = self.config.mpi.custom_options
         custom = (
-            *sagemaker_nccl_options(custom, self.config.nccl_debug, choice.name, os.environ),
+            *sagemaker_nccl_options(custom, self.config.mpi.nccl_debug, choice.name, os.environ),
             *custom,
         )
         forwarded = forwarded_variables(custom)
@@ -88,7 +88,7 @@ class MpirunStrategy:
             rdma_devices=has_rdma_devices(),
             ssh_options=masters.reuse_options() if masters is not None else (),
         )
-        stops_all = stops_all_on_rank_failure(self.config.custom_mpi_options)
+        stops_all = stops_all_on_rank_failure(self.config.mpi.custom_options)
         policy = EndPolicy(rank_failure_stops_all=stops_all)
         plain = None
         if topology.plain_hosts:  # heterogeneous: the hosts outside mpirun start their own
@@ -96,7 +96,7 @@ class MpirunStrategy:
                 hosts=(),
                 processes_per_host=self.processes_per_host,
                 master_addr=topology.leader,
-                master_port=self.config.master_port,
+                master_port=self.config.spawn.master_port,
                 run_id="",
                 interface=None,
                 torch=False,

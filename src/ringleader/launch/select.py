@@ -53,7 +53,7 @@ def command_shape(config: JobConfig) -> CommandShape:
         # the leader checks once its control port is taken (SpawnStrategy.prepare)
         check = functools.partial(check_tf_ports, config, config.distribution)
     return CommandShape(
-        mpi4py=config.mpi4py_run and config.distribution == MPI,
+        mpi4py=config.mpi.mpi4py_run and config.distribution == MPI,
         fail_fast=layout == MXNET,
         check=check,
     )
@@ -93,8 +93,8 @@ def role_layout(
         return TENSORFLOW
     if config.distribution != PARAMETER_SERVER:
         return None
-    if config.ps_framework != PS_FRAMEWORK_AUTO:
-        return config.ps_framework
+    if config.spawn.ps_framework != PS_FRAMEWORK_AUTO:
+        return config.spawn.ps_framework
     for framework in (TENSORFLOW, MXNET):
         if installed(framework) is not None:
             return framework

@@ -42,7 +42,7 @@ class SpawnStrategy:
     def prepare(self) -> LaunchPlan:
         topology = self.config.topology
         if self.torch:
-            check_port_free(self.config.master_port, topology.current_host)
+            check_port_free(self.config.spawn.master_port, topology.current_host)
         if self.tf_distribution is not None:
             check_tf_ports(self.config, self.tf_distribution)
         leader_address = topology.leader
@@ -62,16 +62,16 @@ class SpawnStrategy:
             hosts=topology.participants,
             processes_per_host=self.processes_per_host,
             master_addr=leader_address,
-            master_port=config.master_port,
+            master_port=config.spawn.master_port,
             run_id=self.run_id,
             interface=interface,
             torch=self.torch,
             plain_hosts=topology.plain_hosts,
             tf=self.tf_distribution,
-            tf_roles=config.tf_roles,
+            tf_roles=config.spawn.tf_roles,
             tf_ports=tf_ports(config),
-            mxnet_servers=config.mxnet_servers_per_host if self.mxnet else 0,
-            mxnet_port=config.mxnet_ps_port,
+            mxnet_servers=config.spawn.mxnet_servers_per_host if self.mxnet else 0,
+            mxnet_port=config.spawn.mxnet_ps_port,
         )
         return dataclasses.replace(spec, first_plain_rank=spec.world_size)
 
@@ -79,16 +79,16 @@ class SpawnStrategy:
 def check_mxnet_settings(config: JobConfig) -> None:
     """MXNet's scheduler port must be free on the leader, and the servers per host must fit
     the host's CPUs (each server is a busy process of its own)."""
-    topology = config.topology
+    topology, servers = config.topology, config.spawn.mxnet_servers_per_host
     cpus = os.cpu_count() or 1
-    if config.mxnet_servers_per_host > cpus:
+    if servers > cpus:
         raise ConfigError(
             "ringleader_mxnet_servers_per_host",
-            f"{config.mxnet_servers_per_host} servers on each host, but {topology.current_host} "
+            f"{servers} servers on each host, but {topology.current_host} "
             f"has {cpus} CPUs; expected at most {cpus}",
         )
     check_port_free(
-        config.mxnet_ps_port,
+        config.spawn.mxnet_ps_port,
         topology.current_host,
         "ringleader_mxnet_ps_port",
         "DMLC_PS_ROOT_PORT",
@@ -97,16 +97,19 @@ def check_mxnet_settings(config: JobConfig) -> None:
 
 
 def tf_ports(config: JobConfig) -> tfconfig.TfPorts:
-    return tfconfig.TfPorts(config.tf_worker_port, config.tf_ps_port, config.tf_mirrored_port)
+    return tfconfig.TfPorts(
+        config.spawn.tf_worker_port, config.spawn.tf_ps_port, config.spawn.tf_mirrored_port
+    )
 
 
 def check_tf_ports(config: JobConfig, distribution: str) -> None:
     """This host's TensorFlow ports must be free (each host checks its own before it says
     hello, so a port in use anywhere ends the job with 78 everywhere)."""
+    spawn = config.spawn
     names = {
-        config.tf_worker_port: "ringleader_tf_worker_port",
-        config.tf_ps_port: "ringleader_tf_ps_port",
-        config.tf_mirrored_port: "ringleader_tf_mirrored_port",
+        spawn.tf_worker_port: "ringleader_tf_worker_port",
+        spawn.tf_ps_port: "ringleader_tf_ps_port",
+        spawn.tf_mirrored_port: "ringleader_tf_mirrored_port",
     }
     ports = tfconfig.ports_on(distribution, tf_ports(config), len(config.topology.participants))
     for port in ports:

@@ -133,13 +133,13 @@ def rank_command(
         "--abort-grace",
         f"{config.timeouts.abort_grace:g}",
         "--cwd",
-        config.code_dir,
+        config.source.code_dir,
         "--forwarded",
         ",".join(forwarded),
         # Only ranks whose output is shown or metered go to the leader; every host keeps the
         # others in their rank logs (the leader of a large job would spend its CPU on them).
         "--relay-ranks",
-        str(config.log_ranks.union(config.metric_ranks)),
+        str(config.output.log_ranks.union(config.output.metric_ranks)),
         "--",
         *user_command,
     ]

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from ringleader.aws.uri import S3UriError, parse_s3_object_uri
-from ringleader.config.job import JobConfig
+from ringleader.config.job import SourceConfig
 from ringleader.config.program import EntryPointKind, entry_point_kind
 from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
@@ -240,7 +240,7 @@ class Stop:
 
 
 def prepare(
-    config: JobConfig,
+    source: SourceConfig,
     stop_event: threading.Event | None = None,
     *,
     download_timeout: float = DOWNLOAD_TIMEOUT,
@@ -255,18 +255,18 @@ def prepare(
     `stop_grace` seconds.
     """
     stop = Stop(stop_event, stop_grace)
-    code_dir = Path(config.code_dir)
-    if config.command:  # a whole command line: nothing to fetch or install
-        log.log(f"command: {config.program} in {code_dir}")
+    code_dir = Path(source.code_dir)
+    if source.command:  # a whole command line: nothing to fetch or install
+        log.log(f"command: {source.program} in {code_dir}")
         return
-    if config.module is not None:  # `-m package.module`: found on the path when it runs
-        if config.code_archive is not None:
-            fetch_and_extract(config.code_archive, code_dir, download_timeout, stop)
+    if source.module is not None:  # `-m package.module`: found on the path when it runs
+        if source.code_archive is not None:
+            fetch_and_extract(source.code_archive, code_dir, download_timeout, stop)
         names = set(os.listdir(code_dir)) if code_dir.is_dir() else set()
         pyproject = code_dir / "pyproject.toml"
         text = _read_text(pyproject) if "pyproject.toml" in names else None
         kind = EntryPointKind.PYTHON_PACKAGE if is_python_package(names, text) else None
-        log.log(f"entry point: module {config.module} (python -m) in {code_dir}")
+        log.log(f"entry point: module {source.module} (python -m) in {code_dir}")
         install(
             code_dir,
             kind or EntryPointKind.PYTHON_SCRIPT,
@@ -275,27 +275,27 @@ def prepare(
             python or sys.executable,
         )
         return
-    problem = program_problem(config.program)
+    problem = program_problem(source.program)
     if problem is not None:
         raise ConfigError(PROGRAM, problem)
-    extracted = config.code_archive is not None
-    if config.code_archive is not None:
-        fetch_and_extract(config.code_archive, code_dir, download_timeout, stop)
-    program = code_dir / config.program
+    extracted = source.code_archive is not None
+    if source.code_archive is not None:
+        fetch_and_extract(source.code_archive, code_dir, download_timeout, stop)
+    program = code_dir / source.program
     if not program.is_file():
-        origin = f" (extracted from {config.code_archive})" if extracted else ""
+        origin = f" (extracted from {source.code_archive})" if extracted else ""
         raise ConfigError(
             PROGRAM,
-            f"{config.program!r} not found in the code directory {code_dir}{origin}; "
+            f"{source.program!r} not found in the code directory {code_dir}{origin}; "
             f"it holds: {_listing(code_dir)}",
         )
     names = set(os.listdir(code_dir))
     pyproject = code_dir / "pyproject.toml"
     package = is_python_package(names, _read_text(pyproject) if "pyproject.toml" in names else None)
-    kind = entry_point_kind(config.program, package)
+    kind = entry_point_kind(source.program, package)
     if kind is EntryPointKind.EXECUTABLE and extracted and not os.access(program, os.X_OK):
         program.chmod(program.stat().st_mode | 0o111)  # as sagemaker-training does
-    log.log(f"entry point {config.program} ({kind.value}) in {code_dir}")
+    log.log(f"entry point {source.program} ({kind.value}) in {code_dir}")
     install(code_dir, kind, install_timeout, stop, python or sys.executable)
 
 

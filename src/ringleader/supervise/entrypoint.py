@@ -65,7 +65,7 @@ class EntryPoint:
         context.timeline.mark(context.host, phases.CONFIG)
         role = choose_role(config.topology, runs_alone(config))
         context.log(
-            f"{role.value} of {list(config.topology.hosts)}; program {config.program}; "
+            f"{role.value} of {list(config.topology.hosts)}; program {config.source.program}; "
             f"distribution {config.distribution}"
         )
         # The host's environment is computed while sshd starts and the workers connect; each

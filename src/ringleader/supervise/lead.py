@@ -23,9 +23,9 @@ def lead(
 ) -> Outcome:
     parts, timeouts, topology = context.parts, config.timeouts, config.topology
     recorder = None
-    if config.metric_definitions:
-        recorder = MetricRecorder(config.metric_definitions, paths.METRICS_FILE)
-    printer = OutputPrinter(config.log_ranks, config.metric_ranks, recorder)
+    if config.output.metric_definitions:
+        recorder = MetricRecorder(config.output.metric_definitions, paths.METRICS_FILE)
+    printer = OutputPrinter(config.output.log_ranks, config.output.metric_ranks, recorder)
     agent = parts.agent(context.events, printer.deliver)
     workers = topology.workers if with_workers else ()
     server = None
@@ -48,7 +48,7 @@ def lead(
     try:
         outcome = _ready_then_run(context, leader, strategy, timeouts.startup, with_workers)
         context.timeline.mark(context.host, phases.VERDICT)
-        for line in printer.close() + keep_files(config.kept_files):
+        for line in printer.close() + keep_files(config.output.kept_files):
             context.log(line)
         conclude(
             leader,

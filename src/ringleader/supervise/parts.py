@@ -103,7 +103,7 @@ def _start_launcher(plan: LaunchPlan, events: EventQueue, setup: HostSetup) -> L
 
 def _prepare_code(config: JobConfig, stop: threading.Event) -> None:
     """Fetch, extract and install the user's code; a missing output bucket fails now."""
-    usercode.prepare(config, stop)
+    usercode.prepare(config.source, stop)
     if config.output_uri is not None:
         from ringleader import artifacts  # boto3: only for jobs that deliver
 
