@@ -12,6 +12,7 @@ from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Mark
 from ringleader.wire.control import (
     ControlServer,
+    LeaderAddress,
     Liveness,
     bye_message,
     connect_to_leader,
@@ -38,6 +39,12 @@ WORKERS = ("algo-2", "algo-3")
 SLOW = Liveness(interval=60.0, timeout=600.0)  # pulses play no part
 FAST = Liveness(interval=0.05, timeout=0.3)
 QUIET = 1.0  # how long nothing must happen, where that is what a test checks
+JOB = "job-1"  # the job every leader here leads
+GREETING_TIMEOUT = 5.0
+
+
+def address(port: int, job: str = JOB, greeting_timeout: float = GREETING_TIMEOUT):
+    return LeaderAddress("127.0.0.1", port, job, greeting_timeout)
 
 
 def free_port() -> int:
@@ -82,6 +89,7 @@ class Leader:
             self.outputs.append,
             WORKERS,
             self.logs.put,
+            job=JOB,
             addresses_of=lambda _host: addresses,
         )
         self.channels: list[Channel] = []
@@ -89,7 +97,7 @@ class Leader:
 
     def connect(self, deadline_seconds=5.0) -> Channel:
         channel = connect_to_leader(
-            "127.0.0.1", self.port, time.monotonic() + deadline_seconds, threading.Event()
+            address(self.port), time.monotonic() + deadline_seconds, threading.Event()
         )
         assert channel is not None
         self.channels.append(channel)
@@ -236,9 +244,16 @@ def test_garbled_frame_is_worker_lost_by_protocol_error(frame):
     logs: queue.Queue[str] = queue.Queue()
     printer = OutputPrinter(ALL_RANKS, ALL_RANKS, None)
     server = ControlServer(
-        port, events, SLOW, printer.deliver, WORKERS, logs.put, lambda _host: {"127.0.0.1"}
+        port,
+        events,
+        SLOW,
+        printer.deliver,
+        WORKERS,
+        logs.put,
+        job=JOB,
+        addresses_of=lambda _host: {"127.0.0.1"},
     )
-    channel = connect_to_leader("127.0.0.1", port, time.monotonic() + 5.0, threading.Event())
+    channel = connect_to_leader(address(port), time.monotonic() + 5.0, threading.Event())
     assert channel is not None
     try:
         channel.send(hello_message("algo-2"))
@@ -482,7 +497,7 @@ def test_leader_whose_pulses_stop_is_leader_lost():
 def test_connect_gives_up_at_the_deadline():
     port = free_port()
     started = time.monotonic()
-    channel = connect_to_leader("127.0.0.1", port, started + 0.3, threading.Event())
+    channel = connect_to_leader(address(port), started + 0.3, threading.Event())
     elapsed = time.monotonic() - started
     assert channel is None
     assert 0.25 <= elapsed < 2.0
@@ -492,7 +507,7 @@ def test_connect_stops_when_told():
     stop = threading.Event()
     stop.set()
     started = time.monotonic()
-    assert connect_to_leader("127.0.0.1", free_port(), started + 30, stop) is None
+    assert connect_to_leader(address(free_port()), started + 30, stop) is None
     assert time.monotonic() - started < 1.0
 
 
@@ -510,6 +525,7 @@ def test_connect_retries_until_the_leader_is_up():
                 lambda _frame: None,
                 ["algo-9"],
                 lambda _line: None,
+                job=JOB,
                 addresses_of=lambda _host: {"127.0.0.1"},
             )
         )
@@ -517,7 +533,7 @@ def test_connect_retries_until_the_leader_is_up():
     timer = threading.Timer(0.2, start_leader)
     timer.start()
     try:
-        channel = connect_to_leader("127.0.0.1", port, time.monotonic() + 5.0, threading.Event())
+        channel = connect_to_leader(address(port), time.monotonic() + 5.0, threading.Event())
         assert channel is not None
         channel.send(hello_message("algo-9"))
         assert next_event(events) == WorkerHello("algo-9")

@@ -27,6 +27,7 @@ from ringleader.supervise.eventloop import EventQueue
 from ringleader.supervise.parts import RootParts
 from ringleader.supervise.verdict import ResultFiles
 from ringleader.wire import messages
+from ringleader.wire.control import LeaderAddress
 from ringleader.wire.events import (
     LauncherExited,
     LeaderMessage,
@@ -195,6 +196,7 @@ class Rig:
         )
         self.logs: list[str] = []
         self.connects: list[str] = []
+        self.jobs: list[str] = []  # the job identity each server and connection was given
         self.channel = FakeChannel()
         self.servers: list[FakeServer] = []
         self.hello_errors: dict[str, tuple[int, str]] = {}
@@ -238,15 +240,18 @@ class Rig:
         timeouts: Timeouts,
         workers: Sequence[str],
         on_output: OutputHandler,
+        job: str,
     ) -> FakeServer:
+        self.jobs.append(job)
         server = FakeServer(events, workers, self.hello_errors)
         self.servers.append(server)
         return server
 
     def connect(
-        self, leader: str, port: int, deadline: float, stop: threading.Event
+        self, leader: LeaderAddress, deadline: float, stop: threading.Event
     ) -> FakeChannel | None:
-        self.connects.append(leader)
+        self.connects.append(leader.host)
+        self.jobs.append(leader.job)
         return self.channel if self.leader_answers else None
 
     def leader_link(

@@ -13,6 +13,7 @@ from ringleader.wire.messages import (
     Bye,
     ErrorReport,
     Exit,
+    Greeting,
     Hello,
     Launched,
     Message,
@@ -49,6 +50,7 @@ SPEC = SpawnSpec(("algo-1", "algo-2"), 2, "algo-1", 29500, "job", "eth0", True, 
 MARKS = (Mark("algo-2", "sshd", 12.5), Mark("algo-2", "hello", 12.75))
 
 EVERY_KIND: list[Message] = [
+    Greeting("job-1"),
     Hello("algo-2"),
     Hello("algo-2", timeline=MARKS),
     Hello("algo-3", ErrorReport(78, "Configuration error in sagemaker_program: x")),
@@ -89,6 +91,7 @@ def test_every_kind_is_covered():
         # What peers and tests have always seen: key order, optional fields left out.
         (Pulse(), b'{"type":"pulse"}'),
         (Ack(), b'{"type":"ack"}'),
+        (Greeting("job-1"), b'{"type":"greeting","job":"job-1"}'),
         (Hello("algo-2"), b'{"type":"hello","host":"algo-2"}'),
         (
             Hello("algo-3", ErrorReport(78, "bad")),
@@ -129,6 +132,8 @@ def test_unknown_kind_is_a_protocol_error():
 @pytest.mark.parametrize(
     ("frame", "field"),
     [
+        (b'{"type":"greeting"}', "job"),
+        (b'{"type":"greeting","job":7}', "job"),
         (b'{"type":"hello"}', "host"),
         (b'{"type":"hello","host":3}', "host"),
         (b'{"type":"hello","host":"algo-2","error":"bad"}', "error"),

@@ -2,8 +2,10 @@
 SIGTERM sets, its timeline and the real (or, in tests, fake) collaborators."""
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ringleader.core import paths
 from ringleader.core.outcome import Outcome
 from ringleader.core.timeline import Timeline
 from ringleader.launch.strategy import LaunchPlan, LaunchStrategy
@@ -25,6 +27,10 @@ class HostContext:
     def log(self, line: str) -> None:
         self.parts.logger(line)
 
+    def job(self, leader: str) -> str:
+        """The job's identity, the same on every host (job_identity)."""
+        return job_identity(self.parts.environ, leader)
+
     def write(self, outcome: Outcome) -> None:
         """This host's result file, best-effort: a full disk never changes the exit code."""
         write_outcome(self.parts.results.output_dir, outcome, self.log)
@@ -34,3 +40,14 @@ class HostContext:
             return self.parts.start_launcher(plan, self.events, strategy.setup)
 
         return start
+
+
+def job_identity(environ: Mapping[str, str], leader: str) -> str:
+    """The job's identity, derived the same way on every host: SageMaker's training job name,
+    else the `ringleader cluster` job's id, else one named after the leader (a local job has a
+    Docker network of its own)."""
+    return (
+        environ.get("TRAINING_JOB_NAME")
+        or environ.get(paths.JOB_MARK_VARIABLE)
+        or f"ringleader-{leader}"
+    )

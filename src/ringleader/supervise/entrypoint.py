@@ -71,7 +71,7 @@ class EntryPoint:
         # The host's environment is computed while sshd starts and the workers connect; each
         # role waits for it when it needs it.
         prepared = BackgroundCall(functools.partial(parts.prepare_host, config, shape), "prepare")
-        run_id = parts.environ.get("TRAINING_JOB_NAME") or f"ringleader-{config.topology.leader}"
+        run_id = context.job(config.topology.leader)
         facts = HostFacts(parts.own_sshd, parts.gpus(), run_id, context.log)
         strategy = parts.select(config, facts, prepared.result)
         try:

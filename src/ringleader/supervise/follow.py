@@ -7,13 +7,15 @@ from ringleader.config.job import JobConfig, ReportingSettings
 from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
 from ringleader.core.background import BackgroundCall
-from ringleader.core.errors import JobError
+from ringleader.core.errors import ConfigError, JobError
 from ringleader.core.outcome import Outcome, truncate
 from ringleader.launch.strategy import LaunchStrategy
 from ringleader.output.printer import OutputRelay
 from ringleader.supervise.context import HostContext
 from ringleader.supervise.report import report_error
 from ringleader.supervise.worker import Worker, WorkerParts
+from ringleader.wire.control import LeaderAddress
+from ringleader.wire.protocol import Channel
 
 
 def follow(
@@ -31,12 +33,13 @@ def follow(
         settings = ReportingSettings(timeouts, config.control_port)
         return report_error(context, topology.leader, settings, error)
     deadline = time.monotonic() + timeouts.startup
-    control = parts.connect(topology.leader, config.control_port, deadline, context.stop)
-    pulse = parts.connect(topology.leader, config.control_port, deadline, context.stop)
-    if control is None or pulse is None:
-        outcome = _no_leader(context, config)
-        context.write(outcome)
-        return outcome
+    leader = LeaderAddress(
+        topology.leader, config.control_port, context.job(topology.leader), timeouts.leader_loss
+    )
+    connected = _connect(context, config, leader, deadline)
+    if isinstance(connected, Outcome):
+        return connected
+    control, pulse = connected
     context.timeline.mark(context.host, phases.CONNECTED)
     link = parts.leader_link(
         context.host,
@@ -66,6 +69,30 @@ def follow(
     finally:
         agent.close()
         context.log(f"pulses from the leader: {link.close()}")
+
+
+def _connect(
+    context: HostContext, config: JobConfig, leader: LeaderAddress, deadline: float
+) -> tuple[Channel, Channel] | Outcome:
+    """The control and the pulse connection to this job's leader, or the outcome without them
+    (written to this host's result file)."""
+    connected: list[Channel] = []
+    try:
+        while len(connected) < 2:
+            channel = context.parts.connect(leader, deadline, context.stop)
+            if channel is None:
+                break
+            connected.append(channel)
+    except ConfigError as error:  # another process answers on the leader's control port
+        outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
+    else:
+        if len(connected) == 2:
+            return connected[0], connected[1]
+        outcome = _no_leader(context, config)
+    for channel in connected:
+        channel.close()
+    context.write(outcome)
+    return outcome
 
 
 def _no_leader(context: HostContext, config: JobConfig) -> Outcome:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from ringleader.config.job import JobConfig, ReportingSettings
 from ringleader.core import paths
 from ringleader.core import timeline as phases
-from ringleader.core.errors import JobError
+from ringleader.core.errors import ConfigError, JobError
 from ringleader.core.outcome import Outcome, truncate
 from ringleader.launch.strategy import LaunchPlan, LaunchStrategy
 from ringleader.output.kept_files import keep_files
@@ -26,13 +26,19 @@ def lead(
     if config.output.metric_definitions:
         recorder = MetricRecorder(config.output.metric_definitions, paths.METRICS_FILE)
     printer = OutputPrinter(config.output.log_ranks, config.output.metric_ranks, recorder)
-    agent = parts.agent(context.events, printer.deliver)
     workers = topology.workers if with_workers else ()
     server = None
     if with_workers:
-        server = parts.control_server(
-            config.control_port, context.events, timeouts, workers, printer.deliver
-        )
+        job = context.job(topology.leader)
+        try:
+            server = parts.control_server(
+                config.control_port, context.events, timeouts, workers, printer.deliver, job
+            )
+        except ConfigError as error:  # the control port is taken: the workers see that too
+            outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
+            context.write(outcome)
+            return outcome
+    agent = parts.agent(context.events, printer.deliver)
     leader_parts = LeaderParts(
         events=context.events,
         clock=parts.clock,
@@ -86,9 +92,18 @@ def tell_workers(
     context: HostContext, workers: Sequence[str], settings: ReportingSettings, outcome: Outcome
 ) -> None:
     """A job that never started (an error on the leader): only tell the workers its outcome."""
-    server = context.parts.control_server(
-        settings.control_port, context.events, settings.timeouts, workers, _no_output
-    )
+    try:
+        server = context.parts.control_server(
+            settings.control_port,
+            context.events,
+            settings.timeouts,
+            workers,
+            _no_output,
+            context.job(context.host),
+        )
+    except ConfigError as error:  # the workers see that another process holds the port
+        context.log(f"could not tell the workers: {error}")
+        return
     parts = LeaderParts(
         events=context.events,
         clock=context.parts.clock,

@@ -27,7 +27,7 @@ from ringleader.supervise.leader import WorkerLink
 from ringleader.supervise.verdict import ResultFiles
 from ringleader.supervise.worker import LeaderLink as LinkToLeader
 from ringleader.wire.agent import HostAgent
-from ringleader.wire.control import ControlServer, Liveness, connect_to_leader
+from ringleader.wire.control import ControlServer, LeaderAddress, Liveness, connect_to_leader
 from ringleader.wire.events import LauncherExited
 from ringleader.wire.leader_link import LeaderLink
 from ringleader.wire.protocol import Channel, OutputHandler
@@ -58,9 +58,10 @@ class Leader(LinkToLeader, Protocol):
         """Stop watching; how the pulses went, for the log."""
 
 
-Connect = Callable[[str, int, float, threading.Event], Channel | None]  # leader, port, deadline
+Connect = Callable[[LeaderAddress, float, threading.Event], Channel | None]  # deadline, stop
 MakeAgent = Callable[[EventQueue, OutputHandler], HostRanks]
-MakeServer = Callable[[int, EventQueue, Timeouts, Sequence[str], OutputHandler], Workers]
+# port, events, timeouts, workers, output handler, the job's identity
+MakeServer = Callable[[int, EventQueue, Timeouts, Sequence[str], OutputHandler, str], Workers]
 MakeLink = Callable[[str, str, Channel, Channel, Timeouts, EventQueue, Sequence[Mark]], Leader]
 StartLauncher = Callable[[LaunchPlan, EventQueue, HostSetup], RunningLauncher]
 SelectStrategy = Callable[[JobConfig, HostFacts, Callable[[], Sequence[str]]], LaunchStrategy]
@@ -76,9 +77,10 @@ def _control_server(
     timeouts: Timeouts,
     workers: Sequence[str],
     on_output: OutputHandler,
+    job: str,
 ) -> ControlServer:
     liveness = Liveness(timeouts.pulse_interval, timeouts.leader_loss)
-    return ControlServer(port, events, liveness, on_output, workers, log.log)
+    return ControlServer(port, events, liveness, on_output, workers, log.log, job=job)
 
 
 def _leader_link(

@@ -15,7 +15,7 @@ from ringleader.config.topology import leader_hint
 from ringleader.core.errors import ConfigError, JobError
 from ringleader.core.outcome import Outcome, truncate
 from ringleader.supervise.context import HostContext
-from ringleader.wire.control import hello_message
+from ringleader.wire.control import LeaderAddress, hello_message
 from ringleader.wire.protocol import ChannelClosed
 
 STOPPING_REPORT_SECONDS = 5.0  # reporting an error after SIGTERM: how long to try
@@ -39,7 +39,12 @@ def send_to_leader(
     # Still try for a short while when SIGTERM already arrived: the report is the point.
     timeout = STOPPING_REPORT_SECONDS if context.stop.is_set() else timeouts.startup
     deadline = time.monotonic() + timeout
-    channel = context.parts.connect(leader, port, deadline, threading.Event())
+    address = LeaderAddress(leader, port, context.job(leader), timeouts.leader_loss)
+    try:
+        channel = context.parts.connect(address, deadline, threading.Event())
+    except ConfigError as error:  # another process answers on the leader's control port
+        context.log(f"could not report the error to the leader {leader}: {error}")
+        return
     if channel is None:
         context.log(f"could not report the error to the leader {leader} within {timeout:g} s")
         return

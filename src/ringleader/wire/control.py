@@ -8,8 +8,11 @@ terminate (stop your ranks, with the grace to give them), exit (the job's exit c
 failure text; reply bye, then exit). The pulse connection carries only pulses, both ways
 (ringleader.wire.liveness), served on the leader by one pulse process for all workers.
 
-A connection is believed only when its first message names one of the job's workers and it
-comes from that worker's own address; anything else is refused and logged.
+The leader greets every connection first with the job's identity (Greeting): a worker that
+gets another job's identity, something else, or nothing within ringleader_leader_timeout has not
+reached its leader (another process holds the port) and ends with a configuration error naming
+the port. A connection is believed only when its first message names one of the job's workers
+and it comes from that worker's own address; anything else is refused and logged.
 """
 
 import contextlib
@@ -20,6 +23,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from ringleader.core.errors import ConfigError
 from ringleader.core.timeline import Mark
 from ringleader.wire import messages
 from ringleader.wire.events import (
@@ -36,6 +40,7 @@ from ringleader.wire.messages import (
     Bye,
     ErrorReport,
     Exit,
+    Greeting,
     Hello,
     Message,
     PulseHello,
@@ -45,6 +50,7 @@ from ringleader.wire.messages import (
     Sigterm,
     UnknownMessage,
 )
+from ringleader.wire.ports import listen_problem
 from ringleader.wire.protocol import (
     Channel,
     ChannelClosed,
@@ -58,6 +64,8 @@ from ringleader.wire.pulse_process import PulseHub
 
 HELLO_TIMEOUT = 30.0  # a connection that says nothing for this long is dropped
 LEADER_TIMEOUT_SETTING = "ringleader_leader_timeout"
+CONTROL_PORT_SETTING = "ringleader_control_port"
+_GREETING_CHECK_SECONDS = 0.5  # how often a worker waiting for a greeting looks at its stop
 
 # The addresses a host name stands for (resolved when its hello arrives).
 AddressesOf = Callable[[str], Collection[str]]
@@ -91,8 +99,13 @@ class ControlServer:
         on_output: OutputHandler,
         workers: Collection[str],
         log: Logger,
+        *,
+        job: str,
         addresses_of: AddressesOf = resolved_addresses,
     ) -> None:
+        """Listen on `port` for the workers of `job` (the identity every connection is greeted
+        with); a port that cannot be listened on is a ConfigError naming what holds it."""
+        self._job = job
         self._events = events
         self._liveness = liveness
         self._on_output = on_output
@@ -102,9 +115,15 @@ class ControlServer:
         self._lock = threading.Lock()
         self._workers: dict[str, Channel] = {}
         self._replaced: set[int] = set()  # id() of control channels a reconnect replaced
-        self._pulses = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
         self._final: Exit | None = None
-        self._server = socket.create_server(("", port), backlog=256)
+        try:
+            self._server = socket.create_server(("", port), backlog=256)
+        except OSError as error:
+            raise ConfigError(
+                CONTROL_PORT_SETTING,
+                f"{listen_problem(port, error)}; choose another port or stop that process",
+            ) from None
+        self._pulses = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
         threading.Thread(
             target=serve_connections, args=(self._server, self._serve), daemon=True
         ).start()
@@ -137,6 +156,11 @@ class ControlServer:
 
     def _serve(self, channel: Channel) -> None:
         address = channel.peer_address or "?"
+        try:
+            channel.send(Greeting(self._job))
+        except ChannelClosed:
+            channel.close()
+            return
         hello, problem = self._receive_hello(channel)
         host = None
         if hello is not None:
@@ -261,28 +285,106 @@ class ControlServer:
         return host
 
 
+@dataclass(frozen=True)
+class LeaderAddress:
+    """Where a worker finds its leader, and how it knows the leader is its own."""
+
+    host: str
+    port: int
+    job: str  # the job's identity, which the leader's greeting must carry
+    greeting_timeout: float  # how long the leader may take to greet (ringleader_leader_timeout)
+
+
 def connect_to_leader(
-    leader: str, port: int, deadline: float, stop: threading.Event
+    leader: LeaderAddress, deadline: float, stop: threading.Event
 ) -> Channel | None:
-    """Connect, retrying while the leader's container or server is not up yet.
+    """Connect to this job's leader, retrying while its container or server is not up yet.
 
     Returns None when `deadline` (a time.monotonic() value) passes or `stop` is set. The retry
-    delay grows from 50 ms to 1 s: fast when hosts start together, cheap when one is late.
+    delay grows from 50 ms to 1 s: fast when hosts start together, cheap when one is late. A
+    connection closed before its greeting is retried like a refused one (a leader going down,
+    or not up yet). Raises ConfigError (ringleader_control_port) when what answers is not this
+    job's leader: another job's greeting, something else, or nothing within the greeting
+    timeout.
     """
     delay = 0.05
-    while not stop.is_set():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return None
-        try:
-            sock = socket.create_connection((leader, port), timeout=min(remaining, 5.0))
-        except OSError:
-            stop.wait(min(delay, max(deadline - time.monotonic(), 0)))
-            delay = min(delay * 2, 1.0)
-            continue
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return Channel(sock)
+    while not stop.is_set() and time.monotonic() < deadline:
+        channel = _greeted_connection(leader, deadline, stop)
+        if channel is not None:
+            return channel
+        stop.wait(min(delay, max(deadline - time.monotonic(), 0)))
+        delay = min(delay * 2, 1.0)
     return None
+
+
+def _greeted_connection(
+    leader: LeaderAddress, deadline: float, stop: threading.Event
+) -> Channel | None:
+    """One try: a connection this job's leader greeted, or None (refused, closed before its
+    greeting, `stop` set or `deadline` passed); ConfigError when another process answers."""
+    try:
+        sock = socket.create_connection(
+            (leader.host, leader.port), timeout=min(max(deadline - time.monotonic(), 0.01), 5)
+        )
+    except OSError:
+        return None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    channel = Channel(sock)
+    try:
+        greeting = _receive_greeting(channel, leader.greeting_timeout, deadline, stop)
+        if greeting is not None and greeting.job != leader.job:
+            raise NotTheLeader(f"the leader of another job, {greeting.job[:100]!r}, answers there")
+    except ChannelClosed:
+        greeting = None
+    except NotTheLeader as error:
+        channel.close()
+        raise ConfigError(CONTROL_PORT_SETTING, _not_the_leader(leader, str(error))) from None
+    if greeting is None:
+        channel.close()
+        return None
+    return channel
+
+
+class NotTheLeader(Exception):
+    """What answered on the control port sent no greeting: why."""
+
+
+def _receive_greeting(
+    channel: Channel, timeout: float, deadline: float, stop: threading.Event
+) -> Greeting | None:
+    """The leader's greeting; None when `stop` was set or `deadline` (the whole connect's)
+    passed first. NotTheLeader when something else or nothing came within `timeout`;
+    ChannelClosed when the connection closed first."""
+    greeting_deadline = time.monotonic() + timeout
+    while not stop.is_set():
+        now = time.monotonic()
+        if now >= greeting_deadline:
+            raise NotTheLeader(f"no greeting within {timeout:g} s ({LEADER_TIMEOUT_SETTING})")
+        if now >= deadline:
+            return None
+        wait = min(greeting_deadline, deadline) - now
+        try:
+            frame = channel.receive_frame(timeout=min(wait, _GREETING_CHECK_SECONDS))
+        except TimeoutError:
+            continue
+        except ProtocolError as error:  # a line longer than any frame of ours
+            raise NotTheLeader(f"it sent something else ({error})") from None
+        try:
+            message = messages.decode(frame)
+        except ProtocolError:
+            message = None
+        if isinstance(message, Greeting):
+            return message
+        raise NotTheLeader(f"it sent {frame[:60]!r} instead of a greeting")
+    return None
+
+
+def _not_the_leader(leader: LeaderAddress, problem: str) -> str:
+    return (
+        f"what answers on {leader.host}:{leader.port} is not this job's leader: {problem}. "
+        f"Another process holds the port on {leader.host} (the leader's failure file names "
+        "it); choose another port"
+    )
 
 
 def hello_message(

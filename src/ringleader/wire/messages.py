@@ -9,6 +9,7 @@ Who sends what:
 - a worker to the leader, on its control connection: Hello, then RankStart, RankEnd (relayed
   from its host agent), RanksExit (its own launcher exited), Sigterm, and Bye once it has the
   job's exit code; on its pulse connection: PulseHello, then only Pulse (both ways).
+- the leader, first on every connection to its control port: Greeting (the job it leads).
 - the leader to its workers: Launched, Terminate, Exit.
 - a rank wrapper to its host agent: RankStart (with the user process's PID), RankEnd; the
   agent answers Terminate (stop your rank) and Ack (the record arrived).
@@ -45,6 +46,15 @@ class ErrorReport:
 
     code: int  # the exit code it calls for
     message: str
+
+
+@dataclass(frozen=True)
+class Greeting:
+    """The leader's first message on every connection to its control port: the job it leads.
+    A worker that gets another job's, or none, has not reached its own leader."""
+
+    kind: ClassVar[str] = "greeting"
+    job: str
 
 
 @dataclass(frozen=True)
@@ -149,7 +159,8 @@ class Ack:
 
 
 Message = (
-    Hello
+    Greeting
+    | Hello
     | Bye
     | PulseHello
     | Pulse
@@ -174,6 +185,8 @@ def decode(frame: bytes) -> Message:
     data = frames.decode(frame)
     kind: str = data["type"]
     read = _Fields(data, f"{kind} message")
+    if kind == Greeting.kind:
+        return Greeting(read.text("job"))
     if kind == Hello.kind:
         return Hello(read.text("host"), _error_report(read), _timeline(read))
     if kind == Bye.kind:
@@ -206,6 +219,8 @@ def decode(frame: bytes) -> Message:
 
 def _fields(message: Message) -> JsonObject:
     """`message`'s fields as JSON (its type apart); optional ones only when they are set."""
+    if isinstance(message, Greeting):
+        return {"job": message.job}
     if isinstance(message, Hello):
         fields: JsonObject = {"host": message.host}
         if message.timeline:

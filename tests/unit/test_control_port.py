@@ -1,0 +1,250 @@
+"""A control port held by another process: the leader's bind failure names the port and its
+holder, and a worker learns fast that what answers there is not its job's leader (the greeting).
+Real TCP on 127.0.0.1; the entry point's parts faked as in test_entrypoint.py."""
+
+import errno
+import os
+import queue
+import socket
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ringleader.core import exitcodes
+from ringleader.core.errors import ConfigError
+from ringleader.supervise.context import job_identity
+from ringleader.supervise.entrypoint import EntryPoint
+from ringleader.wire.control import ControlServer, LeaderAddress, Liveness, connect_to_leader
+from ringleader.wire.ports import listen_problem, port_holder
+from tests.unit.test_entrypoint import Rig
+
+SLOW = Liveness(interval=60.0, timeout=600.0)
+JOB = "job-1"
+WORKERS = ("algo-2",)
+
+
+def listener() -> socket.socket:
+    """Another process's listener, as far as the port is concerned."""
+    return socket.create_server(("127.0.0.1", 0))
+
+
+def port_of(sock: socket.socket) -> int:
+    return int(sock.getsockname()[1])
+
+
+def server(port: int, job: str = JOB) -> ControlServer:
+    return ControlServer(
+        port,
+        queue.Queue(),
+        SLOW,
+        lambda _frame: None,
+        WORKERS,
+        lambda _line: None,
+        job=job,
+        addresses_of=lambda _host: {"127.0.0.1"},
+    )
+
+
+def connect(port: int, greeting_timeout: float = 5.0, deadline: float = 5.0, stop=None):
+    address = LeaderAddress("127.0.0.1", port, JOB, greeting_timeout)
+    return connect_to_leader(address, time.monotonic() + deadline, stop or threading.Event())
+
+
+def serve_once(sock: socket.socket, answer: bytes | None, close: bool = False) -> threading.Thread:
+    """Accept one connection: send `answer`, then close it (`close`) or hold it open."""
+    held: list[socket.socket] = []
+
+    def run() -> None:
+        connection, _ = sock.accept()
+        held.append(connection)
+        if answer is not None:
+            connection.sendall(answer)
+        if close:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+# The leader's side: a port it cannot listen on is a configuration error naming the holder.
+
+
+def test_a_taken_control_port_is_a_config_error_naming_the_port_and_its_holder():
+    with listener() as taken:
+        port = port_of(taken)
+        with pytest.raises(ConfigError) as caught:
+            server(port)
+    error = caught.value
+    assert error.field == "ringleader_control_port"
+    assert error.exit_code == exitcodes.CONFIG_ERROR
+    assert f"port {port} is already in use on this host, by " in error.problem
+    assert f"(pid {os.getpid()}: " in error.problem  # this test's process holds it
+    assert error.problem.endswith("choose another port or stop that process")
+
+
+def test_the_holder_of_a_port_is_found_and_a_free_port_has_none():
+    with listener() as taken:
+        port = port_of(taken)
+        holder = port_holder(port)
+        assert holder is not None and f"pid {os.getpid()}" in holder
+    assert port_holder(port) is None  # closed now
+
+
+def test_a_bind_failure_other_than_in_use_says_what_it_is():
+    problem = listen_problem(80, OSError(errno.EACCES, "Permission denied"))
+    assert problem == "cannot listen on port 80: Permission denied"
+
+
+# A worker's side: what answers must greet it as its own job's leader.
+
+
+def test_a_worker_is_greeted_by_its_own_leader():
+    with listener() as probe:
+        port = port_of(probe)
+    leader = server(port)
+    try:
+        channel = connect(port)
+        assert channel is not None
+        channel.close()
+    finally:
+        leader.close()
+
+
+def test_another_jobs_leader_on_the_port_is_a_config_error_at_once():
+    with listener() as probe:
+        port = port_of(probe)
+    other = server(port, job="job-2")
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConfigError) as caught:
+            connect(port, greeting_timeout=30.0)
+        assert time.monotonic() - started < 5.0
+        # ... and the second job's own leader cannot listen there either
+        with pytest.raises(ConfigError, match=f"port {port} is already in use"):
+            server(port)
+    finally:
+        other.close()
+    error = caught.value
+    assert error.field == "ringleader_control_port"
+    assert f"what answers on 127.0.0.1:{port} is not this job's leader" in error.problem
+    assert "the leader of another job, 'job-2', answers there" in error.problem
+
+
+def test_a_silent_listener_is_a_config_error_after_the_greeting_timeout():
+    with listener() as silent:
+        port = port_of(silent)
+        serve_once(silent, None)
+        started = time.monotonic()
+        with pytest.raises(ConfigError) as caught:
+            connect(port, greeting_timeout=0.5)
+        elapsed = time.monotonic() - started
+    assert 0.5 <= elapsed < 5.0
+    assert caught.value.problem.startswith(
+        f"what answers on 127.0.0.1:{port} is not this job's leader: no greeting "
+        "within 0.5 s (ringleader_leader_timeout). Another process holds the port on 127.0.0.1"
+    )
+
+
+def test_a_listener_that_answers_something_else_is_a_config_error_at_once():
+    with listener() as web:
+        serve_once(web, b"HTTP/1.0 400 Bad request\r\n\r\n")
+        started = time.monotonic()
+        with pytest.raises(ConfigError) as caught:
+            connect(port_of(web), greeting_timeout=30.0)
+    assert time.monotonic() - started < 5.0
+    assert "it sent b'HTTP/1.0 400 Bad request\\r' instead of a greeting" in caught.value.problem
+
+
+def test_a_connection_closed_before_the_greeting_is_retried_until_the_deadline():
+    # Indistinguishable from a leader going down or not up yet: no verdict on the port.
+    with listener() as closing:
+        for _ in range(3):
+            serve_once(closing, None, close=True)
+        assert connect(port_of(closing), greeting_timeout=30.0, deadline=0.5) is None
+
+
+def test_a_stop_while_waiting_for_the_greeting_ends_the_wait():
+    stop = threading.Event()
+    with listener() as silent:
+        serve_once(silent, None)
+        threading.Timer(0.2, stop.set).start()
+        started = time.monotonic()
+        assert connect(port_of(silent), greeting_timeout=30.0, stop=stop) is None
+    assert time.monotonic() - started < 5.0
+
+
+# The job's identity: the same on every host.
+
+
+@pytest.mark.parametrize(
+    ("environ", "identity"),
+    [
+        ({"TRAINING_JOB_NAME": "sm-job", "RINGLEADER_CLUSTER_JOB": "c1"}, "sm-job"),
+        ({"RINGLEADER_CLUSTER_JOB": "c1"}, "c1"),
+        ({}, "ringleader-algo-1"),
+    ],
+)
+def test_the_jobs_identity(environ, identity):
+    assert job_identity(environ, "algo-1") == identity
+
+
+# The entry point: 78 on every host, its result file written, the port named.
+
+
+def taken_port(*args: object) -> ControlServer:
+    raise ConfigError("ringleader_control_port", "port 29100 is already in use on this host")
+
+
+def foreign_leader(leader: LeaderAddress, deadline: float, stop: threading.Event) -> None:
+    raise ConfigError("ringleader_control_port", f"what answers on {leader.host}:{leader.port}")
+
+
+def test_a_leader_whose_control_port_is_taken_exits_78_without_launching(tmp_path: Path):
+    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True)
+    outcome = EntryPoint(replace(rig.parts, control_server=taken_port)).run()
+    assert outcome.exit_code == exitcodes.CONFIG_ERROR
+    assert outcome.failure == (
+        "Host algo-1: Configuration error in ringleader_control_port: port 29100 is already in "
+        "use on this host\n"
+    )
+    assert rig.launched == []
+    assert rig.result_file() == outcome.failure
+
+
+def test_a_worker_reached_by_another_process_exits_78_naming_the_port(tmp_path: Path):
+    rig = Rig(tmp_path, "algo-2", sagemaker_mpi_enabled=True)
+    outcome = EntryPoint(replace(rig.parts, connect=foreign_leader)).run()
+    assert outcome.exit_code == exitcodes.CONFIG_ERROR
+    assert outcome.failure == (
+        "Host algo-2: Configuration error in ringleader_control_port: what answers on "
+        "algo-1:29100\n"
+    )
+    assert rig.result_file() == outcome.failure
+
+
+def test_workers_and_leader_derive_the_same_identity(tmp_path: Path):
+    for host in ("algo-1", "algo-2"):
+        (tmp_path / host).mkdir()
+        rig = Rig(tmp_path / host, host, sagemaker_mpi_enabled=True)
+        assert rig.run()[0] == 0
+        assert set(rig.jobs) == {"ringleader-algo-1"}
+
+
+def test_a_leader_error_that_cannot_reach_the_workers_keeps_its_own_code(tmp_path: Path):
+    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True, ringleader_log_ranks="many")
+    outcome = EntryPoint(replace(rig.parts, control_server=taken_port)).run()
+    assert outcome.exit_code == exitcodes.CONFIG_ERROR
+    assert outcome.failure is not None and "ringleader_log_ranks" in outcome.failure
+    assert any("could not tell the workers: " in line for line in rig.logs)
+
+
+def test_a_worker_error_that_cannot_reach_its_leader_keeps_its_own_code(tmp_path: Path):
+    rig = Rig(tmp_path, "algo-2", sagemaker_mpi_enabled=True, ringleader_log_ranks="many")
+    outcome = EntryPoint(replace(rig.parts, connect=foreign_leader)).run()
+    assert outcome.exit_code == exitcodes.CONFIG_ERROR
+    assert outcome.failure is not None and "ringleader_log_ranks" in outcome.failure
+    assert any("could not report the error to the leader algo-1: " in line for line in rig.logs)
