@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.config.job import parse_job_config
+from ringleader.config.job import ConfigFiles, parse_job_config, reporting_settings
 from ringleader.config.topology import InstanceGroup, parse_topology
 from ringleader.core.errors import ConfigError
 from ringleader.tools.local.plan import (
@@ -208,3 +208,23 @@ def test_local_group_mistakes_are_usage_errors(
 def test_instance_groups_syntax(text: str) -> None:
     with pytest.raises(UsageError, match="--instance-groups: expected NAME:COUNT"):
         parse_instance_groups(text)
+
+
+def test_an_error_report_goes_to_the_leader_the_job_would_have(tmp_path: Path) -> None:
+    """A host whose configuration fails reports to the distribution's leader, the host the
+    others wait on, not to the first host of the whole cluster."""
+    files = ConfigFiles(tmp_path)
+    values = {
+        "sagemaker_program": "t.py",
+        "sagemaker_mpi_enabled": True,
+        "sagemaker_distribution_instance_groups": ["train"],
+        "ringleader_log_ranks": "not a selection",  # what fails, on every host
+    }
+    files.hyperparameters.write_text(json.dumps({k: json.dumps(v) for k, v in values.items()}))
+    with pytest.raises(ConfigError):
+        config("algo-3", **values)
+    assert reporting_settings(files, topology("algo-3")).leader == "algo-2"
+    main_path = config("algo-3", sagemaker_distribution_instance_groups=["train"])
+    assert reporting_settings(files, topology("algo-3")).leader == main_path.topology.leader
+    files.hyperparameters.write_text("{ not json")  # nothing readable: the first host
+    assert reporting_settings(files, topology("algo-3")).leader == "algo-1"

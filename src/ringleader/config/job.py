@@ -1,6 +1,7 @@
 """Everything a job needs to know, read and validated up front into one immutable object."""
 
 import contextlib
+import functools
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -227,11 +228,7 @@ def parse_job_config(
         raise ConfigError(
             "sagemaker_program", f"{program!r}: expected -m followed by a dotted module name"
         )
-    mpi_enabled = hp.as_bool("sagemaker_mpi_enabled", values.get("sagemaker_mpi_enabled", False))
-    distribution = _distribution(mpi_enabled, values)
-    topology.check_groups_cover_hosts()
-    if distribution != NO_DISTRIBUTION:
-        topology = _distribution_topology(topology, values)
+    distribution, topology = _job_topology(topology, values)
     per_host_value = values.get("sagemaker_mpi_num_of_processes_per_host")
     processes_per_host = (
         None
@@ -260,6 +257,17 @@ def parse_job_config(
         ),
         **settings["job"],
     )
+
+
+def _job_topology(topology: Topology, values: Mapping[str, Any]) -> tuple[str, Topology]:
+    """The distribution, and the hosts it runs on: with instance groups, its groups' hosts,
+    whose first host leads."""
+    mpi_enabled = hp.as_bool("sagemaker_mpi_enabled", values.get("sagemaker_mpi_enabled", False))
+    distribution = _distribution(mpi_enabled, values)
+    topology.check_groups_cover_hosts()
+    if distribution != NO_DISTRIBUTION:
+        topology = _distribution_topology(topology, values)
+    return distribution, topology
 
 
 def _command(value: Any) -> tuple[str, ...]:
@@ -417,6 +425,21 @@ class ConfigFiles:
     def input_data_config(self) -> Path:
         return self.config_dir / "inputdataconfig.json"
 
+    def read_resource_config(self) -> dict[str, Any] | None:
+        """resourceconfig.json's object (None when there is none), read once per process:
+        the host list, the error report's leader and SM_RESOURCE_CONFIG all come from it."""
+        outcome = self._resource_config
+        if isinstance(outcome, ConfigError):
+            raise outcome
+        return None if outcome is None else dict(outcome)
+
+    @functools.cached_property
+    def _resource_config(self) -> dict[str, Any] | ConfigError | None:
+        try:
+            return read_json_object(self.resource_config, "resourceconfig.json")
+        except ConfigError as error:
+            return error
+
 
 def read_json_object(path: Path, field_name: str) -> dict[str, Any] | None:
     """The JSON object in `path`, or None when the file does not exist."""
@@ -438,7 +461,7 @@ def read_json_object(path: Path, field_name: str) -> dict[str, Any] | None:
 def load_topology(environ: Mapping[str, str], files: ConfigFiles) -> Topology:
     resource_config = None
     if "SM_HOSTS" not in environ:
-        resource_config = read_json_object(files.resource_config, "resourceconfig.json")
+        resource_config = files.read_resource_config()
     return parse_topology(environ, resource_config)
 
 
@@ -467,16 +490,25 @@ class ReportingSettings:
 
     timeouts: Timeouts = field(default_factory=Timeouts)
     control_port: int = DEFAULT_CONTROL_PORT
+    leader: str | None = None  # the job's leader, as the main path would choose it
 
 
-def reporting_settings(files: ConfigFiles) -> ReportingSettings:
+def reporting_settings(files: ConfigFiles, topology: Topology | None = None) -> ReportingSettings:
     """The user's timeouts and control port, each where it is valid, else its default: a
-    configuration error elsewhere must not make its own report ignore them."""
+    configuration error elsewhere must not make its own report ignore them. With the host
+    list, the job's leader: the first host of the distribution's instance groups where they
+    can be read (every host then reports to the host that leads the job), else the first
+    host."""
     try:
         values = hp.decode_all(read_json_object(files.hyperparameters, "hyperparameters") or {})
     except ConfigError:
-        return ReportingSettings()
+        values = {}
     port = DEFAULT_CONTROL_PORT
     with contextlib.suppress(ConfigError, KeyError):
         port = hp.as_port("ringleader_control_port", values["ringleader_control_port"])
-    return ReportingSettings(parse_timeouts(values, lenient=True), port)
+    leader = None
+    if topology is not None:
+        leader = topology.leader
+        with contextlib.suppress(ConfigError):
+            leader = _job_topology(topology, values)[1].leader
+    return ReportingSettings(parse_timeouts(values, lenient=True), port, leader)

@@ -18,7 +18,7 @@ from ringleader.launch import sagemaker_env
 
 def sagemaker_env_vars(config: JobConfig, files: ConfigFiles) -> dict[str, str]:
     topology = config.topology
-    resource_config = dict(read_json_object(files.resource_config, "resourceconfig.json") or {})
+    resource_config = files.read_resource_config() or {}
     resource_config.update(
         current_host=topology.current_host,
         hosts=list(topology.hosts),
