@@ -154,6 +154,8 @@ class LeaderRig:
             clock=self.clock,
             start_launcher=start,
             check_ssh=lambda host, timeout: None,
+            post=lambda event: self.events.at(0.0, event),
+            in_background=lambda work: work(),  # the check ends before the next event
             log=self.logs.append,
             local=self.local,
             link=self.link,
@@ -970,3 +972,56 @@ def test_mpirun_failure_blaming_another_rank_leaves_the_stop_to_mpirun() -> None
     assert first_line(outcome).startswith("Rank 0 on host algo-1 exited with code 5.")
     assert rig.local.terminated == [] and rig.launcher.killed_at == []
     assert not any(message.get("type") == "terminate" for message in rig.link.sent)
+
+
+def still_checking(rig: LeaderRig) -> None:
+    """ssh checks that have not ended yet (a worker slow to answer ssh)."""
+    rig.leader = Leader(
+        HOSTS[0], HOSTS[1:], TIMEOUTS, replace(rig.leader_parts, in_background=lambda work: None)
+    )
+
+
+def test_sigterm_while_ssh_checks_run_stops_the_job_at_once() -> None:
+    rig = LeaderRig()
+    still_checking(rig)
+    rig.hellos()
+    rig.events.at(2.0, SigtermReceived("algo-1"))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.SIGTERM_EXIT
+    assert rig.launched_at is None
+    assert rig.clock.now < 1000.0 + 2.0 + TIMEOUTS.finish + 1.0  # not after a check's timeout
+
+
+def test_a_worker_lost_while_ssh_checks_run_ends_the_start_at_once() -> None:
+    rig = LeaderRig()
+    still_checking(rig)
+    rig.hellos()
+    rig.events.at(2.0, WorkerLost("algo-3", "pulse connection closed (connection reset)"))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.HOST_UNREACHABLE
+    assert "Host algo-3 was lost before the job started" in first_line(outcome)
+    assert rig.launched_at is None
+
+
+def test_a_failed_ssh_check_names_the_host_and_launches_nothing() -> None:
+    rig = LeaderRig()
+
+    def check(host: str, timeout: float) -> str | None:
+        return f"{host}: Permission denied (publickey)" if host == "algo-3" else None
+
+    rig.leader = Leader(HOSTS[0], HOSTS[1:], TIMEOUTS, replace(rig.leader_parts, check_ssh=check))
+    rig.hellos()
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.HOST_UNREACHABLE
+    assert "ssh to worker host(s) failed: algo-3: Permission denied" in first_line(outcome)
+    assert rig.launched_at is None
+
+
+def test_ssh_checks_that_never_end_are_bounded_and_named() -> None:
+    rig = LeaderRig()
+    still_checking(rig)
+    rig.hellos()
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.HOST_UNREACHABLE
+    assert "ssh to worker host(s) did not finish: algo-2, algo-3" in first_line(outcome)
+    assert rig.clock.now <= 1000.1 + TIMEOUTS.startup + 5.0 + TIMEOUTS.finish

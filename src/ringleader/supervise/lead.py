@@ -49,6 +49,7 @@ def lead(
         link=server,
         timeline=context.timeline,
         output_taken=lambda: printer.delivered,
+        post=context.events.put,
     )
     leader = Leader(context.host, workers, timeouts, leader_parts)
     try:

@@ -9,9 +9,10 @@ are injected, so each fault is a unit test without containers.
 
 import enum
 import shlex
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ringleader.config.job import Timeouts
 from ringleader.core import exitcodes
@@ -37,14 +38,12 @@ from ringleader.wire.events import (
     RanksExited,
     RankStarted,
     SigtermReceived,
+    SshChecked,
     WorkerBye,
     WorkerHello,
     WorkerLost,
 )
 from ringleader.wire.messages import Launched, Message, Terminate
-
-if TYPE_CHECKING:
-    import concurrent.futures
 
 __all__ = ["KILL_MARGIN_SECONDS", "Leader", "LeaderParts", "Phase"]
 
@@ -55,6 +54,11 @@ SETTLE_CHECK_SECONDS = 0.25  # while settling: how often to look whether output 
 # After a host is lost: beyond the abort grace, before the launcher (which may wait minutes
 # for the lost host's MPI daemon) is killed.
 LOST_HOST_KILL_MARGIN_SECONDS = 0.5
+SSH_CHECKS_AT_ONCE = 32  # the leader's ssh checks running at the same time, at most
+
+
+def start_thread(work: Callable[[], None]) -> None:
+    threading.Thread(target=work, name="ssh-check", daemon=True).start()
 
 
 class Phase(enum.Enum):
@@ -90,6 +94,9 @@ class LeaderParts:
     # How many output batches the leader has taken so far: a rank's end is reported after its
     # output, so while output still arrives, the missing ends are on their way.
     output_taken: Callable[[], int] = lambda: 0
+    # Where background work (the ssh checks) reports its end, and how it runs.
+    post: Callable[[Event], None] = lambda event: None
+    in_background: Callable[[Callable[[], None]], None] = start_thread
 
 
 class JobStopped(Exception):
@@ -156,6 +163,7 @@ class Leader:
         self.world_size = 0
         self.phase = Phase.GATHERING
         self._settled: set[str] = set()  # workers that will not need the final exit message
+        self._ssh_slots = threading.BoundedSemaphore(SSH_CHECKS_AT_ONCE)
 
     def run(self, strategy: LaunchStrategy) -> Outcome:
         try:
@@ -175,43 +183,44 @@ class Leader:
         return self._supervise(plan)
 
     def _wait_for_workers(self) -> None:
-        """Wait for every worker's hello, checking ssh to each as soon as it says hello."""
+        """Wait for every worker's hello, checking ssh to each as soon as it says hello. The
+        checks report through the event queue, so SIGTERM or a lost worker is handled at once
+        while they run."""
         if not self._workers:
             return
-        import concurrent.futures  # here: the leader's ssh checks only (it imports logging)
-
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(self._workers), 32)) as pool:
-            checks = self._collect_hellos(pool)
-            problems = [problem for check in checks for problem in [check.result()] if problem]
-        if problems:
-            raise StartupError("ssh to worker host(s) failed: " + "; ".join(problems))
-        self._log("all workers are up")
-        self.timeline.mark(self._host, phases.WORKERS_UP, self._clock.time())
-
-    def _collect_hellos(
-        self, pool: "concurrent.futures.Executor"
-    ) -> list["concurrent.futures.Future[str | None]"]:
-        pending = set(self._workers)
+        hellos, checks = set(self._workers), set[str]()
+        problems: list[str] = []
         timeout = self._timeouts.startup
-        self._log(f"waiting for {len(pending)} worker(s): {', '.join(sorted(pending))}")
+        self._log(f"waiting for {len(hellos)} worker(s): {', '.join(sorted(hellos))}")
         deadline = self._clock.monotonic() + timeout
-        checks = []
-        while pending:
+        while hellos or checks:
             match self._events.next(deadline):
-                case None:
-                    self._settled.update(pending)  # nobody there to tell the result
+                case None if hellos:
+                    self._settled.update(hellos)  # nobody there to tell the result
                     raise StartupError(
-                        f"Host(s) {', '.join(sorted(pending))} never answered within "
+                        f"Host(s) {', '.join(sorted(hellos))} never answered within "
                         f"{timeout:g} s (ringleader_startup_timeout)."
                     )
-                case WorkerHello() as hello if hello.host in pending:
-                    pending.discard(hello.host)
+                case None:
+                    raise StartupError(
+                        f"ssh to worker host(s) did not finish: {', '.join(sorted(checks))}."
+                    )
+                case WorkerHello() as hello if hello.host in hellos:
+                    hellos.discard(hello.host)
+                    if not hellos:  # each check is bounded by the timeout; 32 run at once
+                        rounds = -(-len(self._workers) // SSH_CHECKS_AT_ONCE)
+                        deadline = self._clock.monotonic() + rounds * timeout + 5.0
                     self.timeline.extend(hello.marks)
                     if hello.error_code is not None:
                         self._settled.add(hello.host)
                         raise _HostError(hello.host, hello.error_code, hello.error_message or "")
                     if self._parts.check_ssh is not None:
-                        checks.append(pool.submit(self._check_ssh, hello.host, timeout))
+                        checks.add(hello.host)
+                        self._start_ssh_check(hello.host, timeout)
+                case SshChecked() as checked if checked.host in checks:
+                    checks.discard(checked.host)
+                    if checked.problem is not None:
+                        problems.append(checked.problem)
                 case WorkerLost() as lost if lost.host in self._workers:
                     self._settled.add(lost.host)
                     raise StartupError(
@@ -219,14 +228,24 @@ class Leader:
                     )
                 case SigtermReceived() as sigterm:
                     raise JobStopped(sigterm.host, self._clock.time())
-        return checks
+        if problems:
+            raise StartupError("ssh to worker host(s) failed: " + "; ".join(sorted(problems)))
+        self._log("all workers are up")
+        self.timeline.mark(self._host, phases.WORKERS_UP, self._clock.time())
 
-    def _check_ssh(self, host: str, timeout: float) -> str | None:
-        assert self._parts.check_ssh is not None
-        problem = self._parts.check_ssh(host, timeout)
-        if problem is None:
-            self.timeline.mark(host, phases.SSH_CHECKED, self._clock.time())
-        return problem
+    def _start_ssh_check(self, host: str, timeout: float) -> None:
+        """One check in the background (each is bounded by `timeout`); its end is an event."""
+        check = self._parts.check_ssh
+        assert check is not None
+
+        def run() -> None:
+            with self._ssh_slots:
+                problem = check(host, timeout)
+            if problem is None:
+                self.timeline.mark(host, phases.SSH_CHECKED, self._clock.time())
+            self._parts.post(SshChecked(host, problem))
+
+        self._parts.in_background(run)
 
     def _supervise(self, plan: LaunchPlan) -> Outcome:
         """Run the launcher to the job's end: when this host's launcher and every other host's

@@ -45,6 +45,14 @@ class WorkerHello:
 
 
 @dataclass(frozen=True)
+class SshChecked:
+    """The leader's ssh check of a worker ended: `problem` is None when it worked."""
+
+    host: str
+    problem: str | None
+
+
+@dataclass(frozen=True)
 class WorkerLost:
     host: str
     reason: str
@@ -75,6 +83,7 @@ Event = (
     | LauncherExited
     | RanksExited
     | WorkerHello
+    | SshChecked
     | WorkerLost
     | WorkerBye
     | LeaderMessage
