@@ -208,8 +208,9 @@ def test_note_goes_after_the_jobs_own_failure_text(tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["failure"]
 
 
-def test_note_creates_the_failure_file_and_empty_note_does_nothing(tmp_path):
-    append_note(tmp_path / "failure", "")
-    assert not (tmp_path / "failure").exists()
-    append_note(tmp_path / "out" / "failure", "Artifacts ...\n")
-    assert (tmp_path / "out" / "failure").read_text() == "Artifacts ...\n"
+def test_a_job_that_succeeded_gets_no_failure_file_beside_success(tmp_path):
+    """Issue 23: the note of a failed delivery never creates `failure` next to `success`."""
+    (tmp_path / "success").write_text("")
+    assert append_note(tmp_path / "failure", "") is False
+    assert append_note(tmp_path / "failure", "Artifacts ...\n") is False
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["success"]

@@ -1,6 +1,5 @@
 """What happened to each archive, as log lines and as a note for the failure file."""
 
-import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,19 +81,22 @@ class DeliveryReport:
         )
 
 
-def append_note(failure_file: Path, note: str) -> None:
-    """Add `note` after what the failure file says (creating it if the job wrote none).
+def append_note(failure_file: Path, note: str) -> bool:
+    """Add `note` after what the failure file says, when the job failed; True when added.
 
-    The file is replaced atomically, so the job's own text always stays first.
+    A job that succeeded has no failure file and gets none: a failure beside `success` would
+    make the job look failed (the log has the note). The file is replaced atomically, so the
+    job's own text always stays first.
     """
     if not note:
-        return
-    before = ""
-    with contextlib.suppress(FileNotFoundError):
+        return False
+    try:
         before = failure_file.read_text(errors="replace")
+    except FileNotFoundError:
+        return False
     separator = "\n" if before and not before.endswith("\n") else ""
-    failure_file.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(failure_file, before + separator + note)
+    return True
 
 
 def _size(size: int | None) -> str:
