@@ -439,3 +439,37 @@ def test_a_full_disk_for_the_result_file_never_changes_the_exit_code(tmp_path: P
     (rig.output_dir / "success" / "x").write_text("")
     assert rig.run() == (0, None)
     assert any("could not write the result file" in line for line in rig.logs)
+
+
+def test_sigterm_during_the_artifact_delivery_ends_the_host_with_the_jobs_code(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: a delivery that SIGTERM interrupts is given up, not waited for until the
+    container is killed (137)."""
+    rig = Rig(tmp_path, "algo-2", ringleader_output_uri=str(tmp_path / "delivered"))
+    entry: EntryPoint
+    uploading = threading.Event()
+    release = threading.Event()
+
+    def deliver(uri: object, host: str) -> None:
+        uploading.set()
+        entry.on_signal(15, None)
+        release.wait(60)  # a large upload still running
+
+    entry = EntryPoint(replace(rig.parts, deliver=deliver))
+    try:
+        outcome = entry.run()
+    finally:
+        release.set()
+    assert uploading.is_set()
+    assert (outcome.exit_code, outcome.failure) == (0, None)
+    assert any("not delivered" in line and "SIGTERM" in line for line in rig.logs)
+
+
+def test_a_delivery_that_ends_is_waited_for(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, "algo-2", ringleader_output_uri=str(tmp_path / "delivered"))
+    delivered: list[str] = []
+    parts = replace(rig.parts, deliver=lambda uri, host: delivered.append(host))
+    assert rig.run(parts) == (0, None)
+    assert delivered == ["algo-2"]
+    assert not any("not delivered" in line for line in rig.logs)

@@ -21,6 +21,8 @@ class HostContext:
     host: str
     events: EventQueue = field(default_factory=EventQueue)
     stop: threading.Event = field(default_factory=threading.Event)
+    # Set by SIGTERM too, and by whatever else one wait must wake for (artifact delivery).
+    wake: threading.Event = field(default_factory=threading.Event)
     # this host's launcher phases (the leader's: every host's)
     timeline: Timeline = field(default_factory=Timeline)
 

@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Sequence
 
 from ringleader.config.job import ConfigFiles, load_job_config, load_topology, reporting_settings
+from ringleader.config.output_uri import OutputUri
 from ringleader.config.topology import Topology
 from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
@@ -42,6 +43,7 @@ class EntryPoint:
     def on_signal(self, _signum: int, _frame: object) -> None:
         context = self._context
         context.stop.set()
+        context.wake.set()
         # Queue.put takes a lock the interrupted main thread may hold: hand it to a thread.
         event = SigtermReceived(context.host)
         threading.Thread(target=context.events.put, args=(event,), daemon=True).start()
@@ -83,19 +85,38 @@ class EntryPoint:
             prepared.wait()  # the host's preparation (a pip install, say) ends before we exit
             strategy.setup.close(context.log)
         if config.output_uri is not None:
-            parts.deliver(config.output_uri, context.host)
+            self._deliver(config.output_uri)
         return outcome
+
+    def _deliver(self, uri: OutputUri) -> None:
+        """This host's archives to the output URI. SIGTERM before or during the delivery gives
+        it up (what it would send stays on this host) so that the host still exits with the
+        job's code before it is killed."""
+        context = self._context
+        if not context.stop.is_set():
+            deliver = functools.partial(context.parts.deliver, uri, context.host)
+            delivery = BackgroundCall(deliver, "deliver", ended=context.wake)
+            context.wake.wait()  # the delivery's own transfers are bounded
+            if delivery.ended():
+                delivery.result()
+                return
+        context.log(
+            f"artifacts: not delivered to {uri}: stopped by SIGTERM; the output and model "
+            "stay on this host"
+        )
 
     def _config_failure(self, topology: Topology, error: JobError) -> Outcome:
         """A toolkit error on this host: on the leader, every worker is told; else the leader."""
         context = self._context
-        settings = reporting_settings(context.parts.files)
-        if not topology.is_leader:
-            return report_error(context, topology.leader, settings, error)
+        settings = reporting_settings(context.parts.files, topology)
+        leader = settings.leader or topology.leader  # the host the main path would follow
+        if context.host != leader:
+            return report_error(context, leader, settings, error)
         outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
         context.write(outcome)
-        if len(topology.hosts) > 1:
-            tell_workers(context, topology.workers, settings, outcome)
+        workers = [host for host in topology.hosts if host != leader]
+        if workers:
+            tell_workers(context, workers, settings, outcome)
         return outcome
 
     def _early_error(self, error: ConfigError) -> Outcome:

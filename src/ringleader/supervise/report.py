@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from ringleader.config.job import ConfigFiles, ReportingSettings, read_json_object
+from ringleader.config.job import ConfigFiles, ReportingSettings
 from ringleader.config.topology import leader_hint
 from ringleader.core.errors import ConfigError, JobError
 from ringleader.core.outcome import Outcome, truncate
@@ -63,5 +63,5 @@ def early_leader(environ: Mapping[str, str], files: ConfigFiles) -> str | None:
     """The leader's name when the host list is all that can be read (an error in the rest)."""
     resource_config = None
     with contextlib.suppress(ConfigError):
-        resource_config = read_json_object(files.resource_config, "resourceconfig.json")
+        resource_config = files.read_resource_config()
     return leader_hint(environ, resource_config)
