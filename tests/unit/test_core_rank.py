@@ -20,11 +20,12 @@ import psutil
 import pytest
 
 import ringleader
+from ringleader.core.proctimes import start_ticks
 from ringleader.output.printer import tag
 from ringleader.rank import wrapper as rank_module
 from ringleader.rank.capture import Pump, RankOutput
 from ringleader.rank.wrapper import RankSupervisor, current_rank, rank_environment
-from ringleader.wire.agent import HostAgent
+from ringleader.wire.agent import HostAgent, same_process
 from ringleader.wire.events import RankEnded, RankStarted
 from ringleader.wire.protocol import Channel, decode_output, is_output
 
@@ -762,3 +763,19 @@ def test_a_ranks_end_is_when_it_was_reaped_not_after_the_cleanup(workdir, agent)
     reported = time.time()
     record = ended_record(agent.events)
     assert reported - record.ended_at >= 2.0, "the end was taken after the 2 s cleanup"
+
+
+def test_a_pid_the_kernel_gave_to_another_process_is_never_the_ranks():
+    """Issue 23: the agent waits for and kills only the process a rank announced; after that
+    process ended its PID may name a stranger, whose start time differs."""
+    stranger = subprocess.Popen([PY, "-c", "import time; time.sleep(30)"])
+    try:
+        started = start_ticks(stranger.pid)
+        assert started is not None
+        assert same_process(stranger.pid, started)
+        assert not same_process(stranger.pid, started - 1)  # the rank's, started earlier
+        assert not same_process(stranger.pid, None)
+    finally:
+        stranger.kill()
+        stranger.wait()
+    assert not same_process(stranger.pid, started)  # gone

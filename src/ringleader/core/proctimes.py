@@ -12,12 +12,20 @@ from pathlib import Path
 _STARTTIME_FIELD = 19  # field 22 of /proc/PID/stat, counted from the field after "(comm)"
 
 
-def process_started_at(pid: int | None = None) -> float | None:
-    """time.time() at which process `pid` (this one by default) started; None when unknown."""
+def start_ticks(pid: int | None = None) -> int | None:
+    """Clock ticks after boot at which process `pid` (this one by default) started; with the
+    PID it names one process for good (a PID alone may be reused). None when it is gone."""
     try:
         stat = Path(f"/proc/{pid or 'self'}/stat").read_text()
-        ticks = int(stat[stat.rindex(")") + 2 :].split()[_STARTTIME_FIELD])
+        return int(stat[stat.rindex(")") + 2 :].split()[_STARTTIME_FIELD])
     except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_started_at(pid: int | None = None) -> float | None:
+    """time.time() at which process `pid` (this one by default) started; None when unknown."""
+    ticks = start_ticks(pid)
+    if ticks is None:
         return None
     age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
     return time.time() - age

@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+from ringleader.core.proctimes import start_ticks
 from ringleader.wire import messages
 from ringleader.wire.events import Event, RankEnded, RankStarted
 from ringleader.wire.messages import Ack, RankEnd, RankStart, Terminate, UnknownMessage
@@ -36,7 +37,9 @@ class HostAgent:
         self._wrappers: list[Channel] = []
         self._terminating_since: float | None = None
         self._stop: Terminate | None = None  # what the ranks were told, once they were
-        self._user_pids: set[int] = set()
+        # Each rank's user process: PID -> its start (a PID the kernel gave to another
+        # process since must never be waited for or killed).
+        self._user_pids: dict[int, int | None] = {}
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
@@ -70,7 +73,7 @@ class HostAgent:
         """
         with self._lock:
             since, stop = self._terminating_since, self._stop
-            pids = [pid for pid in self._user_pids if _exists(pid)]
+            pids = [pid for pid, started in self._user_pids.items() if same_process(pid, started)]
         if not pids:  # the usual end: every rank's process is gone, and no psutil to import
             return
         import psutil
@@ -109,7 +112,7 @@ class HostAgent:
                     with self._lock:
                         self._wrappers.append(channel)
                         if message.pid is not None:
-                            self._user_pids.add(message.pid)
+                            self._user_pids[message.pid] = start_ticks(message.pid)
                         stop = self._stop
                     self._events.put(RankStarted(message.rank, message.host))
                     if stop is not None:
@@ -126,11 +129,6 @@ class HostAgent:
             channel.close()
 
 
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only whether the process is there
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # there, and not ours to signal
-    return True
+def same_process(pid: int, started: int | None) -> bool:
+    """Whether the process the rank announced is still there (not another under its PID)."""
+    return started is not None and start_ticks(pid) == started
