@@ -388,13 +388,28 @@ def test_rsync_sends_the_directory_contents_resumably():
     assert argv[argv.index("-e") + 1].startswith("ssh -o BatchMode=yes")
 
 
-def test_s3_sync_copies_only_what_is_missing(tmp_path):
-    (tmp_path / "a.bin").write_bytes(b"12345")
-    (tmp_path / "b.bin").write_bytes(b"1")
-    objects = [("p/a.bin", 5), ("p/b.bin", 3), ("p/sub/c.bin", 1), ("p/", 0)]
-    assert missing(objects, "p/", tmp_path) == ["p/b.bin", "p/sub/c.bin"]
+def test_s3_sync_copies_only_what_is_missing_or_replaced(tmp_path):
+    """A cached file is current only with the size and the ETag it was downloaded at (issue
+    23: an object replaced by another of the same size was taken for cached)."""
+    for name, data in {"a.bin": b"12345", "b.bin": b"1", "d.bin": b"xy", "e.bin": b"z"}.items():
+        (tmp_path / name).write_bytes(data)
+    recorded = {"a.bin": '"aaa"', "b.bin": '"bbb"', "d.bin": '"old"'}
+    objects = [
+        ("p/a.bin", 5, '"aaa"'),  # as downloaded
+        ("p/b.bin", 3, '"bbb"'),  # another size
+        ("p/sub/c.bin", 1, '"ccc"'),  # not here
+        ("p/d.bin", 2, '"new"'),  # replaced by an object of the same size
+        ("p/e.bin", 1, '"eee"'),  # here, but not known to be this version
+        ("p/", 0, '""'),
+    ]
+    assert missing(objects, "p/", tmp_path, recorded) == [
+        "p/b.bin",
+        "p/sub/c.bin",
+        "p/d.bin",
+        "p/e.bin",
+    ]
     with pytest.raises(ValueError, match="leaves"):
-        missing([("p/../x", 1)], "p/", tmp_path)
+        missing([("p/../x", 1, '"x"')], "p/", tmp_path, {})
 
 
 # ---------------------------------------------------------------------------- the command line
@@ -470,3 +485,34 @@ def test_a_remote_dir_too_long_for_the_job_sockets_is_refused_up_front():
         run.check_remote_dir(cluster_job(job_id=job_id, remote_dir=longest + "d"))
     assert error.value.field == "--remote-dir"
     assert f"at most {len(longest)} bytes" in str(error.value)
+
+
+def test_s3_download_fetches_an_object_replaced_by_one_of_the_same_size(tmp_path, monkeypatch):
+    """Against moto: a second sync copies nothing; after the object is replaced by another of
+    the same size, the next sync copies it again."""
+    import boto3
+    from moto import mock_aws
+
+    from ringleader.aws.download import download_prefix
+
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="data")
+        client.put_object(Bucket="data", Key="train/shard-0", Body=b"version 1")
+        steps: list[str] = []
+
+        def sync() -> tuple[int, int]:
+            return download_prefix(
+                client, "data", "train/", tmp_path, lambda *a: steps.append(a[2])
+            )
+
+        assert sync() == (1, 1)
+        assert sync() == (0, 1)
+        client.put_object(Bucket="data", Key="train/shard-0", Body=b"version 2")  # same size
+        assert sync() == (1, 1)
+        assert (tmp_path / "shard-0").read_bytes() == b"version 2"
+        assert steps == ["train/shard-0", "train/shard-0"]

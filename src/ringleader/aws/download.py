@@ -1,29 +1,55 @@
-"""Everything under an S3 prefix into a directory, resumably: a file already there with the
-object's size is kept, and each download goes to a `.part` file renamed when complete. Used by
+"""Everything under an S3 prefix into a directory, resumably: a file already there is kept only
+when it is the object's current version (its size and the ETag recorded when it was downloaded
+match the listing), and each download goes to a `.part` file renamed when complete. Used by
 `ringleader cluster sync s3://...` on each host and `ringleader local --input NAME=s3://...`."""
 
+import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from ringleader.aws.client import Client
+from ringleader.core.files import write_atomically
 
 Progress = Callable[[int, int, str], None]  # (done, to copy, key)
+RECORD = ".ringleader-etags.json"  # in the destination: relative path -> ETag downloaded
 
 
-def missing(objects: Iterable[tuple[str, int]], prefix: str, destination: Path) -> list[str]:
-    """Keys under `prefix` whose file in `destination` is absent or of another size."""
+def missing(
+    objects: Iterable[tuple[str, int, str]],
+    prefix: str,
+    destination: Path,
+    recorded: Mapping[str, str],
+) -> list[str]:
+    """Keys under `prefix` whose file in `destination` is absent, of another size, or not the
+    version listed (an object replaced by another of the same size has another ETag)."""
     keys = []
-    for key, size in objects:
-        relative = key[len(prefix) :].lstrip("/")
-        if not relative or key.endswith("/"):
+    for key, size, etag in objects:
+        relative = _relative(key, prefix, destination)
+        if relative is None:
             continue
-        if ".." in Path(relative).parts:
-            raise ValueError(f"refusing key {key!r}: it leaves {destination}")
         target = destination / relative
-        if not target.is_file() or target.stat().st_size != size:
+        current = target.is_file() and target.stat().st_size == size
+        if not current or recorded.get(relative) != etag:
             keys.append(key)
     return keys
+
+
+def _relative(key: str, prefix: str, destination: Path) -> str | None:
+    relative = key[len(prefix) :].lstrip("/")
+    if not relative or key.endswith("/"):
+        return None
+    if ".." in Path(relative).parts:
+        raise ValueError(f"refusing key {key!r}: it leaves {destination}")
+    return relative
+
+
+def read_record(destination: Path) -> dict[str, str]:
+    try:
+        value = json.loads((destination / RECORD).read_text())
+    except (OSError, ValueError):
+        return {}  # no record (or a damaged one): every file is fetched again
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def download_prefix(
@@ -32,14 +58,21 @@ def download_prefix(
     """(objects copied, objects under the prefix)."""
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     objects = [
-        (item["Key"], int(item["Size"])) for page in pages for item in page.get("Contents", [])
+        (item["Key"], int(item["Size"]), str(item.get("ETag", "")))
+        for page in pages
+        for item in page.get("Contents", [])
     ]
-    keys = missing(objects, prefix, destination)
+    recorded = read_record(destination)
+    etags = {key: etag for key, _, etag in objects}
+    keys = missing(objects, prefix, destination, recorded)
     for number, key in enumerate(keys, start=1):
-        target = destination / key[len(prefix) :].lstrip("/")
+        relative = key[len(prefix) :].lstrip("/")
+        target = destination / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".part")
         client.download_file(bucket, key, str(partial))
         os.replace(partial, target)
+        recorded[relative] = etags[key]
+        write_atomically(destination / RECORD, json.dumps(recorded))
         progress(number, len(keys), key)
     return len(keys), len(objects)
