@@ -473,3 +473,28 @@ def test_a_delivery_that_ends_is_waited_for(tmp_path: Path) -> None:
     assert rig.run(parts) == (0, None)
     assert delivered == ["algo-2"]
     assert not any("not delivered" in line for line in rig.logs)
+
+
+def test_a_worker_stopped_while_it_connects_still_tells_the_leader(tmp_path: Path) -> None:
+    """Issue 23: stopped during start-up, a worker exited 143 without a word, and the leader
+    waited for its hello until ringleader_startup_timeout (69)."""
+    rig = Rig(tmp_path, "algo-2", sagemaker_mpi_enabled=True)
+    entry: EntryPoint
+    attempts: list[bool] = []
+
+    def connect(
+        leader: LeaderAddress, deadline: float, stop: threading.Event
+    ) -> FakeChannel | None:
+        attempts.append(stop.is_set())
+        if len(attempts) == 1:  # SIGTERM while the leader is not up yet
+            entry.on_signal(15, None)
+            return None
+        return rig.channel
+
+    entry = EntryPoint(replace(rig.parts, connect=connect))
+    outcome = entry.run()
+    assert outcome.exit_code == exitcodes.SIGTERM_EXIT
+    (hello,) = rig.channel.sent
+    assert isinstance(hello, messages.Hello) and hello.error is not None
+    assert hello.error.code == exitcodes.SIGTERM_EXIT
+    assert attempts == [False, False]  # the report's connection is not cut by the stop

@@ -12,7 +12,7 @@ from ringleader.core.outcome import Outcome, truncate
 from ringleader.launch.strategy import LaunchStrategy
 from ringleader.output.printer import OutputRelay
 from ringleader.supervise.context import HostContext
-from ringleader.supervise.report import report_error
+from ringleader.supervise.report import report_error, send_to_leader
 from ringleader.supervise.worker import Worker, WorkerParts
 from ringleader.wire.control import LeaderAddress
 from ringleader.wire.protocol import Channel
@@ -92,6 +92,9 @@ def _connect(
     for channel in connected:
         channel.close()
     context.write(outcome)
+    if context.stop.is_set():  # stopped while starting: the leader must not wait for us
+        settings = ReportingSettings(config.timeouts, config.control_port)
+        send_to_leader(context, leader.host, settings, outcome)
     return outcome
 
 
