@@ -2,6 +2,7 @@
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +201,34 @@ def test_the_wrapper_relays_the_ranks_shown_or_metered(shown, metered, relayed):
     argv = rank_command(config, ["python", "t.py"], ())
     assert argv[argv.index("--relay-ranks") + 1] == relayed
     assert str(RankSelection.parse("x", relayed)) == relayed  # read back as written
+
+
+def test_a_full_disk_stops_metrics_jsonl_but_never_the_summary(tmp_path):
+    """Issue 23: /dev/full answers every write with ENOSPC. The write error used to escape
+    into the control thread that delivered the line, and the worker was taken for lost."""
+    definitions = parse_definitions(FIELD, [{"Name": "loss", "Regex": "loss=([0-9.]+)"}])
+    recorder = MetricRecorder(definitions, Path("/dev/full"))
+    printer = OutputPrinter(ALL_RANKS, ALL_RANKS, recorder, io.BytesIO(), io.BytesIO())
+    for value in range(1000):  # ~100 KB of records: the buffer is flushed, and fails, mid-job
+        printer.deliver(output_message(0, [f"loss={value}"], host="algo-1"))
+    summary = printer.close()
+    assert summary[0] == "metric loss: last=999 min=0 max=999 count=1000"
+    assert summary[1] == (
+        "warning: /dev/full stopped: No space left on device; the counts above are complete"
+    )
+
+
+class ClosedPipe(io.RawIOBase):
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[no-untyped-def, override]
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_stdout_that_fails_stops_showing_rank_output_not_the_job():
+    printer = OutputPrinter(ALL_RANKS, RANK_ZERO, None, ClosedPipe(), io.BytesIO())
+    printer.deliver(output_message(0, ["lost line"]))
+    printer.deliver(output_message(0, ["another"]))  # no second attempt, no exception
+    assert printer.delivered == 2
+    assert printer.close() == ["warning: rank output not shown from here on: Broken pipe"]

@@ -1,5 +1,6 @@
 """Metric records: lines that match a metric definition become rows of metrics.jsonl."""
 
+import contextlib
 import json
 import math
 import threading
@@ -53,6 +54,7 @@ class MetricRecorder:
         self._file: IO[str] | None = None
         self._lock = threading.Lock()
         self.summary: dict[str, MetricSummary] = {}
+        self.stopped: str | None = None  # why metrics.jsonl was given up, when it was
         self._json_strings = {d.name: json.dumps(d.name) for d in definitions}
 
     def observe(self, line: str, rank: int, host: str) -> None:
@@ -70,24 +72,47 @@ class MetricRecorder:
             for name, value in found
         )
         with self._lock:
-            if self._file is None:
-                self._path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = self._path.open("a")
-            self._file.write(records)
+            self._append(records)
             for name, value in found:
                 if name in self.summary:
                     self.summary[name].add(value)
                 else:
                     self.summary[name] = MetricSummary(value, value, value, 1)
 
+    def _append(self, records: str) -> None:
+        """Best-effort: a write that fails (a full disk) stops the file, once, with a warning;
+        the summary keeps counting and the job never notices."""
+        if self.stopped is not None:
+            return
+        try:
+            if self._file is None:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self._path.open("a")
+            self._file.write(records)
+        except OSError as error:
+            self.stopped = f"{self._path} stopped: {error.strerror or error}"
+            self._close_quietly()
+
     def close(self) -> None:
         with self._lock:
+            try:
+                if self._file is not None:
+                    self._file.close()
+            except OSError as error:  # the buffered records could not be written
+                self.stopped = self.stopped or f"{self._path} stopped: {error.strerror or error}"
+            self._file = None
+
+    def _close_quietly(self) -> None:
+        with contextlib.suppress(OSError):
             if self._file is not None:
                 self._file.close()
-                self._file = None
+        self._file = None
 
     def summary_lines(self) -> list[str]:
-        return [
+        lines = [
             f"metric {name}: last={s.last:g} min={s.minimum:g} max={s.maximum:g} count={s.count}"
             for name, s in sorted(self.summary.items())
         ]
+        if self.stopped is not None:
+            lines.append(f"warning: {self.stopped}; the counts above are complete")
+        return lines

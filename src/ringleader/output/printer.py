@@ -38,6 +38,7 @@ class OutputPrinter:
             "stderr": stderr or sys.stderr.buffer,
         }
         self.delivered = 0  # output frames taken so far (a sign of progress, not an exact count)
+        self.unwritable: str | None = None  # why rank output is no longer shown, once it is not
 
     def deliver(self, frame: bytes) -> None:
         """One output frame: a batch of whole lines from one rank."""
@@ -45,19 +46,25 @@ class OutputPrinter:
         message = decode_output(frame)
         rank, host = int(message["rank"]), str(message["host"])
         lines: list[str] = message["lines"]
-        if rank in self._shown and lines:
+        if rank in self._shown and lines and not self.unwritable:
             data = prefixed(tag(host, rank), lines).encode(errors="replace")
-            console.write(data, self._streams.get(str(message["stream"]), self._streams["stdout"]))
+            try:
+                console.write(
+                    data, self._streams.get(str(message["stream"]), self._streams["stdout"])
+                )
+            except OSError as error:  # a closed or full stdout must not stop the job's control
+                self.unwritable = f"rank output not shown from here on: {error.strerror or error}"
         if self._metrics is not None and rank in self._metric_ranks:
             for line in lines:
                 self._metrics.observe(line, rank, host)
 
     def close(self) -> list[str]:
         """Close the metrics file; the per-metric summary lines for the end of the log."""
+        lines = [f"warning: {self.unwritable}"] if self.unwritable else []
         if self._metrics is None:
-            return []
+            return lines
         self._metrics.close()
-        return self._metrics.summary_lines()
+        return lines + self._metrics.summary_lines()
 
 
 class OutputRelay:
