@@ -3,6 +3,7 @@ relayed, every host's results fetched into one directory, the job's exit code re
 
 import base64
 import concurrent.futures
+import contextlib
 import inspect
 import json
 import os
@@ -28,9 +29,10 @@ from ringleader.tools.cluster.agent import STOP, AgentJob
 from ringleader.tools.cluster.hostfile import ClusterHost
 from ringleader.tools.cluster.preflight import Needs, Probe
 from ringleader.tools.cluster.ssh import BOOTSTRAP_VENV, SshOptions
+from ringleader.tools.cluster.stream import ProgressNote, copy_while_flowing
 
 SSH_FAILED = 255  # ssh's own exit code: the connection, not the command
-FETCH_TIMEOUT = 300.0
+FETCH_STALL_SECONDS = 60.0  # a results fetch is given up after this long without data
 
 
 @dataclass(frozen=True)
@@ -340,7 +342,9 @@ class ClusterRun:
             self.console.line(f"    {host.name:<20} exit {codes[host.name]:>3}  {result}{note}")
 
     def _fetch(self, host: ClusterHost) -> str | None:
-        """This host's output/ and model/ into the results directory; the problem, if any."""
+        """This host's output/ and model/ into the results directory; the problem, if any.
+        It runs as long as data moves (a large model/ takes what it takes) and is given up
+        after FETCH_STALL_SECONDS without any; it never changes the job's exit code."""
         destination = self.job.results_dir / host.name
         destination.mkdir(parents=True, exist_ok=True)
         remote = ["tar", "-C", f"{self.job.job_dir}/ml", "-cf", "-", "output", "model"]
@@ -351,22 +355,32 @@ class ClusterRun:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        receiver = subprocess.run(
+        receiver = subprocess.Popen(
             ["tar", "-xf", "-", "-C", str(destination)],
-            stdin=sender.stdout,
-            capture_output=True,
-            timeout=FETCH_TIMEOUT,
-            check=False,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
-        try:
-            sender.wait(timeout=FETCH_TIMEOUT)
+        assert sender.stdout is not None and receiver.stdin is not None
+        note = ProgressNote(self.console.line, f"==> fetching {host.name}'s results")
+        problem = copy_while_flowing(sender.stdout, receiver.stdin, FETCH_STALL_SECONDS, note)
+        with contextlib.suppress(OSError):
+            receiver.stdin.close()
+        if problem is not None:
+            sender.kill()
+            receiver.kill()
+        try:  # both have their data (or were killed): they end at once
+            sender_err = sender.communicate(timeout=FETCH_STALL_SECONDS)[1]
+            receiver_err = receiver.communicate(timeout=FETCH_STALL_SECONDS)[1]
         except subprocess.TimeoutExpired:
             sender.kill()
-            return f"no end within {FETCH_TIMEOUT:g} s"
+            receiver.kill()
+            return f"tar did not end within {FETCH_STALL_SECONDS:g} s of its data"
+        if problem is not None:
+            return problem
         if sender.returncode != 0 or receiver.returncode != 0:
-            assert sender.stderr is not None
-            text = sender.stderr.read().decode(errors="replace") + receiver.stderr.decode()
-            return text.strip().splitlines()[-1] if text.strip() else "tar failed"
+            text = (sender_err + receiver_err).decode(errors="replace").strip()
+            return text.splitlines()[-1] if text else "tar failed"
         return None
 
 
