@@ -18,7 +18,7 @@ from ringleader.core.errors import ConfigError
 from ringleader.supervise.context import job_identity
 from ringleader.supervise.entrypoint import EntryPoint
 from ringleader.wire.control import ControlServer, LeaderAddress, Liveness, connect_to_leader
-from ringleader.wire.ports import listen_problem, port_holder
+from ringleader.wire.ports import PortVisits, await_visits, listen_problem, port_holder
 from tests.unit.test_entrypoint import Rig
 
 SLOW = Liveness(interval=60.0, timeout=600.0)
@@ -53,21 +53,28 @@ def connect(port: int, greeting_timeout: float = 5.0, deadline: float = 5.0, sto
     return connect_to_leader(address, time.monotonic() + deadline, stop or threading.Event())
 
 
-def serve_once(sock: socket.socket, answer: bytes | None, close: bool = False) -> threading.Thread:
+HELD: list[socket.socket] = []  # connections the listeners here hold open
+
+
+@pytest.fixture(autouse=True)
+def _release_held():
+    yield
+    while HELD:
+        HELD.pop().close()
+
+
+def serve_once(sock: socket.socket, answer: bytes | None, close: bool = False) -> None:
     """Accept one connection: send `answer`, then close it (`close`) or hold it open."""
-    held: list[socket.socket] = []
 
     def run() -> None:
         connection, _ = sock.accept()
-        held.append(connection)
+        HELD.append(connection)
         if answer is not None:
             connection.sendall(answer)
         if close:
             connection.close()
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=run, daemon=True).start()
 
 
 # The leader's side: a port it cannot listen on is a configuration error naming the holder.
@@ -192,6 +199,65 @@ def test_the_jobs_identity(environ, identity):
     assert job_identity(environ, "algo-1") == identity
 
 
+# The leader stays until its workers have been to the port (a holder in its container goes
+# with it).
+
+
+@pytest.mark.parametrize(
+    ("polls", "done"),
+    [
+        ([[], [("algo-2", "ESTABLISHED")], []], {"algo-2"}),  # came, and the holder let go
+        ([[("algo-2", "ESTABLISHED")], [("algo-2", "CLOSE_WAIT")]], {"algo-2"}),  # it closed
+        ([[("algo-2", "LAST_ACK")]], {"algo-2"}),  # came and closed between two looks
+        ([[("algo-2", "SYN_RECV")], [("algo-2", "ESTABLISHED")]], set()),  # still waiting
+        # the holder closed first: the worker comes again
+        ([[("algo-2", "ESTABLISHED")], [("algo-2", "TIME_WAIT")]], set()),
+        ([[("algo-2", "FIN_WAIT2")], [("algo-2", "ESTABLISHED")]], set()),
+        ([[], []], set()),  # never came
+    ],
+)
+def test_a_workers_visit_is_done_once_it_let_go_first(polls, done):
+    visits = PortVisits(["algo-2", "algo-3"])
+    for connections in polls:
+        visits.update(connections)
+    assert visits.done == done
+    assert not visits.complete
+
+
+def test_every_visit_done_is_complete():
+    visits = PortVisits(["algo-2", "algo-3"])
+    visits.update([("algo-2", "CLOSE_WAIT"), ("algo-3", "CLOSE_WAIT")])
+    assert visits.complete
+
+
+def test_a_visit_to_a_held_port_is_seen_in_the_tcp_table():
+    with listener() as holder:
+        port = port_of(holder)
+        serve_once(holder, None)
+        visitor = socket.create_connection(("127.0.0.1", port))
+        threading.Timer(0.5, visitor.close).start()
+        started = time.monotonic()
+        visits = await_visits(
+            port, ["algo-2"], lambda _host: {"127.0.0.1"}, started + 10, threading.Event()
+        )
+    assert visits.done == {"algo-2"}
+    assert 0.4 <= time.monotonic() - started < 5.0
+
+
+def test_waiting_for_visits_ends_at_the_deadline_or_the_stop():
+    stop = threading.Event()
+    with listener() as holder:
+        port = port_of(holder)
+        started = time.monotonic()
+        visits = await_visits(port, ["algo-2"], lambda _host: set(), started + 0.3, stop)
+        assert visits.done == set()
+        assert 0.3 <= time.monotonic() - started < 3.0
+        threading.Timer(0.2, stop.set).start()
+        started = time.monotonic()
+        await_visits(port, ["algo-2"], lambda _host: set(), started + 30, stop)
+        assert time.monotonic() - started < 3.0
+
+
 # The entry point: 78 on every host, its result file written, the port named.
 
 
@@ -204,7 +270,7 @@ def foreign_leader(leader: LeaderAddress, deadline: float, stop: threading.Event
 
 
 def test_a_leader_whose_control_port_is_taken_exits_78_without_launching(tmp_path: Path):
-    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True)
+    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True, ringleader_startup_timeout="0.5")
     outcome = EntryPoint(replace(rig.parts, control_server=taken_port)).run()
     assert outcome.exit_code == exitcodes.CONFIG_ERROR
     assert outcome.failure == (
@@ -213,6 +279,8 @@ def test_a_leader_whose_control_port_is_taken_exits_78_without_launching(tmp_pat
     )
     assert rig.launched == []
     assert rig.result_file() == outcome.failure
+    # it waited for its workers to find the port taken (here they never come)
+    assert "not seen at port 29100: algo-2, algo-3" in rig.logs
 
 
 def test_a_worker_reached_by_another_process_exits_78_naming_the_port(tmp_path: Path):
@@ -235,7 +303,13 @@ def test_workers_and_leader_derive_the_same_identity(tmp_path: Path):
 
 
 def test_a_leader_error_that_cannot_reach_the_workers_keeps_its_own_code(tmp_path: Path):
-    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True, ringleader_log_ranks="many")
+    rig = Rig(
+        tmp_path,
+        "algo-1",
+        sagemaker_mpi_enabled=True,
+        ringleader_log_ranks="many",
+        ringleader_startup_timeout="0.5",
+    )
     outcome = EntryPoint(replace(rig.parts, control_server=taken_port)).run()
     assert outcome.exit_code == exitcodes.CONFIG_ERROR
     assert outcome.failure is not None and "ringleader_log_ranks" in outcome.failure

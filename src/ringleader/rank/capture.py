@@ -2,6 +2,7 @@
 
 import collections
 import contextlib
+import io
 import itertools
 import os
 import queue
@@ -9,7 +10,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO
 
 from ringleader.core import console
 from ringleader.output.lines import LineSplitter
@@ -39,9 +39,11 @@ class RankOutput:
         self.host, self.rank = host, rank
         self._relay = relay  # False: the lines go only to the rank's log
         self._log_path = log_path
-        self._log: IO[str] | None = None
+        self._log: io.FileIO | None = None  # unbuffered: each batch is written whole, or not
         self._log_lock = threading.Lock()  # both pumps write to the one log
         self._logged = 0  # lines the log has
+        self._log_size = 0  # bytes of the log up to its last whole batch
+        self._log_whole = log_path is not None  # the log has every line so far
         self._channel: Channel | None = None
         self._queue: queue.Queue[_Batch | None] = queue.Queue(maxsize=1_000)
         self._sender = threading.Thread(target=self._send_loop, daemon=True)
@@ -60,10 +62,11 @@ class RankOutput:
             self.first_output_at = time.time()
         with self._log_lock:
             if self._log is not None:
+                data = "".join(line + "\n" for line in lines).encode(errors="replace")
                 try:
-                    self._log.write("".join(line + "\n" for line in lines))
-                    self._log.flush()
+                    _write_all(self._log, data)
                     self._logged += len(lines)
+                    self._log_size += len(data)
                 except OSError as error:  # a full disk: the log stops, the rank goes on
                     self._stop_log(error)
         if self._relay:
@@ -72,7 +75,8 @@ class RankOutput:
     def close(self, timeout: float) -> None:
         """Ship what is queued, then stop the sender; give up once shipping has made no
         progress for `timeout` s (a slow leader gets every line, a stuck one does not hold
-        the rank's end). The log is whole either way."""
+        the rank's end). The log has every line either way, unless writing it failed (said
+        then)."""
         self._shipped_at = time.monotonic()
         end_queued = False
         while self._sender.is_alive():
@@ -88,14 +92,12 @@ class RankOutput:
                 end_queued = True
         with self._log_lock:
             if self._log is not None:
-                try:
+                with contextlib.suppress(OSError):
                     self._log.close()
-                    self._log = None
-                except OSError as error:
-                    self._stop_log(error)
+                self._log = None
         if self._sender.is_alive():
             unshown = sum(len(item[1]) for item in _drain(self._queue) if item is not None)
-            where = f"; the rank's log {self._log_path} has every line" if self._log_path else ""
+            where = f"; the rank's log {self._log_path} has every line" if self._log_whole else ""
             note = (
                 f"{tag(self.host, self.rank)}[ringleader] the leader took none of this rank's "
                 f"output for {timeout:g} s: at least {unshown} line(s) were not shown{where}\n"
@@ -103,16 +105,23 @@ class RankOutput:
             console.write(note.encode(errors="replace"), sys.stderr.buffer)
 
     def _stop_log(self, error: OSError) -> None:
-        """Writing the log failed (a full disk): keep what it has, say so once, write no more.
-        Best effort: the rank is never blocked by its log, and its output still flows."""
+        """Writing the log failed (a full disk): keep its whole lines (the part of the batch
+        that fitted is cut off again), say so once, write no more. Best effort: the rank is
+        never blocked by its log, and its output still flows."""
         log, self._log = self._log, None
         if log is not None:
+            with contextlib.suppress(OSError):  # not every file can be cut (/dev/full)
+                os.ftruncate(log.fileno(), self._log_size)
             with contextlib.suppress(OSError):
                 log.close()
+        self._warn(f"stopped after {self._logged} line(s): {error.strerror or error}")
+
+    def _warn(self, what: str) -> None:
+        """One line on stderr about the rank's log: `what` happened to it."""
+        self._log_whole = False
         note = (
-            f"{tag(self.host, self.rank)}[ringleader] the rank's log {self._log_path} stopped "
-            f"after {self._logged} line(s): {error.strerror or error}; its output still goes "
-            "to the leader\n"
+            f"{tag(self.host, self.rank)}[ringleader] the rank's log {self._log_path} {what}; "
+            "its output still goes to the leader\n"
         )
         console.write(note.encode(errors="replace"), sys.stderr.buffer)
 
@@ -137,14 +146,18 @@ class RankOutput:
             if batch[-1] is None:
                 return
 
-    def _open_log(self) -> IO[str] | None:
+    def _open_log(self) -> io.FileIO | None:
         if self._log_path is None:
             return None
         try:
             self._log_path.parent.mkdir(parents=True, exist_ok=True)
-            return self._log_path.open("a", encoding="utf-8", errors="replace")
-        except OSError:
+            log = io.FileIO(self._log_path, "a")
+        except OSError as error:
+            self._warn(f"could not be opened: {error.strerror or error}")
             return None
+        with contextlib.suppress(OSError):
+            self._log_size = os.fstat(log.fileno()).st_size  # a restarted rank appends
+        return log
 
     def _ship(self, items: list[tuple[str, list[str]]]) -> None:
         # One message per run of lines from the same stream, in order.
@@ -163,6 +176,13 @@ class RankOutput:
             console.write(
                 "".join(f"{prefix}{line}\n" for line in lines).encode(errors="replace"), sink
             )
+
+
+def _write_all(log: io.FileIO, data: bytes) -> None:
+    """All of `data`, or OSError (a write to a filling disk can take only part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[log.write(view) :]
 
 
 def _drain(

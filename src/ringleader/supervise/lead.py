@@ -1,6 +1,7 @@
 """This host leads: its printer, its agent, the control server for the workers, the Leader
 itself, then the verdict to every worker and the job's files (supervise/verdict.py)."""
 
+import time
 from collections.abc import Sequence
 
 from ringleader.config.job import JobConfig, ReportingSettings
@@ -16,6 +17,8 @@ from ringleader.supervise.common import RunningLauncher
 from ringleader.supervise.context import HostContext
 from ringleader.supervise.leader import Leader, LeaderParts
 from ringleader.supervise.verdict import conclude
+from ringleader.wire.control import resolved_addresses
+from ringleader.wire.ports import await_visits
 
 
 def lead(
@@ -37,6 +40,7 @@ def lead(
         except ConfigError as error:  # the control port is taken: the workers see that too
             outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
             context.write(outcome)
+            let_workers_see_the_port(context, workers, config.control_port, timeouts.startup)
             return outcome
     agent = parts.agent(context.events, printer.deliver)
     leader_parts = LeaderParts(
@@ -104,6 +108,7 @@ def tell_workers(
         )
     except ConfigError as error:  # the workers see that another process holds the port
         context.log(f"could not tell the workers: {error}")
+        let_workers_see_the_port(context, workers, settings.control_port, settings.timeouts.startup)
         return
     parts = LeaderParts(
         events=context.events,
@@ -117,6 +122,25 @@ def tell_workers(
         Leader(context.host, workers, settings.timeouts, parts).tell_workers(outcome)
     finally:
         server.close()
+
+
+def let_workers_see_the_port(
+    context: HostContext, workers: Sequence[str], port: int, startup: float
+) -> None:
+    """The control port is taken: no worker can be told. Each finds that out when what holds
+    the port does not greet it; stay until every worker has been there (a holder in this
+    container goes when it does), at most `startup` s."""
+    context.log(
+        f"waiting up to {startup:g} s (ringleader_startup_timeout) for {', '.join(workers)} to "
+        f"find port {port} taken"
+    )
+    deadline = time.monotonic() + startup
+    visits = await_visits(port, workers, resolved_addresses, deadline, context.stop)
+    missing = [worker for worker in workers if worker not in visits.done]
+    if missing:
+        context.log(f"not seen at port {port}: {', '.join(missing)}")
+    else:
+        context.log(f"every worker has been to port {port}")
 
 
 def _no_output(_frame: bytes) -> None:
