@@ -15,7 +15,6 @@ the port. A connection is believed only when its first message names one of the 
 and it comes from that worker's own address; anything else is refused and logged.
 """
 
-import contextlib
 import queue
 import socket
 import threading
@@ -36,6 +35,7 @@ from ringleader.wire.events import (
     WorkerHello,
     WorkerLost,
 )
+from ringleader.wire.liveness import bound_sends, close_at_once
 from ringleader.wire.messages import (
     Bye,
     ErrorReport,
@@ -132,8 +132,12 @@ class ControlServer:
         with self._lock:
             channels = list(self._workers.values())
         for channel in channels:
-            with contextlib.suppress(ChannelClosed):
+            try:
                 channel.send(message)
+            except ChannelClosed:
+                # Gone, or not reading for ringleader_leader_timeout (a frozen host whose
+                # receive window is full): the next send must not wait on it again.
+                close_at_once(channel)
 
     def finish(self, exit_code: int, failure: str | None) -> None:
         """Send the job's result to every worker, including ones that connect from now on."""
@@ -147,10 +151,12 @@ class ControlServer:
         with self._lock:
             channels = list(self._workers.values())
         # The workers leave once their channel closes: release them before the pulse process
-        # winds down (a busy machine takes a while to run it to its end).
+        # winds down (a busy machine takes a while to run it to its end). By now every worker
+        # that could has confirmed the verdict; the others are gone, frozen or cut off, and
+        # the leader's end must not wait on them: reset, no lingering.
         self._pulses.mute()
         for channel in channels:
-            channel.close()
+            close_at_once(channel)
         for host, summary in sorted(self._pulses.stop().items()):
             self._log(f"pulses from {host}: {summary}")
 
@@ -210,6 +216,7 @@ class ControlServer:
         self._pulses.watch(host, channel, lost)
 
     def _serve_worker(self, host: str, hello: Hello, channel: Channel) -> None:
+        bound_sends(channel, self._liveness.timeout)  # a worker that stopped reading
         with self._lock:
             previous = self._workers.get(host)
             if previous is not None:

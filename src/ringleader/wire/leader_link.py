@@ -1,17 +1,22 @@
 """A worker's two connections to its leader: control (messages, output) and pulse (liveness).
 
 Whatever the leader sends becomes a LeaderMessage event; a closed or silent leader becomes one
-LeaderLost event. Sending never raises: a broken link shows up as LeaderLost.
+LeaderLost event. Sending never raises and never waits: the worker's own messages go out from
+a thread of their own, so a send held up behind its ranks' output (a partitioned leader does
+not take it) cannot keep the worker from noticing that the leader is lost. A broken link shows
+up as LeaderLost.
 """
 
 import contextlib
 import queue
+import select
 import threading
 from collections.abc import Sequence
 
 from ringleader.core.timeline import Mark
 from ringleader.wire.control import LEADER_TIMEOUT_SETTING, Liveness, hello_message, pulse_hello
 from ringleader.wire.events import Event, LeaderLost, LeaderMessage
+from ringleader.wire.liveness import close_at_once
 from ringleader.wire.messages import Message, UnknownMessage
 from ringleader.wire.protocol import Channel, ChannelClosed, ProtocolError
 from ringleader.wire.pulse_process import PulseHub
@@ -31,40 +36,72 @@ class LeaderLink:
         """Say hello on both connections and start watching the leader."""
         self.channel = control
         self._events = events
+        self._liveness = liveness
         self._lost = threading.Lock()
         self._closed = threading.Event()
+        self._reader_done = threading.Event()
+        self._outbox: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
         self.send(hello_message(host, marks=marks))
+        threading.Thread(target=self._send_loop, name="leader-sender", daemon=True).start()
         with contextlib.suppress(ChannelClosed):
             pulse.send(pulse_hello(host))
         self._leader = leader
         self._pulse = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
-        self._pulse.watch(leader, pulse, lambda reason, _last_heard: self._report_lost(reason))
+        self._pulse.watch(leader, pulse, lambda reason, _last_heard: self._pulse_lost(reason))
         threading.Thread(target=self._read, name="leader-reader", daemon=True).start()
 
     def send(self, message: Message) -> None:
-        with contextlib.suppress(ChannelClosed):
-            self.channel.send(message)
+        """Queue a message for the leader; it goes out in order, after what was queued before."""
+        self._outbox.put(message)
 
     def close(self) -> str:
         """Close both connections; how regularly the leader's pulses came."""
         self._closed.set()
+        self._outbox.put(None)
         summaries = self._pulse.stop()
-        self.channel.close()
+        if self._lost.locked():
+            close_at_once(self.channel)  # the leader does not read: nothing may wait on it
+        else:
+            self.channel.close()
         return summaries.get(self._leader, "no pulse summary")
 
+    def _send_loop(self) -> None:
+        while (message := self._outbox.get()) is not None:
+            with contextlib.suppress(ChannelClosed):
+                self.channel.send(message)
+
     def _read(self) -> None:
-        while True:
-            try:
-                message = self.channel.receive_message(timeout=None)
-            except UnknownMessage:
-                continue  # a type this version does not know: nothing to act on
-            except ProtocolError as error:
-                self._report_lost(f"protocol error on the control connection: {error}")
-                return
-            except ChannelClosed as error:
-                self._report_lost(f"control connection closed ({error})")
-                return
-            self._events.put(LeaderMessage(message))
+        try:
+            while True:
+                try:
+                    message = self.channel.receive_message(timeout=None)
+                except UnknownMessage:
+                    continue  # a type this version does not know: nothing to act on
+                except ProtocolError as error:
+                    self._report_lost(f"protocol error on the control connection: {error}")
+                    return
+                except ChannelClosed as error:
+                    self._report_lost(f"control connection closed ({error})")
+                    return
+                self._events.put(LeaderMessage(message))
+        finally:
+            self._reader_done.set()
+
+    def _pulse_lost(self, reason: str) -> None:
+        """The pulse link says the leader is gone. What the leader sent before it went (its
+        verdict, read by a host that ran again after being frozen) comes first: while the
+        control connection has something unread, the reader gets up to one pulse interval to
+        turn it into events (it ends at the connection's end)."""
+        if self._control_has_unread():
+            self._reader_done.wait(self._liveness.interval)
+        self._report_lost(reason)
+
+    def _control_has_unread(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.channel.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return bool(readable)
 
     def _report_lost(self, reason: str) -> None:
         if not self._closed.is_set() and self._lost.acquire(blocking=False):

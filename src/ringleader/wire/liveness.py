@@ -7,29 +7,145 @@ travels on this connection, so a pulse never waits behind megabytes of rank outp
 buffer, behind the leader printing, or behind JSON work and the GIL: a host is declared lost
 only when its pulses really stopped (or its connection closed).
 
-Silence alone is not loss: while the peer's kernel acknowledges our pulses, or the keepalive
-probes our kernel sends when the link is idle (which need no CPU time of ours), the peer host
-is up and only starved, and it gets FROZEN_FACTOR timeouts before it counts as lost.
+When a silent peer counts as lost is decided by `Silence` (pure, so every case is a unit test
+with an injected clock):
+- Silence alone is not loss: while the peer's kernel acknowledges our pulses, or the keepalive
+  probes our kernel sends when the link is idle (which need no CPU time of ours), the peer host
+  is up and only frozen or starved, and it gets FROZEN_FACTOR timeouts before it counts as lost.
+  A partitioned or dead host acknowledges nothing and is lost after one timeout.
+- An observer that is starved itself must not blame a live peer: the seconds during which its
+  own timers fired late (it, or the whole machine, did not get the CPU) do not count towards the
+  silence, up to STARVED_PATIENCE_FACTOR times the usual limit.
 """
 
 import collections
 import contextlib
+import os
+import socket
 import statistics
+import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ringleader.wire import messages
 from ringleader.wire.protocol import Channel, ChannelClosed, ProtocolError
 
 # Sent as it is, and not decoded where it arrives: any frame on a pulse connection is a pulse.
 PULSE_FRAME = messages.encode(messages.Pulse())
-# A peer whose kernel still acknowledges our pulses is starved, not gone: it gets this many
-# timeouts of silence before it counts as lost.
+# A peer whose kernel still acknowledges our pulses is frozen or starved, not gone: it gets
+# this many timeouts of silence before it counts as lost.
 FROZEN_FACTOR = 3.0
+# An observer whose own timers fired late during a silence discounts that time, but waits at
+# most this many times its usual limit in all.
+STARVED_PATIENCE_FACTOR = 2.0
+# The peer's kernel answers while its last ACK is younger than this part of the timeout. Our
+# pulses go out every quarter timeout and are acknowledged at once (and when we cannot send
+# them, keepalive probes are answered within the keepalive idle time plus a second); after a
+# partition the last ACK is at least three quarters of a timeout old once the silence reaches
+# the timeout, so a partition is still caught at one timeout.
+FRESH_ACK_FRACTION = 0.625
+# The shortest wait between two looks at a silence (a floor, so rounding never spins).
+MIN_CHECK_SECONDS = 0.001
 
 # Called once, with why the peer is considered gone and the wall-clock time it was last heard.
 OnLost = Callable[[str, float], None]
+
+
+@dataclass(frozen=True)
+class Lost:
+    reason: str
+
+
+class Silence:
+    """What one end knows about its peer's silence and about its own timeliness.
+
+    Times are the caller's monotonic seconds. `heard` when a pulse arrives, `woke` whenever one
+    of this end's own timers fires (when it was due, when it really ran), `check` to learn
+    whether the peer is lost or else how long until it could be.
+    """
+
+    def __init__(self, timeout: float, setting: str, now: float) -> None:
+        self.timeout = timeout
+        self._setting = setting  # named in the loss message: which setting bounds the wait
+        self.heard_at = now
+        self._late: list[tuple[float, float]] = []  # (due, ran) of our timers that ran late
+        self.worst_lateness = 0.0
+
+    def heard(self, now: float) -> None:
+        self.heard_at = now
+        self._late.clear()  # every late run recorded so far ended before this silence began
+
+    def woke(self, due: float, now: float) -> None:
+        """One of our own timers, due at `due`, ran at `now`."""
+        if now > due:
+            self._late.append((due, now))
+            self.worst_lateness = max(self.worst_lateness, now - due)
+
+    def starved(self, now: float) -> float:
+        """Seconds of the current silence during which this end itself ran late."""
+        total, covered_to = 0.0, self.heard_at
+        for due, ran in sorted(self._late):
+            start, end = max(due, covered_to), min(ran, now)
+            if end > start:
+                total += end - start
+                covered_to = end
+        return total
+
+    def check(self, now: float, ack_age: float | None) -> Lost | float:
+        """Lost, or the seconds until the silence could make the peer lost.
+
+        `ack_age`: seconds since the peer's kernel last acknowledged anything (None: unknown).
+        """
+        silent = now - self.heard_at
+        starved = self.starved(now)
+        fresh_for = FRESH_ACK_FRACTION * self.timeout
+        answers = ack_age is not None and ack_age < fresh_for
+        limit = self.timeout * (FROZEN_FACTOR if answers else 1.0)
+        cap = STARVED_PATIENCE_FACTOR * limit
+        if silent - starved >= limit or silent >= cap:
+            return Lost(self._reason(silent, starved, answers, capped=silent >= cap))
+        wait = min(limit - (silent - starved), cap - silent)
+        if answers and ack_age is not None:  # look again when that ACK would be stale
+            wait = min(wait, fresh_for - ack_age)
+        return max(wait, MIN_CHECK_SECONDS)
+
+    def _reason(self, silent: float, starved: float, answers: bool, capped: bool) -> str:
+        if answers:
+            text = (
+                f"no pulse for {silent:.0f} s; its kernel still answers: frozen or starved "
+                f"({FROZEN_FACTOR:g} x {self._setting})"
+            )
+        elif silent < self.timeout + 0.5:
+            text = f"no pulse for {self.timeout:g} s ({self._setting})"
+        else:
+            text = f"no pulse for {silent:.0f} s ({self._setting})"
+        if starved >= 0.5:
+            text += f"; this host itself ran late for {starved:.0f} s of it"
+            if capped:
+                text += f" (waited at most {STARVED_PATIENCE_FACTOR:g} x as long)"
+        return text
+
+
+def close_at_once(channel: Channel) -> None:
+    """Close without lingering: SO_LINGER 0 resets the connection and drops whatever the peer
+    has not taken (what it took stays readable to it), so nothing waits on a peer that does
+    not read (frozen, partitioned). A thread of ours reading the channel sees its end."""
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(channel.fileno())) as same:
+        same.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        same.shutdown(socket.SHUT_RD)  # wakes our reader; sends nothing (no FIN)
+    channel.release()
+
+
+def bound_sends(channel: Channel, seconds: float) -> None:
+    """A send held up by the peer's full receive window fails after `seconds` (SO_SNDTIMEO)
+    instead of blocking its thread for as long as the peer does not read."""
+    whole = int(seconds)
+    value = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+    # set through a duplicate of its descriptor: options belong to the connection
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(channel.fileno())) as same:
+        same.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
 
 
 class Pulse:
@@ -40,15 +156,14 @@ class Pulse:
     ) -> None:
         self._channel = channel
         self._interval = interval
-        self._timeout = timeout
-        self._setting = setting  # named in the loss message: which setting bounds the wait
         self._on_lost = on_lost
         self._stopped = threading.Event()
         self._reported = threading.Lock()
+        self._lock = threading.Lock()  # the silence: both threads report their lateness
         # Silences are measured on the monotonic clock (a wall-clock step must not fake or hide
         # one); the wall-clock time is what the verdict compares with other events.
         self.last_heard = time.time()
-        self._heard_at = time.monotonic()
+        self._silence = Silence(timeout, setting, time.monotonic())
         self._gaps: collections.deque[float] = collections.deque(maxlen=100_000)
         # Without this, a pulse process starved of CPU sends nothing for the peer to
         # acknowledge, and its watcher, once it runs again, mistakes a live peer for a
@@ -63,18 +178,26 @@ class Pulse:
         self._channel.close()
 
     def gap_summary(self) -> str:
-        """How regularly the peer's pulses arrived: count, p50, p99 and largest gap."""
+        """How regularly the peer's pulses arrived: count, p50, p99 and largest gap; and how
+        late this end's own timers ran at worst."""
         gaps = sorted(self._gaps)
+        with self._lock:
+            late = f"; own timers late by at most {self._silence.worst_lateness:.3f} s"
         if len(gaps) < 2:
-            return f"{len(gaps)} pulse(s)"
+            return f"{len(gaps)} pulse(s){late}"
         cuts = statistics.quantiles(gaps, n=100, method="inclusive")
         return (
             f"{len(gaps)} pulses, gap p50 {cuts[49]:.3f} s, p99 {cuts[98]:.3f} s, "
-            f"max {gaps[-1]:.3f} s"
+            f"max {gaps[-1]:.3f} s{late}"
         )
 
     def _send_loop(self) -> None:
-        while not self._stopped.wait(self._interval):
+        while True:
+            asked = time.monotonic()
+            if self._stopped.wait(self._interval):
+                return
+            with self._lock:
+                self._silence.woke(asked + self._interval, time.monotonic())
             try:
                 self._channel.send_frame(PULSE_FRAME)
             except ChannelClosed as error:
@@ -82,15 +205,21 @@ class Pulse:
                 return
 
     def _watch_loop(self) -> None:
+        wait = self._silence.timeout
         while not self._stopped.is_set():
+            asked = time.monotonic()
             try:
-                self._channel.receive_frame(self._timeout)
+                self._channel.receive_frame(wait)
             except TimeoutError:
-                silent = time.monotonic() - self._heard_at
-                if silent < FROZEN_FACTOR * self._timeout and self._peer_kernel_answers():
-                    continue  # not partitioned: its processes are only starved for CPU
-                self._lost(self._silence_reason(silent))
-                return
+                now = time.monotonic()
+                with self._lock:
+                    self._silence.woke(asked + wait, now)
+                    verdict = self._silence.check(now, self._channel.last_ack_age())
+                if isinstance(verdict, Lost):
+                    self._lost(verdict.reason, at_once=True)
+                    return
+                wait = verdict
+                continue
             except ProtocolError as error:
                 self._lost(f"protocol error on the pulse connection: {error}")
                 return
@@ -98,26 +227,21 @@ class Pulse:
                 self._lost(f"pulse connection closed ({error})")
                 return
             now = time.monotonic()
-            self._gaps.append(now - self._heard_at)
-            self._heard_at, self.last_heard = now, time.time()
+            with self._lock:
+                self._gaps.append(now - self._silence.heard_at)
+                self._silence.heard(now)
+                self.last_heard = time.time()
+                checked = self._silence.check(now, self._channel.last_ack_age())
+            wait = checked if isinstance(checked, float) else self._silence.timeout
 
-    def _peer_kernel_answers(self) -> bool:
-        """The peer's TCP stack acknowledged our pulses within the timeout: the host is up and
-        reachable, even if its processes cannot run (a partition or a dead host sends no ACK)."""
-        age = self._channel.last_ack_age()
-        return age is not None and age < self._timeout
-
-    def _silence_reason(self, silent: float) -> str:
-        if silent >= FROZEN_FACTOR * self._timeout:
-            return (
-                f"no pulse for {silent:.0f} s although its network stack answers "
-                f"({FROZEN_FACTOR:g} x {self._setting})"
-            )
-        return f"no pulse for {self._timeout:g} s ({self._setting})"
-
-    def _lost(self, reason: str) -> None:
+    def _lost(self, reason: str, at_once: bool = False) -> None:
+        """Report the loss once; a peer that went silent gets its connection closed at once
+        (it does not read: a graceful close would wait on it)."""
         if self._stopped.is_set() or not self._reported.acquire(blocking=False):
             return
         self._on_lost(reason, self.last_heard)
-        with contextlib.suppress(Exception):
-            self._channel.close()
+        if at_once:
+            close_at_once(self._channel)
+        else:
+            with contextlib.suppress(Exception):
+                self._channel.close()
