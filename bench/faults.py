@@ -13,6 +13,11 @@ Fault time, per row:
   docker kill / disconnect     just before the Docker API call, once every rank printed "round 1:"
   host never starting, bad     the first `docker start`
   configuration
+  full log volume / full       the first "the rank's log ... stopped" warning (algo-2's 1 MB
+  result disk / wedged mpirun  tmpfs under output/data/logs), rank 0's "filled the disk" line
+                               (algo-1's 2 MB tmpfs /opt/ml/output), the "stopped orted" line
+                               (once every rank finalized MPI, algo-2's orted gets SIGSTOP);
+                               the job is bench/probe/disk_job.py
 
 A run that has not ended `--toolkit-timeout` (or `--ringleader-timeout`) seconds after its fault
 is reported as hung with the codes of the hosts that had exited by then ("?" = still running),
@@ -46,7 +51,11 @@ import docker.errors
 from ringleader.tools.local.plan import LocalJobSpec, sagemaker_hyperparameters
 from ringleader.tools.local.run import LocalJob, LocalJobResult
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.container.mounts import MountedJob
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+PROBES = Path(__file__).resolve().parent / "probe"
 ENTRYPOINTS = {"ringleader": None, "toolkit": ("train",)}
 HOSTS = ("algo-1", "algo-2", "algo-3")
 LONG_JOB = {"rounds": "100", "sleep": "5"}
@@ -71,6 +80,58 @@ class Row:
     settings: dict[str, str] = field(default_factory=dict)  # ringleader only, over the defaults
     absent_hosts: frozenset[str] = frozenset()
     bad_program: bool = False
+    source_dir: Path = EXAMPLES
+    entry_point: str = "mpi_allreduce.py"
+    tmpfs: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> mount -> options
+
+
+def disk_and_launcher_rows() -> tuple[Row, ...]:
+    """Full disks and a wedged MPI daemon, with bench/probe/disk_job.py (every rank prints
+    --megabytes)."""
+
+    def probe(*args: Any, **kwargs: Any) -> Row:
+        return Row(*args, source_dir=PROBES, entry_point="disk_job.py", **kwargs)
+
+    full_result_disk = {"algo-1": {"/opt/ml/output": "size=2m"}}
+    fill = {"megabytes": "0.5", "fill": "/opt/ml/output"}
+    return (
+        probe(
+            12,
+            "algo-2's log volume full (1 MB tmpfs, 2 MB per rank)",
+            "marker",
+            {"megabytes": "2"},
+            (0, 0, 0),
+            marker="[ringleader] the rank's log /opt/ml/output/data/logs/algo-2/",
+            tmpfs={"algo-2": {"/opt/ml/output/data/logs": "size=1m"}},
+        ),
+        probe(
+            13,
+            "algo-1's result disk full, job succeeds",
+            "marker",
+            fill,
+            (0, 0, 0),
+            marker="filled the disk under",
+            tmpfs=full_result_disk,
+        ),
+        probe(
+            14,
+            "algo-1's result disk full, rank 4 exits 3",
+            "marker",
+            {**fill, "fail-rank": "4", "fail-code": "3"},
+            (3, 3, 3),
+            marker="filled the disk under",
+            tmpfs=full_result_disk,
+        ),
+        probe(
+            15,
+            "mpirun wedged (orted SIGSTOPped), launcher_exit_timeout 4",
+            "marker",
+            {"megabytes": "0.01", "wedge-host": "algo-2"},
+            (0, 0, 0),
+            marker="stopped orted",
+            settings={"launcher_exit_timeout": "4"},
+        ),
+    )
 
 
 ROWS = {
@@ -114,6 +175,7 @@ ROWS = {
             (78, 78, 78),
             bad_program=True,
         ),
+        *disk_and_launcher_rows(),
     )
 }
 
@@ -185,8 +247,8 @@ def build_spec(row: Row, runner: str, output_dir: Path) -> LocalJobSpec:
     spec = LocalJobSpec(
         hosts=len(HOSTS),
         processes_per_host=2,
-        source_dir=EXAMPLES,
-        entry_point="mpi_allreduce.py",
+        source_dir=row.source_dir,
+        entry_point=row.entry_point,
         hyperparameters=row.hyperparameters,
         # The toolkit passes every hyperparameter to the script, which rejects unknown options.
         settings={} if toolkit else {**RINGLEADER_SETTINGS, **row.settings},
@@ -271,7 +333,7 @@ def run_row(
 ) -> Outcome:
     outcome = Outcome(row, runner)
     capture = Capture()
-    job = LocalJob(build_spec(row, runner, workdir), capture, client)
+    job = MountedJob(row.tmpfs, build_spec(row, runner, workdir), capture, client)
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -395,8 +457,8 @@ def print_table(outcomes: list[Outcome], total: float) -> None:
     print(
         "Fault time: rows 1-2 the failing rank's line as received via docker logs (* = never seen,"
         " from the first docker start); rows 3-7 the docker kill/disconnect call; rows 8-9 the "
-        "first docker start. Exit times: Docker's FinishedAt. '?' = still running at the bound, "
-        "'-' = never started."
+        "first docker start; rows 12-15 the line of the fault (see the module's docstring). Exit "
+        "times: Docker's FinishedAt. '?' = still running at the bound, '-' = never started."
     )
     images = sorted({o.image for o in outcomes})
     if len(images) > 1:

@@ -12,6 +12,7 @@ import argparse
 import errno
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -77,7 +78,7 @@ def main() -> None:
     args = parse_args()
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    host = os.environ.get("SM_CURRENT_HOST", "?")
+    host = socket.gethostname()  # a fake host's container is named after it
     payload = "x" * LINE_BYTES
     for index in range(int(args.megabytes * 1_000_000 / LINE_BYTES)):
         sys.stdout.write(f"R{rank} L{index} {payload} END{index}\n")

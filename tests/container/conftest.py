@@ -158,16 +158,21 @@ def make_spec(tmp_path: Path, **overrides: Any) -> LocalJobSpec:
     return LocalJobSpec(**values)
 
 
+def run_to_end(job: LocalJob, capture: Capture) -> JobRun:
+    """Run `job` (its output going to `capture`) until every host has exited."""
+    started = time.monotonic()
+    run = JobRun(job, capture, job.run())
+    run.seconds = time.monotonic() - started
+    print(run.output)  # shown by pytest when the test fails
+    return run
+
+
 @pytest.fixture
 def run_job(docker_client: docker.DockerClient, tmp_path: Path) -> Callable[..., JobRun]:
     def run(**overrides: Any) -> JobRun:
         capture = Capture()
         job = LocalJob(make_spec(tmp_path, **overrides), capture, docker_client)
-        started = time.monotonic()
-        run = JobRun(job, capture, job.run())
-        run.seconds = time.monotonic() - started
-        print(run.output)  # shown by pytest when the test fails
-        return run
+        return run_to_end(job, capture)
 
     return run
 

@@ -6,17 +6,15 @@ rank can fail, and a rank can stop its host's orted once every rank has finalize
 
 import json
 import re
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
 
-from ringleader.tools.local.plan import HostPlan
-from ringleader.tools.local.run import LocalJob
-from tests.container.conftest import REPO, Capture, JobRun, make_spec, rank_lines
+from tests.container.conftest import REPO, Capture, JobRun, make_spec, rank_lines, run_to_end
+from tests.container.mounts import MountedJob, Tmpfs
 
 pytestmark = pytest.mark.container
 
@@ -42,39 +40,13 @@ os.execv("/usr/local/bin/ringleader-entrypoint", ["ringleader-entrypoint", *sys.
 """
 
 
-class MountedJob(LocalJob):
-    """A local job whose hosts get tmpfs mounts of their own (`tmpfs`: host -> mount point ->
-    options); a mount replaces the job directory Docker would bind there."""
-
-    def __init__(self, tmpfs: Mapping[str, Mapping[str, str]], *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._tmpfs = tmpfs
-
-    def _binds(self, host: HostPlan, config_dir: Path, output: Path) -> dict[str, Any]:
-        mounted = self._tmpfs.get(host.name, {})
-        binds = super()._binds(host, config_dir, output)
-        return {source: bind for source, bind in binds.items() if bind["bind"] not in mounted}
-
-    def _resources(self, index: int) -> dict[str, Any]:
-        resources = super()._resources(index)
-        mounted = self._tmpfs.get(self.hosts[index].name)
-        if mounted:
-            resources["tmpfs"] = dict(mounted)
-        return resources
-
-
 @pytest.fixture
 def run_mounted(docker_client: docker.DockerClient, tmp_path: Path) -> Callable[..., JobRun]:
-    def run(tmpfs: Mapping[str, Mapping[str, str]] | None = None, **overrides: Any) -> JobRun:
+    def run(tmpfs: Tmpfs | None = None, **overrides: Any) -> JobRun:
         values: dict[str, Any] = {"source_dir": JOBS, "entry_point": "disk_job.py"}
         capture = Capture()
         spec = make_spec(tmp_path, **{**values, **overrides})
-        job = MountedJob(tmpfs or {}, spec, capture, docker_client)
-        started = time.monotonic()
-        run = JobRun(job, capture, job.run())
-        run.seconds = time.monotonic() - started
-        print(run.output)  # shown by pytest when the test fails
-        return run
+        return run_to_end(MountedJob(tmpfs or {}, spec, capture, docker_client), capture)
 
     return run
 
@@ -191,4 +163,4 @@ def test_a_busy_control_port_is_a_configuration_error_on_every_host(run_mounted)
     assert run.result is not None
     exits = [host.finished_at - host.started_at for host in run.result.hosts]
     print(f"every host exited {max(exits):.1f} s after its start")
-    assert max(exits) < 10 + 20  # the greeting timeout, and the start of a container
+    assert max(exits) < 10 + 15  # the greeting timeout, and the start of a container

@@ -40,7 +40,7 @@ def lead(
         except ConfigError as error:  # the control port is taken: the workers see that too
             outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
             context.write(outcome)
-            let_workers_see_the_port(context, workers, config.control_port, timeouts.startup)
+            _let_workers_see_the_port(context, workers, config.control_port, timeouts.startup)
             return outcome
     agent = parts.agent(context.events, printer.deliver)
     leader_parts = LeaderParts(
@@ -108,7 +108,9 @@ def tell_workers(
         )
     except ConfigError as error:  # the workers see that another process holds the port
         context.log(f"could not tell the workers: {error}")
-        let_workers_see_the_port(context, workers, settings.control_port, settings.timeouts.startup)
+        _let_workers_see_the_port(
+            context, workers, settings.control_port, settings.timeouts.startup
+        )
         return
     parts = LeaderParts(
         events=context.events,
@@ -124,7 +126,7 @@ def tell_workers(
         server.close()
 
 
-def let_workers_see_the_port(
+def _let_workers_see_the_port(
     context: HostContext, workers: Sequence[str], port: int, startup: float
 ) -> None:
     """The control port is taken: no worker can be told. Each finds that out when what holds
