@@ -1025,3 +1025,24 @@ def test_ssh_checks_that_never_end_are_bounded_and_named() -> None:
     assert outcome.exit_code == exitcodes.HOST_UNREACHABLE
     assert "ssh to worker host(s) did not finish: algo-2, algo-3" in first_line(outcome)
     assert rig.clock.now <= 1000.1 + TIMEOUTS.startup + 5.0 + TIMEOUTS.finish
+
+
+def test_failures_on_two_hosts_are_compared_on_the_leaders_clock() -> None:
+    """Issue 23: algo-3's clock runs 5 s ahead. Its rank failed first (leader's time 1004.0),
+    a rank on algo-2 a second later; by the raw remote clocks algo-3's rank ended at 1009.0
+    and the bystander would be named."""
+    rig = LeaderRig()
+    rig.events.at(0.1, WorkerHello("algo-2"), WorkerHello("algo-3", clock_offset=-5.0))
+    rig.ranks_start()
+    rig.events.at(
+        5.5,
+        RankEnded(record(4, 3, ended=1009.0, tail=("ValueError: bad batch",))),
+        RankEnded(record(2, 1, ended=1005.0, tail=("RuntimeError: connection reset",))),
+        *(RankEnded(record(r, 143, terminated=True, ended=1005.5)) for r in (0, 1, 3)),
+        RankEnded(record(5, 143, terminated=True, ended=1010.5)),
+        LauncherExited(3),
+    )
+    outcome = rig.run()
+    assert first_line(outcome).startswith("Rank 4 on host algo-3 exited with code 3.")
+    (culprit,) = [record for record in rig.leader.records if record.rank == 4]
+    assert culprit.ended_at == 1004.0  # job.json has every time on the leader's clock

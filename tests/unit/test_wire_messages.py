@@ -53,6 +53,7 @@ EVERY_KIND: list[Message] = [
     Greeting("job-1"),
     Hello("algo-2"),
     Hello("algo-2", timeline=MARKS),
+    Hello("algo-2", sent_at=1795600000.25),  # the worker's clock, for the leader's offset
     Hello("algo-3", ErrorReport(78, "Configuration error in sagemaker_program: x")),
     Bye("algo-2", MARKS),
     Bye("algo-2"),

@@ -1,7 +1,7 @@
 """What each rank's wrapper records about its process, and how it travels as JSON."""
 
 import signal
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 
@@ -37,6 +37,24 @@ class RankRecord:
                 f"exit code {self.exit_code}"
             )
         return f"{where} exited with code {self.exit_code}"
+
+    def on_clock(self, offset: float) -> "RankRecord":
+        """The record with its times moved by `offset` seconds (its host's clock to the
+        leader's, measured at the host's hello)."""
+        if offset == 0.0:
+            return self
+
+        def moved(at: float | None) -> float | None:
+            return None if at is None else at + offset
+
+        return replace(
+            self,
+            started_at=self.started_at + offset,
+            ended_at=self.ended_at + offset,
+            first_output_at=moved(self.first_output_at),
+            daemon_started_at=moved(self.daemon_started_at),
+            wrapper_started_at=moved(self.wrapper_started_at),
+        )
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

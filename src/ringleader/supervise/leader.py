@@ -21,7 +21,7 @@ from ringleader.core.errors import JobError, StartupError
 from ringleader.core.exitcodes import first_failure
 from ringleader.core.outcome import HostLoss, JobFacts, Outcome, blames_another_rank, decide
 from ringleader.core.records import RankRecord
-from ringleader.core.timeline import Timeline
+from ringleader.core.timeline import Mark, Timeline
 from ringleader.launch.strategy import EndPolicy, LaunchPlan, LaunchStrategy, SshCheck
 from ringleader.supervise.common import (
     KILL_MARGIN_SECONDS,
@@ -164,6 +164,9 @@ class Leader:
         self.phase = Phase.GATHERING
         self._settled: set[str] = set()  # workers that will not need the final exit message
         self._ssh_slots = threading.BoundedSemaphore(SSH_CHECKS_AT_ONCE)
+        # Each worker's clock to the leader's (measured at its hello): every time compared
+        # across hosts is on the leader's clock, never a remote wall clock.
+        self._clock_offsets: dict[str, float] = {}
 
     def run(self, strategy: LaunchStrategy) -> Outcome:
         try:
@@ -207,10 +210,11 @@ class Leader:
                     )
                 case WorkerHello() as hello if hello.host in hellos:
                     hellos.discard(hello.host)
+                    self._clock_offsets[hello.host] = hello.clock_offset
                     if not hellos:  # each check is bounded by the timeout; 32 run at once
                         rounds = -(-len(self._workers) // SSH_CHECKS_AT_ONCE)
                         deadline = self._clock.monotonic() + rounds * timeout + 5.0
-                    self.timeline.extend(hello.marks)
+                    self.timeline.extend(self._on_leader_clock(hello.host, hello.marks))
                     if hello.error_code is not None:
                         self._settled.add(hello.host)
                         raise _HostError(hello.host, hello.error_code, hello.error_message or "")
@@ -293,7 +297,7 @@ class Leader:
             case RankStarted():
                 self._on_rank_started(run, event)
             case RankEnded():
-                self._on_rank_ended(run, event.record, now)
+                self._on_rank_ended(run, self._record_on_leader_clock(event.record), now)
             case SigtermReceived():
                 self._on_sigterm(run, event, now)
             case WorkerLost():
@@ -425,7 +429,8 @@ class Leader:
                     break
                 continue
             if isinstance(event, RankEnded):
-                run.records[event.record.rank] = event.record
+                record = self._record_on_leader_clock(event.record)
+                run.records[record.rank] = record
             elif isinstance(event, WorkerLost):
                 self._record_loss(run, event)
         if self._parts.local is not None:
@@ -461,6 +466,13 @@ class Leader:
             error_message=run.startup_error,
         )
         return decide(facts)
+
+    def _record_on_leader_clock(self, record: RankRecord) -> RankRecord:
+        return record.on_clock(self._clock_offsets.get(record.host, 0.0))
+
+    def _on_leader_clock(self, host: str, marks: Sequence[Mark]) -> tuple[Mark, ...]:
+        offset = self._clock_offsets.get(host, 0.0)
+        return tuple(Mark(mark.host, mark.phase, mark.at + offset) for mark in marks)
 
     def _missing_ranks_message(self, started: dict[int, str]) -> str:
         per_host = self.world_size // len(self._hosts)
@@ -498,7 +510,7 @@ class Leader:
                     break
                 case WorkerBye() as bye:
                     pending.discard(bye.host)
-                    self.timeline.extend(bye.marks)
+                    self.timeline.extend(self._on_leader_clock(bye.host, bye.marks))
                 case WorkerLost() as lost:
                     pending.discard(lost.host)
                 # A plain hello is a late worker still to be told; an error hello exits alone.

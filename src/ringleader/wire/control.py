@@ -231,7 +231,8 @@ class ControlServer:
             if error is not None:
                 self._events.put(WorkerHello(host, error.code, error.message))
             else:
-                self._events.put(WorkerHello(host, marks=hello.timeline))
+                offset = 0.0 if hello.sent_at is None else time.time() - hello.sent_at
+                self._events.put(WorkerHello(host, marks=hello.timeline, clock_offset=offset))
             if final is not None:
                 channel.send(final)
             while True:
@@ -397,8 +398,9 @@ def _not_the_leader(leader: LeaderAddress, problem: str) -> str:
 def hello_message(
     host: str, error: tuple[int, str] | None = None, marks: Sequence[Mark] = ()
 ) -> Hello:
-    """A worker's first message; `error`: (exit code, message); `marks`: its timeline so far."""
-    return Hello(host, None if error is None else ErrorReport(*error), tuple(marks))
+    """A worker's first message; `error`: (exit code, message); `marks`: its timeline so far.
+    It carries the worker's clock, from which the leader measures the offset to its own."""
+    return Hello(host, None if error is None else ErrorReport(*error), tuple(marks), time.time())
 
 
 def bye_message(host: str, marks: Sequence[Mark]) -> Bye:

@@ -1,6 +1,6 @@
 """Events that drive the leader's and the workers' state machines through one queue each."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Mark
@@ -42,6 +42,9 @@ class WorkerHello:
     error_code: int | None = None
     error_message: str | None = None
     marks: tuple[Mark, ...] = ()  # the worker's timeline until it said hello
+    # The leader's clock minus the worker's, as the hello travelled (its transit included:
+    # on one network, well under the gaps between failures that decide the cause).
+    clock_offset: float = field(default=0.0, compare=False)  # a measurement, not identity
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,8 @@ class Hello:
     host: str
     error: ErrorReport | None = None
     timeline: tuple[Mark, ...] = ()  # the worker's timeline until it said hello
+    # The worker's time.time() as it sent this: the leader takes its clock's offset from it.
+    sent_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,8 @@ def decode(frame: bytes) -> Message:
     if kind == Greeting.kind:
         return Greeting(read.text("job"))
     if kind == Hello.kind:
-        return Hello(read.text("host"), _error_report(read), _timeline(read))
+        sent_at = None if data.get("sent_at") is None else read.number("sent_at")
+        return Hello(read.text("host"), _error_report(read), _timeline(read), sent_at)
     if kind == Bye.kind:
         return Bye(read.text("host"), _timeline(read))
     if kind == PulseHello.kind:
@@ -227,6 +230,8 @@ def _fields(message: Message) -> JsonObject:
             fields["timeline"] = [mark.to_json() for mark in message.timeline]
         if message.error is not None:
             fields["error"] = {"code": message.error.code, "message": message.error.message}
+        if message.sent_at is not None:
+            fields["sent_at"] = message.sent_at
         return fields
     if isinstance(message, Bye):
         return {"host": message.host, "timeline": [mark.to_json() for mark in message.timeline]}
