@@ -37,22 +37,14 @@ from ringleader.wire.events import (
     WorkerHello,
 )
 from ringleader.wire.protocol import ChannelClosed, OutputHandler
+from tests.unit.test_core_control import record_of
 
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 QUICK = {"ringleader_startup_timeout": "5", "ringleader_finish_timeout": "5"}
 
 
 def record(rank: int, host: str, code: int = 0) -> RankRecord:
-    return RankRecord(
-        rank=rank,
-        host=host,
-        exit_code=code,
-        signal=None,
-        started_at=1.0,
-        ended_at=2.0,
-        terminated=False,
-        stderr_tail=(),
-    )
+    return record_of(rank, host, exit_code=code)
 
 
 @dataclass
