@@ -13,6 +13,9 @@ Fault time, per row:
   docker kill / disconnect     just before the Docker API call, once every rank printed "round 1:"
   host never starting, bad     the first `docker start`
   configuration
+  docker pause (frozen host)   just before the Docker API call; the seconds are until
+                               every *other* container exited; then the frozen one is
+                               unpaused, and its code is what it reported then
   full log volume / full       the first "the rank's log ... stopped" warning (algo-2's 1 MB
   result disk / wedged mpirun  tmpfs under output/data/logs), rank 0's "filled the disk" line
                                (algo-1's 2 MB tmpfs /opt/ml/output), the "stopped orted" line
@@ -175,6 +178,7 @@ ROWS = {
             (78, 78, 78),
             bad_program=True,
         ),
+        Row(10, "worker algo-3 frozen (docker pause)", "pause", LONG_JOB, (75, 75, 75), "algo-3"),
         *disk_and_launcher_rows(),
     )
 }
@@ -358,7 +362,7 @@ def run_row(
             if wait_until(lambda: capture.first(row.marker) is not None, deadline, thread):
                 fault_at = capture.first(row.marker)
                 progress(f"{runner} row {row.number}: saw {row.marker!r}")
-        elif row.trigger in ("kill", "disconnect"):
+        elif row.trigger in ("kill", "disconnect", "pause"):
             ready = wait_until(
                 lambda: capture.count("round 1:") >= 6, launched + STARTUP_WAIT, thread
             )
@@ -372,11 +376,18 @@ def run_row(
             if row.trigger == "kill":
                 client.api.kill(container_id, signal=row.signal)
                 progress(f"{runner} row {row.number}: sent {row.signal} to {row.host}")
+            elif row.trigger == "pause":
+                if not freeze(client, job, row, runner, fault_at + bound, thread):
+                    outcome.hung_after = bound
+                    states = container_states(client, job)
+                    outcome.codes = tuple(known_code(host, job, states) for host in HOSTS)
+                    force_end(client, job, thread)
+                    return finish(outcome, job, box, capture, log_dir, fault_at)
             else:
                 client.api.disconnect_container_from_network(container_id, f"{job.job_id}-net")
                 progress(f"{runner} row {row.number}: disconnected {row.host} from the network")
         start = fault_at if fault_at is not None else launched + CREATE_ALLOWANCE
-        deadline = start + bound
+        deadline = (time.time() if row.trigger == "pause" else start) + bound
         thread.join(max(deadline - time.time(), 0.0))
         if thread.is_alive():
             outcome.hung_after = bound
@@ -391,6 +402,31 @@ def run_row(
     finally:
         if thread.is_alive():  # interrupted or failed above: never leave containers behind
             force_end(client, job, thread)
+
+
+def freeze(
+    client: Any, job: LocalJob, row: Row, runner: str, deadline: float, thread: threading.Thread
+) -> bool:
+    """docker pause `row.host` until every other container has exited (True) or the deadline
+    passed (False); then unpause it, so it can report what it finds."""
+    container_id = job.container_ids[row.host]
+    client.api.pause(container_id)
+    progress(f"{runner} row {row.number}: paused {row.host}")
+    others = [host for host in job.container_ids if host != row.host]
+
+    def others_exited() -> bool:
+        states = container_states(client, job)
+        return all(states.get(host, {}).get("Status") == "exited" for host in others)
+
+    try:
+        ended = wait_until(others_exited, deadline, thread)
+    finally:
+        client.api.unpause(container_id)
+    progress(
+        f"{runner} row {row.number}: unpaused {row.host}"
+        + ("" if ended else " (the other hosts still ran at the bound)")
+    )
+    return ended
 
 
 def finish(
@@ -418,6 +454,8 @@ def finish(
             if fault_at is None:
                 fault_at = min(host.started_at for host in started)
                 outcome.from_start = row.trigger == "marker"
+            if row.trigger == "pause":  # the frozen host ends when it runs again
+                started = [host for host in started if host.name != row.host]
             outcome.seconds = max(host.finished_at for host in started) - fault_at
     progress(
         f"{runner} row {row.number} ({row.name}): {outcome.seconds_text()} s, codes "
@@ -460,6 +498,11 @@ def print_table(outcomes: list[Outcome], total: float) -> None:
         "first docker start; rows 12-15 the line of the fault (see the module's docstring). Exit "
         "times: Docker's FinishedAt. '?' = still running at the bound, '-' = never started."
     )
+    if any(o.row.trigger == "pause" for o in outcomes):
+        print(
+            "Row 10: from the docker pause to the exit of every other container; the "
+            "frozen host's code is what it reported once unpaused."
+        )
     images = sorted({o.image for o in outcomes})
     if len(images) > 1:
         rows = {

@@ -1,6 +1,8 @@
 """The failure table on real containers (3 hosts x 2 ranks): hosts killed and partitioned,
 leftover processes. Every host's exit code and the failure file's first line are checked."""
 
+import time
+
 import pytest
 
 from tests.container.conftest import rank_lines
@@ -16,10 +18,10 @@ def first_line(run, host: str) -> str:
     return run.failure(host).splitlines()[0]
 
 
-def start_long_job(start_job):
+def start_long_job(start_job, leader_timeout=LEADER_TIMEOUT):
     run = start_job(
         hyperparameters=LONG_JOB,
-        settings={"startup_timeout": "60", "leader_timeout": str(LEADER_TIMEOUT)},
+        settings={"startup_timeout": "60", "leader_timeout": str(leader_timeout)},
     )
     run.capture.wait_for(lambda text: len(rank_lines(text, "round 1:")) == 6, timeout=90)
     return run
@@ -35,18 +37,27 @@ def test_worker_killed_mid_job_is_named_on_every_surviving_host(start_job, docke
     assert "SIGTERM" not in run.failure("algo-1")
 
 
-def test_worker_partitioned_every_host_exits_host_lost(start_job, docker_client):
-    run = start_long_job(start_job)
+def test_worker_partitioned_every_host_exits_host_lost_within_the_bound(start_job, docker_client):
+    """README: every host, the partitioned one included, ends within ringleader_leader_timeout
+    plus 2 s of the partition."""
+    timeout = 6
+    run = start_long_job(start_job, leader_timeout=timeout)
     network = f"{run.job.job_id}-net"
+    cut_at = time.time()
     docker_client.api.disconnect_container_from_network(run.container_id("algo-3"), network)
     run.join(timeout=60)
+    assert run.result is not None
+    ended = {host.name: round(host.finished_at - cut_at, 2) for host in run.result.hosts}
+    assert max(ended.values()) <= timeout + 2, (ended, run.output)
     assert run.codes() == dict.fromkeys(HOSTS, 75)
-    silent = f"no pulse for {LEADER_TIMEOUT} s (ringleader_leader_timeout)"
+    silent = f"no pulse for {timeout} s (ringleader_leader_timeout)"
     for host in ("algo-1", "algo-2"):
         assert first_line(run, host) == (
             f"Host algo-3 (ranks 4, 5): {silent}. Every other rank was stopped."
         )
-    assert first_line(run, "algo-3").startswith("Host algo-1 (the leader): no pulse for ")
+    assert first_line(run, "algo-3") == (
+        f"Host algo-1 (the leader): {silent}; noticed by algo-3, which stopped its ranks."
+    )
 
 
 def test_leader_partitioned_every_host_exits_host_lost(start_job, docker_client):
