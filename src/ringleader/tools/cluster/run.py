@@ -3,7 +3,6 @@ relayed, every host's results fetched into one directory, the job's exit code re
 
 import base64
 import concurrent.futures
-import contextlib
 import inspect
 import json
 import os
@@ -364,12 +363,11 @@ class ClusterRun:
         assert sender.stdout is not None and receiver.stdin is not None
         note = ProgressNote(self.console.line, f"==> fetching {host.name}'s results")
         problem = copy_while_flowing(sender.stdout, receiver.stdin, FETCH_STALL_SECONDS, note)
-        with contextlib.suppress(OSError):
-            receiver.stdin.close()
         if problem is not None:
             sender.kill()
             receiver.kill()
-        try:  # both have their data (or were killed): they end at once
+        try:  # both have their data (or were killed): they end at once (communicate closes
+            # the receiver's stdin, which ends its input)
             sender_err = sender.communicate(timeout=FETCH_STALL_SECONDS)[1]
             receiver_err = receiver.communicate(timeout=FETCH_STALL_SECONDS)[1]
         except subprocess.TimeoutExpired:
