@@ -516,3 +516,4 @@ def test_s3_download_fetches_an_object_replaced_by_one_of_the_same_size(tmp_path
         assert sync() == (1, 1)
         assert (tmp_path / "shard-0").read_bytes() == b"version 2"
         assert steps == ["train/shard-0", "train/shard-0"]
+        assert [path.name for path in tmp_path.iterdir()] == ["shard-0"]  # nothing but data

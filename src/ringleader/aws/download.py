@@ -12,7 +12,7 @@ from ringleader.aws.client import Client
 from ringleader.core.files import write_atomically
 
 Progress = Callable[[int, int, str], None]  # (done, to copy, key)
-RECORD = ".ringleader-etags.json"  # in the destination: relative path -> ETag downloaded
+RECORD_SUFFIX = ".ringleader-etags.json"  # beside the destination: relative path -> ETag
 
 
 def missing(
@@ -44,9 +44,15 @@ def _relative(key: str, prefix: str, destination: Path) -> str | None:
     return relative
 
 
+def record_path(destination: Path) -> Path:
+    """Where the ETags downloaded into `destination` are kept: beside it, so the directory
+    holds only the objects (a job's channel shows exactly what S3 has)."""
+    return destination.with_name(destination.name + RECORD_SUFFIX)
+
+
 def read_record(destination: Path) -> dict[str, str]:
     try:
-        value = json.loads((destination / RECORD).read_text())
+        value = json.loads(record_path(destination).read_text())
     except (OSError, ValueError):
         return {}  # no record (or a damaged one): every file is fetched again
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
@@ -73,6 +79,6 @@ def download_prefix(
         client.download_file(bucket, key, str(partial))
         os.replace(partial, target)
         recorded[relative] = etags[key]
-        write_atomically(destination / RECORD, json.dumps(recorded))
+        write_atomically(record_path(destination), json.dumps(recorded))
         progress(number, len(keys), key)
     return len(keys), len(objects)
