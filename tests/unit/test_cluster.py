@@ -330,13 +330,37 @@ def test_the_agent_adopts_the_jobs_daemons_and_sweeps_them_without_their_mark():
 )
 def test_agent_stops_the_entry_point_by_how_its_input_ended(tmp_path, stdin, signal_sent):
     job = agent.AgentJob("j1", str(tmp_path / "j1"), ("a",), "a", {}, 5.0)
-    child = subprocess.Popen(["sleep", "60"])
+    # as the agent starts it: SIGHUP at its default whatever this test runs under (nohup)
+    child = subprocess.Popen(["sleep", "60"], preexec_fn=_default_hangup)
     try:
         agent.Agent(job, io.StringIO(stdin), io.BytesIO())._watch_stdin(child)
         assert child.wait(timeout=10) == -signal_sent
     finally:
         child.kill()
         child.wait()
+
+
+def _default_hangup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def test_the_agents_children_end_on_sighup_though_the_agent_survives_it():
+    """The agent once ignored SIGHUP; its entry point inherited that and outlived the hang-up
+    it was sent, until the sweep after the grace period killed it."""
+    code = (
+        "import signal, subprocess, os\n"
+        "from ringleader.tools.cluster.agent import survive_hangups\n"
+        "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"  # as under nohup
+        "survive_hangups()\n"
+        "os.kill(os.getpid(), signal.SIGHUP)\n"  # the agent itself goes on
+        "child = subprocess.Popen(['sleep', '60'])\n"
+        "child.send_signal(signal.SIGHUP)\n"
+        "print(child.wait(timeout=10))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == str(-signal.SIGHUP)
 
 
 # --------------------------------------------------------------------------------------- wheels

@@ -192,9 +192,19 @@ def _wait(child: "subprocess.Popen[bytes]", timeout: float) -> bool:
     return True
 
 
+def survive_hangups() -> None:
+    """A dropped session is seen on stdin instead. SIGHUP is caught, not ignored: an ignored
+    signal stays ignored across exec, and the entry point must end on the SIGHUP it is sent."""
+    signal.signal(signal.SIGHUP, _hung_up)
+
+
+def _hung_up(_signum: int, _frame: object) -> None:
+    """Nothing: the agent goes on (its stdin tells it what happened)."""
+
+
 def main() -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a dropped session is seen on stdin instead
+    survive_hangups()
     become_subreaper()  # the job's daemons (ssh master connections) are adopted, then swept
     line = sys.stdin.readline()
     if not line:
