@@ -5,6 +5,7 @@ match the listing), and each download goes to a `.part` file renamed when comple
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from ringleader.core.files import write_atomically
 
 Progress = Callable[[int, int, str], None]  # (done, to copy, key)
 RECORD_SUFFIX = ".ringleader-etags.json"  # beside the destination: relative path -> ETag
+RECORD_EVERY_SECONDS = 5.0  # how often a long sync saves its record meanwhile
 
 
 def missing(
@@ -71,14 +73,21 @@ def download_prefix(
     recorded = read_record(destination)
     etags = {key: etag for key, _, etag in objects}
     keys = missing(objects, prefix, destination, recorded)
-    for number, key in enumerate(keys, start=1):
-        relative = key[len(prefix) :].lstrip("/")
-        target = destination / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".part")
-        client.download_file(bucket, key, str(partial))
-        os.replace(partial, target)
-        recorded[relative] = etags[key]
-        write_atomically(record_path(destination), json.dumps(recorded))
-        progress(number, len(keys), key)
+    saved_at = time.monotonic()
+    try:
+        for number, key in enumerate(keys, start=1):
+            relative = key[len(prefix) :].lstrip("/")
+            target = destination / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".part")
+            client.download_file(bucket, key, str(partial))
+            os.replace(partial, target)
+            recorded[relative] = etags[key]
+            if time.monotonic() - saved_at >= RECORD_EVERY_SECONDS:  # not once per object
+                write_atomically(record_path(destination), json.dumps(recorded))
+                saved_at = time.monotonic()
+            progress(number, len(keys), key)
+    finally:  # an interrupted sync keeps what it fetched: the next one resumes from there
+        if keys:
+            write_atomically(record_path(destination), json.dumps(recorded))
     return len(keys), len(objects)
