@@ -17,7 +17,7 @@ Who sends what:
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Mark
@@ -254,7 +254,7 @@ def _fields(message: Message) -> JsonObject:
         return {"record": message.record.to_json()}
     if isinstance(message, RanksExit):
         return {"host": message.host, "code": message.code}
-    assert_never(message)
+    raise TypeError(f"not a wire message: {message!r}")  # typing.assert_never is 3.11+
 
 
 def _error_report(read: "_Fields") -> ErrorReport | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from html import escape
 
 from ringleader.core import timeline as phases
@@ -56,7 +56,7 @@ def _e(value: object) -> str:
 
 
 def _utc(epoch: float) -> str:
-    moment = datetime.fromtimestamp(epoch, UTC)
+    moment = datetime.fromtimestamp(epoch, timezone.utc)
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
 
 
