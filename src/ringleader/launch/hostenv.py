@@ -1,4 +1,5 @@
-"""This host's environment for its ranks: the container's variables plus SageMaker's SM_*.
+"""This host's environment for its ranks: the container's variables plus SageMaker's SM_*, and
+the EFA variables SageMaker's runners set where this host has EFA devices (launch/fabric.py).
 
 The SM_* contract is sagemaker-training's (see sagemaker_env); we feed it our validated view of
 the hosts and hyperparameters. The result is written to a root-only file that each rank wrapper
@@ -12,8 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ringleader.config.job import RINGLEADER_PREFIX, ConfigFiles, JobConfig, read_json_object
+from ringleader.config.mpi_options import forwarded_variables
 from ringleader.core.files import write_atomically
-from ringleader.launch import sagemaker_env
+from ringleader.launch import fabric, sagemaker_env
+from ringleader.output import log
 
 
 def sagemaker_env_vars(config: JobConfig, files: ConfigFiles) -> dict[str, str]:
@@ -32,9 +35,31 @@ def sagemaker_env_vars(config: JobConfig, files: ConfigFiles) -> dict[str, str]:
     }
     instance_type = str(resource_config.get("current_instance_type", "local"))
     facts = sagemaker_env.probe_host(os.environ, instance_type)
-    return sagemaker_env.sagemaker_variables(
+    variables = sagemaker_env.sagemaker_variables(
         resource_config, input_data_config, hyperparameters, facts
     )
+    fabric_facts = fabric.probe_fabric(
+        _known_instance_type(instance_type, os.environ), facts.num_gpus
+    )
+    return {**fabric_variables(config, fabric_facts, os.environ), **variables}
+
+
+def fabric_variables(
+    config: JobConfig, facts: fabric.FabricFacts, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """The EFA variables for this host's ranks; the leader logs what it set and why. A value
+    in the container's environment or forwarded with mpirun's -x is the user's and stays."""
+    already_set = {*environ, *forwarded_variables(config.mpi.custom_options)}
+    settings = fabric.efa_settings(facts, already_set)
+    if settings.note is not None and config.topology.current_host == config.topology.leader:
+        log.log(settings.note)
+    return dict(settings.variables)
+
+
+def _known_instance_type(from_resource_config: str, environ: Mapping[str, str]) -> str | None:
+    if from_resource_config != "local":
+        return from_resource_config
+    return environ.get("SM_CURRENT_INSTANCE_TYPE")
 
 
 def host_environment(base: Mapping[str, str], sagemaker: Mapping[str, str]) -> dict[str, str]:
