@@ -5,6 +5,7 @@
 set -euo pipefail
 image=${1:-${IMAGE:-ringleader:latest}}
 tag=rl-smoke-$$
+ssh=/etc/ringleader/ssh # the job's own ssh files, written by `ringleader image setup`
 net=$tag
 cleanup() {
     docker rm -f "$tag-algo-1" "$tag-algo-2" >/dev/null 2>&1 || true
@@ -17,17 +18,17 @@ echo "==> Image $image: $(docker run --rm --entrypoint /bin/sh "$image" -c \
 docker network create "$net" >/dev/null
 for h in algo-1 algo-2; do
     docker run -d --name "$tag-$h" --hostname "$h" --network "$net" --network-alias "$h" \
-        --entrypoint /bin/bash "$image" -c 'exec /usr/sbin/sshd -D -e' >/dev/null
+        --entrypoint /bin/sh "$image" -c "exec /usr/sbin/sshd -D -e -f $ssh/sshd_config" >/dev/null
 done
 # sshd needs a moment to listen: bounded wait until algo-2 accepts an ssh session.
 deadline=$((SECONDS + 30))
-until docker exec "$tag-algo-1" ssh algo-2 true 2>/dev/null; do
+until docker exec "$tag-algo-1" ssh -F "$ssh/ssh_config" algo-2 true 2>/dev/null; do
     ((SECONDS < deadline)) || { echo "smoke: algo-2 not reachable over ssh" >&2; exit 1; }
     sleep 0.2
 done
 echo "==> mpirun -np 4 -H algo-1:2,algo-2:2 (mpi4py allreduce)"
 out=$(docker exec "$tag-algo-1" mpirun --allow-run-as-root -np 4 -H algo-1:2,algo-2:2 \
-    -bind-to none -map-by slot python -c '
+    -bind-to none -map-by slot --mca plm_rsh_args "-F $ssh/ssh_config" python -c '
 from mpi4py import MPI
 import socket
 c = MPI.COMM_WORLD

@@ -5,12 +5,15 @@
 # rank's non-zero exit aborts the job instead of hanging in MPI_Finalize) with $RANKS_PER_HOST
 # ranks per host (default 2) and $MPIRUN_OPTIONS, then stops the others' sshd so their
 # containers exit. On one host it is just `mpirun -np N` in that container.
+# The job's own ssh files and the user's interpreter, as `ringleader image setup` recorded them.
+ssh=/etc/ringleader/ssh
+python=$(sed -n 's/^ *"python": "\(.*\)",\{0,1\}$/\1/p' /etc/ringleader/image.json)
 hosts=$(python3 -c 'import json; print(" ".join(json.load(open("/opt/ml/input/config/resourceconfig.json"))["hosts"]))')
 first=${hosts%% *}
-if [ "$(hostname)" != "$first" ]; then exec /usr/sbin/sshd -D; fi
+if [ "$(hostname)" != "$first" ]; then exec /usr/sbin/sshd -D -f "$ssh/sshd_config"; fi
 program=$1
 shift
-/usr/sbin/sshd
+/usr/sbin/sshd -f "$ssh/sshd_config"
 per_host=${RANKS_PER_HOST:-2}
 list=""
 count=0
@@ -19,16 +22,17 @@ for host in $hosts; do
   count=$((count + per_host))
   [ "$host" = "$first" ] && continue
   tries=0
-  until ssh -o ConnectTimeout=2 "$host" true 2>/dev/null; do
+  until ssh -F "$ssh/ssh_config" -o ConnectTimeout=2 "$host" true 2>/dev/null; do
     tries=$((tries + 1)); [ "$tries" -lt 300 ] || exit 69
     sleep 0.1
   done
 done
 # shellcheck disable=SC2086 # MPIRUN_OPTIONS holds several options
-mpirun --allow-run-as-root -np "$count" -H "$list" -bind-to none -map-by slot $MPIRUN_OPTIONS \
-  /opt/ringleader/venv/bin/python -m mpi4py "/opt/ml/code/$program" "$@"
+mpirun --allow-run-as-root -np "$count" -H "$list" -bind-to none -map-by slot \
+  --mca plm_rsh_args "-F $ssh/ssh_config" $MPIRUN_OPTIONS \
+  "$python" -m mpi4py "/opt/ml/code/$program" "$@"
 code=$?
 # when mpirun returned: the floor under any launcher's teardown (the ranks' own exits)
 echo "BENCH mpirun-returned 0 $(date +%s.%6N)"
-for host in $hosts; do [ "$host" = "$first" ] || ssh "$host" pkill -x sshd; done
+for host in $hosts; do [ "$host" = "$first" ] || ssh -F "$ssh/ssh_config" "$host" pkill -x sshd; done
 exit "$code"

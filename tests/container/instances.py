@@ -11,6 +11,17 @@ from typing import Any
 
 import docker
 
+# A cluster machine's ssh, as an administrator sets it up: sshd running, and root's ssh client
+# holding the key every machine trusts. The image's job-scoped files (`ringleader image setup`,
+# /etc/ringleader/ssh) stand in for them; the image's own ssh configuration is not the job's.
+SSH_DIR = "/etc/ringleader/ssh"
+MACHINE_SSH = [
+    "/bin/sh",
+    "-c",
+    f"install -d -m 700 /root/.ssh && cp {SSH_DIR}/ssh_config /root/.ssh/config && "
+    f"exec /usr/sbin/sshd -D -e -f {SSH_DIR}/sshd_config",
+]
+
 
 class Instances:
     """N containers named node1..nodeN that reach each other by name over ssh."""
@@ -38,11 +49,7 @@ class Instances:
                 image,
                 name=f"rlc-{self.tag}-{name}",
                 hostname=name,
-                entrypoint=(
-                    ["sleep", "infinity"]
-                    if name in without_sshd
-                    else ["/usr/sbin/sshd", "-D", "-e"]
-                ),
+                entrypoint=["sleep", "infinity"] if name in without_sshd else MACHINE_SSH,
                 detach=True,
                 labels=labels,
                 network=self.network.name,

@@ -1,9 +1,11 @@
 """Everything a job needs to know, read and validated up front into one immutable object."""
 
 import contextlib
+import dataclasses
 import functools
 import re
 import shlex
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 
 from ringleader.config import horovod
 from ringleader.config import hyperparameters as hp
+from ringleader.config.image import IMAGE_DIR, ImageSettings, load_image_settings
 from ringleader.config.metric_definitions import MetricDefinition, parse_definitions
 from ringleader.config.mpi_options import forwarded_values, take_nccl_debug
 from ringleader.config.output_uri import OutputUri, parse_output_uri
@@ -110,6 +113,9 @@ class SourceConfig:
     # ringleader_command: a whole command line instead of a program in the code directory
     # (`ringleader cluster run -- COMMAND...`); it runs as given, in the code directory.
     command: tuple[str, ...] = ()
+    # The interpreter of the user's program: the one `ringleader image setup --python` named
+    # (config/image.py), else ringleader's own.
+    python: str = sys.executable
 
     @property
     def program_path(self) -> Path:
@@ -412,6 +418,7 @@ class ConfigFiles:
     """Where SageMaker puts its configuration; tests point this at a temporary directory."""
 
     config_dir: Path = paths.CONFIG_DIR
+    image_dir: Path = IMAGE_DIR  # what `ringleader image setup` recorded
 
     @property
     def resource_config(self) -> Path:
@@ -432,6 +439,20 @@ class ConfigFiles:
         if isinstance(outcome, ConfigError):
             raise outcome
         return None if outcome is None else dict(outcome)
+
+    def image_settings(self) -> ImageSettings | None:
+        """The image's settings (None: not prepared by `image setup`), read once per process."""
+        outcome = self._image_settings
+        if isinstance(outcome, ConfigError):
+            raise outcome
+        return outcome
+
+    @functools.cached_property
+    def _image_settings(self) -> ImageSettings | ConfigError | None:
+        try:
+            return load_image_settings(self.image_dir)
+        except ConfigError as error:
+            return error
 
     @functools.cached_property
     def _resource_config(self) -> dict[str, Any] | ConfigError | None:
@@ -470,6 +491,11 @@ def load_job_config(
 ) -> JobConfig:
     raw = read_json_object(files.hyperparameters, "hyperparameters.json") or {}
     config = parse_job_config(topology, raw, environ)
+    image = files.image_settings()
+    if image is not None:
+        config = dataclasses.replace(
+            config, source=dataclasses.replace(config.source, python=image.python)
+        )
     # An archive is checked once extracted (ringleader.source.usercode.prepare).
     if (
         not (source := config.source).command

@@ -3,6 +3,7 @@ user's command in the shape the job's strategy needs."""
 
 import importlib.util
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,10 +44,12 @@ def prepare_host(files: ConfigFiles, config: JobConfig, shape: CommandShape) -> 
         if wrapped and has_mpi4py(interpreter, config.source.code_dir, config.timeouts.startup):
             user_command = wrapped
     else:
+        python = config.source.python
         user_command = build_user_command(
             config.source.program_path,
             hostenv.user_args(config),
-            mpi4py_run=shape.mpi4py and importlib.util.find_spec("mpi4py") is not None,
+            python=python,
+            mpi4py_run=shape.mpi4py and _has_mpi4py(python, config),
             module=config.source.module,
         )
     if shape.fail_fast:
@@ -54,3 +57,9 @@ def prepare_host(files: ConfigFiles, config: JobConfig, shape: CommandShape) -> 
     sagemaker = {**hostenv.sagemaker_env_vars(config, files), **config.horovod_env}
     hostenv.write_host_env(paths.HOST_ENV_FILE, hostenv.host_environment(os.environ, sagemaker))
     return user_command
+
+
+def _has_mpi4py(python: str, config: JobConfig) -> bool:
+    if python == sys.executable:
+        return importlib.util.find_spec("mpi4py") is not None
+    return has_mpi4py(python, config.source.code_dir, config.timeouts.startup)

@@ -5,6 +5,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ringleader.config.image import ImageSettings
 from ringleader.config.job import JobConfig
 from ringleader.config.mpi_options import forwarded_variables, sagemaker_nccl_options
 from ringleader.core import paths
@@ -16,7 +17,7 @@ from ringleader.launch.mpirun import (
     stops_all_on_rank_failure,
 )
 from ringleader.launch.spawn import SpawnSpec
-from ringleader.launch.sshd import SshMasters, start_sshd
+from ringleader.launch.sshd import SshMasters, sshd_command, start_sshd
 from ringleader.launch.strategy import (
     EndPolicy,
     LaunchPlan,
@@ -36,10 +37,11 @@ class SshSetup:
 
     own_sshd: bool
     masters: SshMasters | None  # the leader's
+    image: ImageSettings | None = None  # where the container's own sshd finds its files
 
     def start(self, timeout: float) -> bool:
         if self.own_sshd:
-            start_sshd(paths.SSHD_NOTIFY_SOCKET, timeout)
+            start_sshd(sshd_command(self.image), paths.SSHD_NOTIFY_SOCKET, timeout)
         return self.own_sshd
 
     @property

@@ -7,6 +7,7 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ringleader.config.image import ImageSettings
 from ringleader.config.job import (
     MPI,
     MULTI_WORKER_MIRRORED,
@@ -35,6 +36,7 @@ class HostFacts:
     gpus: int
     run_id: str  # the job's identity (the SageMaker job name)
     log: Logger
+    image: ImageSettings | None = None  # what `ringleader image setup` recorded
 
 
 def runs_alone(config: JobConfig) -> bool:
@@ -66,8 +68,11 @@ def select_strategy(
         return AloneStrategy(config, user_command)
     per_host = config.ranks_per_host(host.gpus)
     if config.distribution == MPI:
-        masters = SshMasters() if config.topology.is_leader else None
-        setup = SshSetup(host.own_sshd, masters)
+        # A container's own sshd and ssh use the image's files; a cluster machine's, its own.
+        image = host.image if host.own_sshd else None
+        client = image.ssh_config if image is not None else None
+        masters = SshMasters(config=client) if config.topology.is_leader else None
+        setup = SshSetup(host.own_sshd, masters, image)
         return MpirunStrategy(config, user_command, per_host, host.log, setup)
     layout = role_layout(config)
     return SpawnStrategy(

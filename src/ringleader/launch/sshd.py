@@ -12,17 +12,44 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ringleader.core.errors import StartupError
+from ringleader.config.image import ImageSettings
+from ringleader.core.errors import ConfigError, StartupError
 
-SSHD = "/usr/sbin/sshd"
+# OpenSSH's privilege separation directory on Debian and Ubuntu; sshd refuses to start without
+# it, and a /run emptied at container start may have lost the one the image made.
+PRIVSEP_DIR = Path("/run/sshd")
 
 
-def start_sshd(notify_path: Path, timeout: float) -> subprocess.Popen[bytes]:
+def sshd_command(image: ImageSettings | None) -> list[str]:
+    """The job's own sshd with the files `ringleader image setup` wrote; a clear error when
+    the image was not prepared for mpi jobs."""
+    if image is None:
+        raise ConfigError(
+            "image",
+            "an mpi job starts its ranks over ssh, but this image was not prepared for it: "
+            "add `RUN pip install ringleader-*.whl && ringleader image setup` to its "
+            "Dockerfile (see docs/own-image.md)",
+        )
+    if image.sshd is None or not os.access(image.sshd, os.X_OK):
+        found = "was prepared with --without-mpi" if image.sshd is None else f"has no {image.sshd}"
+        raise ConfigError(
+            "image",
+            f"an mpi job needs sshd on every host, but this image {found}: install OpenSSH's "
+            "server (Debian/Ubuntu: openssh-server) and run `ringleader image setup` again; "
+            "`ringleader image check IMAGE` lists what each distribution needs",
+        )
+    return [image.sshd, "-D", "-e", "-f", str(image.sshd_config)]
+
+
+def start_sshd(
+    command: Sequence[str], notify_path: Path, timeout: float
+) -> subprocess.Popen[bytes]:
     """Start sshd in the foreground and wait until it reports READY=1 (systemd notify protocol).
 
     Debian's sshd speaks that protocol when NOTIFY_SOCKET is set, so readiness is an event,
     not a poll. If sshd dies first, a watcher thread wakes us with the same socket.
     """
+    PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
     notify_path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         notify_path.unlink()
@@ -30,7 +57,7 @@ def start_sshd(notify_path: Path, timeout: float) -> subprocess.Popen[bytes]:
     listener.bind(str(notify_path))
     try:
         env = dict(os.environ, NOTIFY_SOCKET=str(notify_path))
-        process = subprocess.Popen([SSHD, "-D", "-e"], env=env, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL)
 
         def report_exit() -> None:
             code = process.wait()
@@ -91,10 +118,11 @@ class SshMasters:
     closing ends MASTER_PERSIST_SECONDS after its last session (a cluster instance outlives
     the job; a container takes its masters with it)."""
 
-    def __init__(self, base: Path = Path("/tmp")) -> None:
+    def __init__(self, base: Path = Path("/tmp"), config: Path | None = None) -> None:
         # short and without spaces: a socket path has ~100 bytes, and Open MPI splits
         # plm_rsh_args at spaces
         self._dir = Path(tempfile.mkdtemp(prefix="rl-ssh-", dir=base))
+        self._config = config  # the image's ssh client file for the job (`ssh -F`), if any
         self._hosts: set[str] = set()
         self._lock = threading.Lock()
 
@@ -104,7 +132,8 @@ class SshMasters:
 
     def reuse_options(self) -> tuple[str, ...]:
         """For mpirun's ssh: a host's master where there is one, else a connection of its own."""
-        return ("-o", f"ControlPath={self.control_path}")
+        config = ("-F", str(self._config)) if self._config is not None else ()
+        return (*config, "-o", f"ControlPath={self.control_path}")
 
     def check(self, host: str, timeout: float) -> str | None:
         """ssh_problem, leaving the connection open as the host's master."""

@@ -31,6 +31,7 @@ from ringleader.supervise.context import HostContext
 from ringleader.supervise.follow import follow
 from ringleader.supervise.lead import lead, tell_workers
 from ringleader.supervise.parts import RootParts, real_parts
+from ringleader.supervise.pid1 import run_as_init
 from ringleader.supervise.report import early_leader, report_error, send_to_leader
 from ringleader.supervise.roles import Role, choose_role
 from ringleader.wire.events import SigtermReceived
@@ -74,7 +75,8 @@ class EntryPoint:
         # role waits for it when it needs it.
         prepared = BackgroundCall(functools.partial(parts.prepare_host, config, shape), "prepare")
         run_id = context.job(config.topology.leader)
-        facts = HostFacts(parts.own_sshd, parts.gpus(), run_id, context.log)
+        image = parts.files.image_settings()  # read (and checked) with the job's config
+        facts = HostFacts(parts.own_sshd, parts.gpus(), run_id, context.log, image)
         strategy = parts.select(config, facts, prepared.result)
         try:
             if role is Role.WORKER:
@@ -134,6 +136,11 @@ class EntryPoint:
 
 def main(argv: Sequence[str] | None = None, own_sshd: bool = True) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if os.geteuid() == 0:
+        # Containers run as root; Open MPI refuses root (mpirun, a singleton MPI_Init in a
+        # rank) unless told, and a user's image seldom says so.
+        for name in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+            os.environ.setdefault(name, "1")
     if args[:1] == ["train"]:
         args = args[1:]
     entry = EntryPoint(real_parts(ConfigFiles(), own_sshd, socket.gethostname()))
@@ -172,5 +179,11 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
+def run() -> None:
+    """`ringleader-entrypoint` (the console script and the image's stable script): as a
+    container's first process, also its init (supervise/pid1.py)."""
+    exit_now(run_as_init(main) if os.getpid() == 1 else main())
+
+
 if __name__ == "__main__":
-    exit_now(main())
+    run()

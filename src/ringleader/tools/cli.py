@@ -1,5 +1,6 @@
 """The `ringleader` command: `local` runs a job on fake hosts, `cluster` on your own machines
-over ssh, `stack` manages the VPC stack, `report` draws a job's report."""
+over ssh, `stack` manages the VPC stack, `report` draws a job's report, `image` prepares or
+checks a training image."""
 
 import argparse
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 from ringleader import __version__
 from ringleader.config.job import DISTRIBUTIONS, MPI, NO_DISTRIBUTION
 from ringleader.tools.cluster import cli as cluster_cli
+from ringleader.tools.image import cli as image_cli
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.local.options import (
     DEFAULT_SHM,
@@ -308,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_cli.add_parser(subparsers)
     stack_cli.add_parser(subparsers)
     report_cli.add_parser(subparsers)
+    image_cli.add_parser(subparsers)
     return parser
 
 
