@@ -142,7 +142,7 @@ def test_a_wedged_orted_is_killed_after_the_launcher_exit_timeout(run_mounted):
 
 def test_a_busy_control_port_is_a_configuration_error_on_every_host(run_mounted):
     run = run_mounted(
-        entrypoint=("/usr/bin/tini", "--", "python3", "-c", HOLD_PORT_THEN_TRAIN),
+        entrypoint=("python3", "-c", HOLD_PORT_THEN_TRAIN),
         host_env={"algo-1": {"HOLD_PORT": "29100"}},
         hyperparameters={"megabytes": "0.01"},
     )
