@@ -13,6 +13,10 @@ setup:  ## everything: Docker Engine, base image, wheelhouse, image, chromium, S
 image:  ## only the image (Docker Engine + base + wheelhouse + docker build)
 	scripts/setup.sh image
 
+.PHONY: wheel
+wheel:  ## the ringleader wheel, build/wheelhouse/ringleader/ringleader-*.whl (for your own image: docs/own-image.md)
+	scripts/setup.sh wheel
+
 .PHONY: image-horovod
 image-horovod: image  ## ringleader:horovod = the image + PyTorch 2.13 (CPU) + Horovod 0.28.1 (cold build ~8 min)
 	scripts/build-horovod.sh

@@ -4,7 +4,9 @@
 #   scripts/setup.sh              all steps: docker, base, wheelhouse, build, browser, venv
 #   scripts/setup.sh image        the image only (docker + base + wheelhouse + build)
 #   scripts/setup.sh venv         the host virtualenv .venv only
-#   scripts/setup.sh STEP...      any of: docker base wheelhouse build browser sdk3 venv image all
+#   scripts/setup.sh STEP...      any of: docker base wheelhouse wheel build browser sdk3 venv
+#                                 image all (wheel: only the ringleader wheel, in
+#                                 build/wheelhouse/ringleader)
 #   (browser: Debian's chromium, for the report's screenshot test; sdk3: build/sdk3-venv with
 #   SageMaker Python SDK v3 for its local-mode tests)
 #
@@ -181,7 +183,7 @@ EOF
 
 step_wheelhouse() {
     require_python311
-    local deps=$WHEELHOUSE/deps app=$WHEELHOUSE/ringleader stamp=$WHEELHOUSE/deps.key key tmp start
+    local deps=$WHEELHOUSE/deps stamp=$WHEELHOUSE/deps.key key tmp start
     key=$(deps_key)
     mkdir -p "$WHEELHOUSE"
     if [[ ${REBUILD_WHEELS:-} != 1 && -f $stamp && $(<"$stamp") == "$key" ]] &&
@@ -203,9 +205,14 @@ step_wheelhouse() {
         printf '%s\n' "$key" >"$stamp"
         log "Dependency wheels built in $((SECONDS - start))s: $(find "$deps" -name '*.whl' | wc -l) wheels, $(du -sh "$deps" | cut -f1)"
     fi
-    # The ringleader wheel is always rebuilt, from a clean setuptools build dir (build/lib would
-    # otherwise keep modules deleted from src/).
-    start=$SECONDS
+    step_wheel
+}
+
+# The ringleader wheel (`make wheel`: what `pip install ringleader-*.whl` takes in any image) is
+# always rebuilt, from a clean setuptools build dir (build/lib would otherwise keep modules
+# deleted from src/).
+step_wheel() {
+    local app=$WHEELHOUSE/ringleader start=$SECONDS
     log "Building the ringleader wheel into $app"
     rm -rf "$app" build/lib build/bdist.*
     if ! SOURCE_DATE_EPOCH=$WHEEL_EPOCH "$PYTHON" -m pip wheel --quiet --no-deps --wheel-dir "$app" . \
