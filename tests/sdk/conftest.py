@@ -419,7 +419,9 @@ class SdkJob:
 def docker_time(text: str) -> float:
     """Docker's RFC 3339 time with nanoseconds, e.g. 2026-11-22T05:04:07.123456789Z."""
     whole, _, fraction = text.rstrip("Z").partition(".")
-    seconds = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC).timestamp()
+    seconds = (
+        datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.timezone.utc).timestamp()
+    )
     return seconds + float(f"0.{fraction or 0}")
 
 

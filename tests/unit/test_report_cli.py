@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,6 +196,40 @@ def test_an_archive_with_no_job_output_is_refused(
         tar.add(tmp_path / "readme.md", arcname="readme.md")
     code, _, err = run(capsys, str(archive))
     assert code == 2 and "holds no job output" in err
+
+
+@pytest.mark.parametrize("filters", [True, False], ids=["with-filters", "python-without-filters"])
+def test_an_archive_member_that_would_land_outside_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    filters: bool,
+) -> None:
+    """Extraction filters came in Python 3.10.12 and 3.11.4; without them the members are
+    checked as a job's source tarball is."""
+    if not filters:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    payload = tmp_path / "payload"
+    payload.write_text("x")
+    archive = tmp_path / "output.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(payload, arcname="success")
+        tar.add(payload, arcname="../escaped")
+    code, _, err = run(capsys, str(archive))
+    assert code == 2 and "cannot unpack" in err and "escaped" in err
+    assert not list(Path(tempfile.gettempdir()).glob("escaped"))
+
+
+def test_an_archive_of_job_output_is_read_without_extraction_filters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    (tmp_path / "success").write_text("")
+    archive = tmp_path / "output.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "success", arcname="success")
+    code, _, err = run(capsys, str(archive), "--out", str(tmp_path / "report"))
+    assert code == 0, err
 
 
 def test_an_unwritable_output_folder_exits_1(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ringleader.tools.stack.events import (
@@ -13,7 +13,7 @@ from ringleader.tools.stack.events import (
 )
 
 STACK = "ringleader-training-vpc"
-T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
 
 
 def api_event(

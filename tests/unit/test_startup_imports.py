@@ -13,6 +13,7 @@ DEFERRED = {
     "logging": "nothing of ours logs through it",
     "tarfile": "only jobs with a source tarball",
     "tomllib": "only code with a pyproject.toml",
+    "tomli": "only code with a pyproject.toml (Python 3.10)",
     "secrets": "a temporary name needs no cryptographic module",
     "boto3": "only jobs that read or write S3",
 }

@@ -56,10 +56,26 @@ def open_source(path: Path) -> Iterator[Source]:
     with tempfile.TemporaryDirectory(prefix="ringleader-report-") as folder:
         try:
             with tarfile.open(path, "r:*") as archive:
-                archive.extractall(folder, filter="data")
+                _extract_safely(archive, path, folder)
         except (tarfile.TarError, OSError, EOFError) as error:
             raise SourceError(f"{path}: cannot unpack: {error}") from None
         yield Source(Path(folder), archive=True)
+
+
+def _extract_safely(archive: tarfile.TarFile, path: Path, folder: str) -> None:
+    if hasattr(tarfile, "data_filter"):
+        archive.extractall(folder, filter="data")
+        return
+    # Python before 3.10.12 and 3.11.4 has no extraction filters: the same member checks as
+    # for a job's source tarball refuse what could land outside the folder.
+    from ringleader.source.usercode import member_of, unsafe_members
+
+    members = archive.getmembers()
+    problems = unsafe_members([member_of(member) for member in members])
+    if problems:
+        name, reason = problems[0]
+        raise SourceError(f"{path}: cannot unpack: member {name!r} {reason}")
+    archive.extractall(folder, members=members)  # noqa: S202 (checked just above)
 
 
 def find_files(source: Source, exclude: Path | None) -> JobFiles:
