@@ -236,3 +236,16 @@ def test_pid_one_passes_sigterm_on_and_reports_the_childs_end() -> None:
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+
+
+def test_the_setup_command_refuses_a_python_below_the_supported_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = tmp_path / "python3.9"  # answers the probe as Python 3.9 would
+    old.write_text("#!/bin/sh\nprintf '3.9.18|'\n")
+    old.chmod(0o755)
+    args = ["image", "setup", "--without-mpi", "--root", str(tmp_path / "root")]
+    assert cli_main([*args, "--python", str(old)]) == 1
+    error = capsys.readouterr().err
+    assert f"{old} (Python 3.9.18): ringleader supports Python 3.10-3.13" in error
+    assert not (tmp_path / "root").exists()
