@@ -39,11 +39,15 @@ image-tensorflow: image  ## ringleader:tensorflow = the image + TensorFlow 2.21 
 image-mxnet: image  ## ringleader:mxnet = the image + MXNet 1.9.1 (CPU) + Horovod 0.28.1 for MXNet (cold ~7 min)
 	FRAMEWORK=mxnet scripts/build-horovod.sh
 
+.PHONY: image-trixie
+image-trixie: image  ## ringleader:trixie = Debian trixie, Python 3.13, Open MPI 5, the user's venv /opt/venv (numpy), ringleader in its own (cold ~2 min)
+	scripts/build-trixie.sh
+
 .PHONY: image-tf-horovod
 image-tf-horovod: image  ## ringleader:tf-horovod = the image + TensorFlow 2.21 (CPU) + tf-keras + Horovod 0.28.1 for TensorFlow (cold ~4 min)
 	FRAMEWORK=tensorflow scripts/build-horovod.sh
 
-test: setup image-horovod image-tensorflow image-mxnet image-tf-horovod  ## lint, type check and the whole test suite (unit + real containers)
+test: setup image-horovod image-tensorflow image-mxnet image-tf-horovod image-trixie  ## lint, type check and the whole test suite (unit + real containers)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

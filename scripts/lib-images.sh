@@ -10,7 +10,7 @@ die() {
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 
 # Platform tags of Debian bookworm (glibc 2.36) for x86_64, so the wheels fit the image even when
-# the host is a different Linux.
+# the host is a different Linux (trixie's glibc 2.41 runs them too).
 platform_args() {
     local minor
     for minor in $(seq 36 -1 5); do
@@ -25,14 +25,16 @@ require_python311() {
         die "$PYTHON is not CPython 3.11; the image's Debian bookworm python3 is 3.11 and the wheels must match (set PYTHON)"
 }
 
-# download_wheels DEST REQUIREMENT...: binary wheels for cp311 on manylinux x86_64.
+# download_wheels DEST REQUIREMENT...: binary wheels for CPython WHEEL_PYTHON (default 3.11,
+# Debian bookworm's; 3.13 for trixie's) on manylinux x86_64. The host's pip may be any version's.
 download_wheels() {
-    local dest=$1
+    local dest=$1 version=${WHEEL_PYTHON:-3.11}
     shift
+    [[ $version =~ ^3\.[0-9]+$ ]] || die "WHEEL_PYTHON=$version is not a Python version like 3.13"
     local -a platforms
     mapfile -t platforms < <(platform_args)
     if ! "$PYTHON" -m pip download --quiet --dest "$dest" --only-binary=:all: \
-        --implementation cp --python-version 3.11 --abi cp311 --abi abi3 --abi none \
+        --implementation cp --python-version "$version" --abi "cp${version/./}" --abi abi3 --abi none \
         "${platforms[@]}" "$@" 2>"$dest.pip.log"; then
         cat "$dest.pip.log" >&2
         die "pip download of the wheels failed"
@@ -104,4 +106,111 @@ run_steps() {
         "step_$s"
     done
     log "$(basename "$0") done (${steps[*]}) in $((SECONDS - total_start))s"
+}
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+apt_install() {
+    [[ $(id -u) -eq 0 ]] || die "need root to install Debian packages: $*"
+    have apt-get || die "apt-get not found; install by hand: $*"
+    log "Installing Debian packages: $*"
+    export NEEDRESTART_SUSPEND=1
+    apt-get update -qq
+    apt-get install -y -qq "$@" >/dev/null
+}
+
+DEBOOTSTRAP_DIR=
+cleanup_debootstrap() {
+    [[ -n $DEBOOTSTRAP_DIR && -d $DEBOOTSTRAP_DIR ]] || return 0
+    # debootstrap mounts /proc and /sys in the target while it works; never delete through them.
+    local mnt
+    awk -v d="$DEBOOTSTRAP_DIR/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r |
+        while read -r mnt; do umount -l "$mnt" || true; done
+    rm -rf --one-file-system "$DEBOOTSTRAP_DIR"
+    DEBOOTSTRAP_DIR=
+}
+
+# build_debootstrap_base RELEASE IMAGE: a minimal Debian RELEASE (bookworm, trixie) root file
+# system from Debian's packages, imported as IMAGE, on a host of either release. Uses
+# DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR and DEBOOTSTRAP_TIMEOUT (seconds).
+build_debootstrap_base() {
+    local release=$1 image=$2
+    [[ $(id -u) -eq 0 ]] || die "building the base image with debootstrap needs root"
+    have debootstrap || apt_install debootstrap
+    [[ -e /usr/share/debootstrap/scripts/$release ]] ||
+        die "this host's debootstrap does not know Debian $release; update it (apt-get install debootstrap)"
+    local mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+    local security=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+    DEBOOTSTRAP_DIR=$(mktemp -d "/var/tmp/ringleader-base-$release.XXXXXX")
+    trap cleanup_debootstrap EXIT
+    local dir=$DEBOOTSTRAP_DIR logf=build/debootstrap-$release.log start=$SECONDS
+    mkdir -p build
+    log "Building base image $image from Debian packages: debootstrap --variant=minbase $release ($mirror, log: $logf; about a minute)"
+    # Progress: debootstrap's own stage lines (I: Retrieving, Validating, Unpacking, Configuring)
+    # every 10 s, so a slow mirror shows as such.
+    timeout "${DEBOOTSTRAP_TIMEOUT:-900}" debootstrap --variant=minbase "$release" "$dir" "$mirror" >"$logf" 2>&1 &
+    local pid=$! last=$SECONDS status=0
+    while kill -0 "$pid" 2>/dev/null; do
+        if ((SECONDS - last >= 10)); then
+            last=$SECONDS
+            log "  $(printf '%4ss' $((SECONDS - start))) $(tail -n 1 "$logf" | cut -c1-100)"
+        fi
+        sleep 1
+    done
+    wait "$pid" || status=$?
+    if ((status != 0)); then
+        tail -n 20 "$logf" >&2
+        die "debootstrap $release failed (exit $status; see $logf)"
+    fi
+    cat >"$dir/etc/apt/sources.list" <<SOURCES
+deb $mirror $release main
+deb $mirror $release-updates main
+deb $security $release-security main
+SOURCES
+    # Like Docker's official Debian images: no package caches; hostname/hosts/resolv.conf are
+    # provided by Docker at run time, so none of the host's leak into the image.
+    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/cache/apt/*.bin "$dir"/var/lib/apt/lists/* \
+        "$dir"/var/log/* "$dir"/tmp/* "$dir"/var/tmp/*
+    : >"$dir/etc/resolv.conf"
+    : >"$dir/etc/hostname"
+    log "Importing the root file system as $image"
+    tar --numeric-owner -C "$dir" -c . |
+        docker import \
+            --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+            --change 'CMD ["bash"]' \
+            - "$image" >/dev/null
+    cleanup_debootstrap
+    trap - EXIT
+    log "Base image $image built in $((SECONDS - start))s"
+}
+
+try_pull() {
+    log "Pulling $1 (at most ${PULL_TIMEOUT:-60}s)"
+    if timeout "${PULL_TIMEOUT:-60}" docker pull -q "$1" >/dev/null 2>&1; then
+        return 0
+    fi
+    log "Cannot pull $1 (no registry reachable?)"
+    return 1
+}
+
+# choose_base RELEASE: sets BASE_IMAGE to the Debian RELEASE base an image is built from. An
+# explicitly set BASE_IMAGE must be present or pullable. Otherwise debian:RELEASE-slim when
+# present, else ringleader/base:RELEASE when an earlier run built it, else debian:RELEASE-slim
+# pulled, else ringleader/base:RELEASE built with debootstrap.
+choose_base() {
+    local release=$1 default="debian:$1-slim" fallback="ringleader/base:$1"
+    if [[ -n ${BASE_IMAGE:-} ]]; then
+        image_exists "$BASE_IMAGE" || try_pull "$BASE_IMAGE" ||
+            die "base image $BASE_IMAGE is not present and cannot be pulled"
+    elif image_exists "$default"; then
+        BASE_IMAGE=$default
+    elif image_exists "$fallback"; then
+        BASE_IMAGE=$fallback
+    elif try_pull "$default"; then
+        BASE_IMAGE=$default
+    else
+        build_debootstrap_base "$release" "$fallback"
+        BASE_IMAGE=$fallback
+    fi
+    log "Base image: $BASE_IMAGE"
 }

@@ -28,10 +28,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-DEFAULT_BASE=debian:bookworm-slim
-FALLBACK_BASE=ringleader/base:bookworm
-BASE_IMAGE_EXPLICIT=${BASE_IMAGE:+1}
-BASE_IMAGE=${BASE_IMAGE:-$DEFAULT_BASE}
+BASE_IMAGE=${BASE_IMAGE:-}
 IMAGE=${IMAGE:-ringleader:latest}
 PYTHON=${PYTHON:-python3}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -50,17 +47,6 @@ export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # shellcheck source=scripts/lib-images.sh
 source scripts/lib-images.sh
-
-have() { command -v "$1" >/dev/null 2>&1; }
-
-apt_install() {
-    [[ $(id -u) -eq 0 ]] || die "need root to install Debian packages: $*"
-    have apt-get || die "apt-get not found; install by hand: $*"
-    log "Installing Debian packages: $*"
-    export NEEDRESTART_SUSPEND=1
-    apt-get update -qq
-    apt-get install -y -qq "$@" >/dev/null
-}
 
 # --------------------------------------------------------------------------------------- docker
 step_docker() {
@@ -91,76 +77,8 @@ step_docker() {
 }
 
 # ----------------------------------------------------------------------------------------- base
-try_pull() {
-    log "Pulling $1 (at most ${PULL_TIMEOUT}s)"
-    if timeout "$PULL_TIMEOUT" docker pull -q "$1" >/dev/null 2>&1; then
-        return 0
-    fi
-    log "Cannot pull $1 (no registry reachable?)"
-    return 1
-}
-
-DEBOOTSTRAP_DIR=
-cleanup_debootstrap() {
-    [[ -n $DEBOOTSTRAP_DIR && -d $DEBOOTSTRAP_DIR ]] || return 0
-    # debootstrap mounts /proc and /sys in the target while it works; never delete through them.
-    local mnt
-    awk -v d="$DEBOOTSTRAP_DIR/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r |
-        while read -r mnt; do umount -l "$mnt" || true; done
-    rm -rf --one-file-system "$DEBOOTSTRAP_DIR"
-    DEBOOTSTRAP_DIR=
-}
-
-build_debootstrap_base() {
-    [[ $(id -u) -eq 0 ]] || die "building the base image with debootstrap needs root"
-    have debootstrap || apt_install debootstrap
-    DEBOOTSTRAP_DIR=$(mktemp -d /var/tmp/ringleader-base.XXXXXX)
-    trap cleanup_debootstrap EXIT
-    local dir=$DEBOOTSTRAP_DIR logf=build/debootstrap.log start=$SECONDS
-    mkdir -p build
-    log "Building base image $FALLBACK_BASE from Debian packages: debootstrap --variant=minbase bookworm ($DEBIAN_MIRROR, log: $logf)"
-    if ! timeout "$DEBOOTSTRAP_TIMEOUT" debootstrap --variant=minbase bookworm "$dir" "$DEBIAN_MIRROR" >"$logf" 2>&1; then
-        tail -n 20 "$logf" >&2
-        die "debootstrap failed (see $logf)"
-    fi
-    cat >"$dir/etc/apt/sources.list" <<EOF
-deb $DEBIAN_MIRROR bookworm main
-deb $DEBIAN_MIRROR bookworm-updates main
-deb $DEBIAN_SECURITY_MIRROR bookworm-security main
-EOF
-    # Like Docker's official Debian images: no package caches; hostname/hosts/resolv.conf are
-    # provided by Docker at run time, so none of the host's leak into the image.
-    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/cache/apt/*.bin "$dir"/var/lib/apt/lists/* \
-        "$dir"/var/log/* "$dir"/tmp/* "$dir"/var/tmp/*
-    : >"$dir/etc/resolv.conf"
-    : >"$dir/etc/hostname"
-    log "Importing the root file system as $FALLBACK_BASE"
-    tar --numeric-owner -C "$dir" -c . |
-        docker import \
-            --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-            --change 'CMD ["bash"]' \
-            - "$FALLBACK_BASE" >/dev/null
-    cleanup_debootstrap
-    trap - EXIT
-    log "Base image $FALLBACK_BASE built in $((SECONDS - start))s"
-}
-
-# Sets BASE_IMAGE to the base the image is built from.
-step_base() {
-    if image_exists "$BASE_IMAGE"; then
-        :
-    elif [[ -n $BASE_IMAGE_EXPLICIT ]]; then
-        try_pull "$BASE_IMAGE" || die "base image $BASE_IMAGE is not present and cannot be pulled"
-    elif image_exists "$FALLBACK_BASE"; then
-        BASE_IMAGE=$FALLBACK_BASE
-    elif try_pull "$BASE_IMAGE"; then
-        :
-    else
-        build_debootstrap_base
-        BASE_IMAGE=$FALLBACK_BASE
-    fi
-    log "Base image: $BASE_IMAGE"
-}
+# Sets BASE_IMAGE to the base the image is built from (scripts/lib-images.sh: choose_base).
+step_base() { choose_base bookworm; }
 
 # ----------------------------------------------------------------------------------- wheelhouse
 # What the dependency wheels depend on: ringleader's declared dependencies and the Python ABI.
