@@ -7,6 +7,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import docker
 import docker.errors
@@ -214,6 +215,83 @@ def test_host_without_ringleader_is_named_and_bootstrap_fixes_it(instances: Inst
     assert "bootstrap node2: installing ringleader-" in output
     assert "rank 3 of 6 on node2: sum 15" in output
     assert instances.sh("node2", "test -x /root/.ringleader/venv/bin/python")[0] == 0
+
+
+# Another CPython for some hosts: this machine's pyenv build, copied in at the same path (it is
+# not relocatable). The image's own is 3.11.
+OTHER_PYTHONS = sorted(Path("/root/.pyenv/versions").glob("3.1[023].*/bin/python3"))
+HOST_PYTHON = "/opt/hostpython/python3"  # the --python PATH, on node1 the image's own Python
+
+
+def give_other_python(instances: Instances, name: str, python: Path) -> None:
+    """`python`'s installation into the node, HOST_PYTHON running it, and pip limited to an
+    (empty) local wheelhouse: the host's own package index, as on an offline cluster."""
+    root = python.parent.parent
+    tar = subprocess.Popen(
+        ["tar", "-C", "/", "--exclude", "test", "-cf", "-", str(root.relative_to("/"))],
+        stdout=subprocess.PIPE,
+    )
+    container = instances.nodes[name].name
+    untar = subprocess.run(
+        ["docker", "exec", "-i", container, "tar", "-C", "/", "-xf", "-"],
+        stdin=tar.stdout,
+        capture_output=True,
+        timeout=300,
+    )
+    assert tar.wait(timeout=60) == 0 and untar.returncode == 0, untar.stderr
+    instances.put(name, HOST_PYTHON, f'#!/bin/sh\nexec {python} "$@"\n'.encode())
+    instances.put(name, "/etc/pip.conf", b"[global]\nno-index = true\nfind-links = /wheelhouse\n")
+    assert instances.sh(name, f"chmod +x {HOST_PYTHON} && mkdir -p /wheelhouse")[0] == 0
+
+
+@pytest.mark.skipif(not OTHER_PYTHONS, reason="no CPython 3.10/3.12/3.13 under /root/.pyenv")
+def test_hosts_on_another_python_named_with_python_option(
+    instances: Instances, tmp_path: Path
+) -> None:
+    """node1 (the launcher) on the image's 3.11, node2 and node3 on another minor version, all
+    named by one --python PATH. --bootstrap ships what fits them (pure wheels, psutil's stable
+    ABI) and asks their own index for the rest (PyYAML compiled here for 3.11): with an empty
+    wheelhouse that fails, naming what to install; once it holds them, the job runs."""
+    python = OTHER_PYTHONS[-1]
+    version = python.parent.parent.name
+    instances.put("node1", HOST_PYTHON, b'#!/bin/sh\nexec /opt/ringleader/venv/bin/python3 "$@"\n')
+    assert instances.sh("node1", f"chmod +x {HOST_PYTHON}")[0] == 0
+    for name in ("node2", "node3"):
+        give_other_python(instances, name, python)
+    run = ["cluster", "run", "--hostfile", "hosts", "--python", HOST_PYTHON, "--bootstrap"]
+    code, output = instances.ringleader([*run, "--", "python", "job.py"])
+    assert code == 78, output
+    minor = ".".join(version.split(".")[:2])
+    line = next((x for x in output.splitlines() if "bootstrap node2: installing" in x), output)
+    shipped, _, fetched = line.partition(
+        f"(Python {version}); from the host's package index (no build here fits its Python "
+        f"{minor} on x86_64): "
+    )
+    assert fetched and "pyyaml==" in fetched.lower(), output
+    assert "ringleader-" in shipped and "psutil-" in shipped  # psutil: the stable ABI fits
+    assert f"cannot install {fetched.replace(', ', ' ')} for Python {minor}" in output
+    assert "nothing was launched" in output
+
+    wheelhouse = tmp_path / "wheelhouse"
+    pip_download = [str(python), "-m", "pip", "download", "--quiet", "--no-deps"]
+    download = subprocess.run(
+        [*pip_download, "--only-binary", ":all:", "-d", str(wheelhouse), *fetched.split(", ")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert download.returncode == 0, download.stderr
+    for name in ("node2", "node3"):
+        for wheel in wheelhouse.iterdir():
+            instances.put(name, f"/wheelhouse/{wheel.name}", wheel.read_bytes())
+    code, output = instances.ringleader([*run, "--", "python", "job.py"])
+    assert code == 0, output
+    assert_every_mpi_rank_ran(output)
+    preflight = output.split("==> preflight", 1)[1].split("\n==>", 1)[0]
+    rows = dict(re.findall(r"^\s+(node\d)\s+(\S+)\s", preflight, re.MULTILINE))
+    assert rows.get("node1", "").startswith("3.11."), output
+    assert rows.get("node2") == rows.get("node3") == version, output
+    assert instances.wait_until_clean(NO_JOB_PROCESS_WITHIN) == {}
 
 
 def test_kill_9_of_the_leaders_ringleader_leaves_nothing_running(instances: Instances) -> None:

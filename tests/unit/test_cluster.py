@@ -1,10 +1,14 @@
 """`ringleader cluster`: hostfiles, preflight verdicts, the job each host runs, wheels, agents."""
 
+import ast
 import base64
 import hashlib
+import importlib.metadata
+import inspect
 import io
 import json
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -22,13 +26,14 @@ from ringleader.core import exitcodes, paths
 from ringleader.core.errors import ConfigError
 from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv
 from ringleader.tools.cluster import agent, fanout, preflight, run, wheels
+from ringleader.tools.cluster import probe as probe_program
 from ringleader.tools.cluster.hostfile import (
     ClusterHost,
     parse_host_list,
     parse_hostfile,
     processes_per_host,
 )
-from ringleader.tools.cluster.ssh import SshOptions
+from ringleader.tools.cluster.ssh import SshOptions, bootstrap_venv
 
 # ------------------------------------------------------------------------------------ hostfile
 
@@ -109,6 +114,52 @@ def test_remote_python_finder_passes_arguments_through(tmp_path):
     assert out.stdout.strip() == "['a b', \"'c'\"]"
 
 
+def run_finder(remote, home):
+    env = dict(os.environ, HOME=str(home))
+    return subprocess.run(["sh", "-c", remote[-1]], capture_output=True, text=True, env=env)
+
+
+def test_remote_python_named_with_python_option_is_the_one_run(tmp_path):
+    remote = SshOptions(remote_python=sys.executable).python(
+        "node", ["-c", "import sys; print(sys.executable)"]
+    )
+    out = run_finder(remote, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == sys.executable
+
+
+def test_a_missing_python_option_interpreter_is_named(tmp_path):
+    remote = SshOptions(remote_python="/no/such/python3.12").python("node", ["-V"])
+    out = run_finder(remote, tmp_path)
+    assert out.returncode == 127
+    assert out.stderr.strip() == (
+        "ringleader: --python /no/such/python3.12 is not an executable on this host"
+    )
+
+
+@pytest.mark.parametrize(
+    ("named", "venv"),
+    [
+        (None, ".ringleader/venv"),
+        ("/usr/bin/python3.12", ".ringleader/venv-usr_bin_python3.12"),
+        ("/opt/my env/bin/python", ".ringleader/venv-opt_my_env_bin_python"),
+    ],
+)
+def test_each_named_interpreter_has_its_own_bootstrap_venv_which_is_tried_first(
+    tmp_path, named, venv
+):
+    assert bootstrap_venv(named) == venv
+    fake = tmp_path / venv / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/bin/sh\necho "bootstrapped $*"\n')
+    fake.chmod(0o755)
+    out = run_finder(SshOptions(remote_python=named).python("node", ["-V"]), tmp_path)
+    assert out.stdout.strip() == "bootstrapped -V"
+    other = "/usr/bin/python3.13" if named is None else None  # another's venv is not used
+    out = run_finder(SshOptions(remote_python=other).python("node", ["-V"]), tmp_path)
+    assert "bootstrapped" not in out.stdout
+
+
 # ----------------------------------------------------------------------------------- preflight
 
 HOST = ClusterHost("node", "node", 2, "hosts:1")
@@ -119,6 +170,8 @@ def facts(**changes):
         hostname="node",
         python="/usr/bin/python3",
         python_version="{}.{}.9".format(*sys.version_info[:2]),
+        implementation="cpython",
+        machine="x86_64",
         ringleader=preflight.Needs().ringleader,
         versions={},
         gpus=0,
@@ -138,7 +191,12 @@ def test_a_fit_host_has_no_problems():
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
-        ({"python_version": "3.9.2"}, "Python 3.9.2"),
+        (
+            {"python_version": "3.9.2"},
+            "Python 3.9.2 (/usr/bin/python3) is not supported: ringleader needs Python 3.10 to "
+            "3.13 on every host; name another interpreter on the hosts with --python PATH",
+        ),
+        ({"python_version": "3.14.0", "ringleader": None}, "Python 3.14.0 (/usr/bin/python3) is"),
         ({"ringleader": None}, "not installed for /usr/bin/python3 (--bootstrap"),
         ({"ringleader": "0.0.1"}, "ringleader 0.0.1, not"),
         ({"mpirun": False}, "no mpirun"),
@@ -149,6 +207,19 @@ def test_a_fit_host_has_no_problems():
 def test_problems_name_what_is_wrong(changes, expected):
     (problem,) = preflight.problems(preflight.Probe(HOST, facts(**changes)), preflight.Needs())
     assert expected in problem
+
+
+@pytest.mark.parametrize("version", ["3.10.0", "3.11.2", "3.12.1", "3.13.0"])
+def test_any_supported_python_on_a_host_is_fit_whatever_runs_here(version):
+    probe = preflight.Probe(HOST, facts(python_version=version))
+    assert preflight.problems(probe, preflight.Needs()) == []
+
+
+@pytest.mark.parametrize(
+    ("version", "minor"), [("3.12.1", (3, 12)), ("3.13.0rc1", (3, 13)), ("3", (0, 0)), ("", (0, 0))]
+)
+def test_minor_version(version, minor):
+    assert preflight.minor_version(version) == minor
 
 
 def test_unreachable_host_and_table():
@@ -172,14 +243,43 @@ def test_probe_hosts_runs_the_probe_program_and_reads_its_answer(tmp_path):
 
     needs = preflight.Needs(cwd=str(tmp_path), job_root=str(tmp_path / "jobs"))
     names = ["no-such-distribution-xyz"]
-    (probe,) = preflight.probe_hosts([HOST], SshOptions(), needs, names, 60, run=local)
+    ssh = SshOptions(remote_python=sys.executable)  # this test's Python, whatever python3 is
+    (probe,) = preflight.probe_hosts([HOST], ssh, needs, names, 60, run=local)
     assert probe.error is None
     assert probe.facts is not None
-    assert probe.facts.python_version.startswith(needs.python)
+    assert probe.facts.python_version == "{}.{}.{}".format(*sys.version_info[:3])
+    assert probe.facts.implementation == sys.implementation.name
+    assert probe.facts.machine == platform.machine()
     assert probe.facts.versions == {"no-such-distribution-xyz": None}
     assert Path(probe.facts.python).name.startswith("python")
     assert probe.facts.cwd_exists
     assert probe.facts.free_bytes > 0
+
+
+OLD_PYTHONS = sorted(Path(os.path.expanduser("~/.pyenv/versions")).glob("3.[7-9].*/bin/python3"))
+
+
+@pytest.mark.skipif(not OLD_PYTHONS, reason="no Python 3.7-3.9 under ~/.pyenv/versions")
+def test_a_host_whose_python_is_too_old_is_probed_and_refused_by_name(tmp_path):
+    """The probe itself runs on the old interpreter (named with --python) and answers."""
+
+    def local(argv, timeout):
+        return subprocess.run(["sh", "-c", argv[-1]], capture_output=True, timeout=timeout)
+
+    old = str(OLD_PYTHONS[0])
+    needs = preflight.Needs(cwd=str(tmp_path), job_root=str(tmp_path), mpirun=False)
+    ssh = SshOptions(remote_python=old)
+    (probe,) = preflight.probe_hosts([HOST], ssh, needs, ["psutil"], 60, run=local)
+    assert probe.error is None and probe.facts is not None
+    (problem,) = preflight.problems(probe, needs)
+    assert problem.startswith(f"Python {probe.facts.python_version} (")
+    assert "is not supported: ringleader needs Python 3.10 to 3.13" in problem
+    assert "--python PATH" in problem
+
+
+def test_the_probe_is_python_3_7_syntax():
+    """It must answer (with its version) on a host too old for ringleader."""
+    ast.parse(inspect.getsource(probe_program), feature_version=(3, 7))
 
 
 def test_probe_timeout_counts_as_unreachable():
@@ -387,9 +487,183 @@ def test_ringleader_packs_into_an_installable_wheel():
 
 
 def test_requirement_closure_includes_the_dependencies():
-    closure = wheels.requirement_closure("ringleader")
+    closure = list(wheels.requirement_closure("ringleader"))
     assert closure[0] == "ringleader"
     assert {"boto3", "botocore", "psutil"} <= set(closure)
+
+
+FAKE_REQUIRES = {
+    "ringleader": [
+        "pyyaml>=6",
+        "tomli>=2; python_version < '3.11'",
+        'pywin32>=304; sys_platform == "win32"',
+        'rich; extra == "report"',
+    ],
+    "pyyaml": [],
+}
+
+
+@pytest.mark.parametrize(
+    ("python", "expected"),
+    [
+        ((3, 10), {"ringleader": "ringleader", "pyyaml": "pyyaml>=6", "tomli": "tomli>=2"}),
+        ((3, 12), {"ringleader": "ringleader", "pyyaml": "pyyaml>=6"}),
+        (None, {"ringleader": "ringleader", "pyyaml": "pyyaml>=6", "tomli": "tomli>=2"}),
+    ],
+)
+def test_requirement_closure_is_the_hosts_python_s(monkeypatch, python, expected):
+    """tomli (not installed here) is listed for a 3.10 host; pywin32, whose marker is not
+    about Python and which is not installed here, never is; extras never are."""
+
+    def requires(name):
+        if name not in FAKE_REQUIRES:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return FAKE_REQUIRES[name]
+
+    monkeypatch.setattr(wheels.importlib.metadata, "requires", requires)
+    assert wheels.requirement_closure("ringleader", python) == expected
+
+
+@pytest.mark.parametrize(
+    ("marker", "python", "applies"),
+    [
+        ("", (3, 10), True),
+        ('python_version < "3.11"', (3, 10), True),
+        ('python_version < "3.11"', (3, 13), False),
+        ("python_version >= '3.10' and python_version != '3.12'", (3, 12), False),
+        ("python_version >= '3.10' and python_version != '3.12'", (3, 13), True),
+        ('python_version < "3.11"', None, True),
+        ('extra == "crt"', (3, 11), False),
+        ('sys_platform == "win32"', (3, 11), None),
+        ('python_version < "3.10" or sys_platform == "x"', (3, 11), None),
+    ],
+)
+def test_marker_applies(marker, python, applies):
+    assert wheels.marker_applies(marker, python) is applies
+
+
+X86_312 = wheels.HostPython((3, 12), "cpython", "x86_64")
+
+
+@pytest.mark.parametrize(
+    ("tag", "fits"),
+    [
+        ("py3-none-any", True),
+        ("py2.py3-none-any", True),
+        ("py2-none-any", False),
+        ("py312-none-any", True),
+        ("py313-none-any", False),
+        ("cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64", True),
+        ("cp311-cp311-manylinux_2_17_x86_64", False),  # built here for 3.11: not for 3.12
+        ("cp312-cp312-manylinux_2_17_aarch64", False),
+        ("cp36-abi3-manylinux_2_12_x86_64", True),  # the stable ABI, from 3.6 on
+        ("cp313-abi3-manylinux_2_12_x86_64", False),
+        ("cp312-none-any", True),
+        ("pp310-pypy310_pp73-manylinux_2_17_x86_64", False),
+        ("not-a-tag", False),
+    ],
+)
+def test_wheel_fits_the_hosts_python_and_architecture(tag, fits):
+    assert wheels.wheel_fits(tag, X86_312) is fits
+
+
+def test_a_cpython_wheel_does_not_fit_another_implementation():
+    pypy = wheels.HostPython((3, 10), "pypy", "x86_64")
+    assert not wheels.wheel_fits("cp36-abi3-manylinux_2_12_x86_64", pypy)
+    assert wheels.wheel_fits("py3-none-any", pypy)
+
+
+def test_bootstrap_ships_what_fits_and_leaves_the_rest_to_the_hosts_index():
+    needed = {
+        "ringleader": "ringleader",
+        "pyyaml": "pyyaml>=6",
+        "psutil": "psutil>=5.9",
+        "boto3": "boto3>=1.28",
+        "tomli": "tomli>=2",
+        "docker": "docker>=7",
+    }
+    host_has = {"ringleader": "0.0.1", "docker": "7.1.0"}
+    installed_here = {
+        "ringleader": ("0.1.0", "py3-none-any"),
+        "pyyaml": ("6.0.4", "cp311-cp311-manylinux_2_17_x86_64"),
+        "psutil": ("7.2.2", "cp36-abi3-manylinux_2_12_x86_64"),
+        "boto3": ("1.44.8", "py3-none-any"),
+        "tomli": None,
+        "docker": ("7.2.0", "py3-none-any"),
+    }
+    plan = wheels.plan_bootstrap(needed, host_has, installed_here, X86_312)
+    assert plan.shipped == ("ringleader", "psutil", "boto3")
+    assert plan.from_index == ("pyyaml==6.0.4", "tomli>=2")
+    assert plan.index_note(X86_312) == (
+        "; from the host's package index (no build here fits its Python 3.12 on x86_64): "
+        "pyyaml==6.0.4, tomli>=2"
+    )
+    same = wheels.HostPython((3, 11), "cpython", "x86_64")
+    plan = wheels.plan_bootstrap(needed, host_has, installed_here, same)
+    assert plan.shipped == ("ringleader", "pyyaml", "psutil", "boto3")
+    assert plan.from_index == ("tomli>=2",)  # not installed here, but asked for
+
+
+class FakeDistribution:
+    def __init__(self, wheel: str) -> None:
+        self.wheel = wheel
+
+    def read_text(self, name):
+        return self.wheel if name == "WHEEL" else None
+
+
+@pytest.mark.parametrize(
+    ("wheel", "tag"),
+    [
+        ("Wheel-Version: 1.0\nTag: py2-none-any\nTag: py3-none-any\n", "py2.py3-none-any"),
+        (
+            "Tag: cp311-cp311-manylinux_2_17_x86_64\nTag: cp311-cp311-manylinux2014_x86_64\n",
+            "cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64",
+        ),
+        ("Wheel-Version: 1.0\n", "py3-none-any"),
+    ],
+)
+def test_a_packed_wheel_keeps_every_tag_of_the_installed_one(wheel, tag):
+    assert wheels._wheel_tag(FakeDistribution(wheel)) == tag
+
+
+def test_install_remote_installs_wheels_offline_and_the_rest_from_the_index(tmp_path, monkeypatch):
+    """Its pip commands, in order, for one wheel and one index requirement; a failing index
+    install names what it could not get and how to fix it."""
+    calls = []
+
+    def fake_run(argv, **kwargs):
+        calls.append(argv)
+        if argv[1:3] == ["-m", "venv"]:
+            python = Path(argv[3]) / "bin" / "python"
+            python.parent.mkdir(parents=True)
+            python.write_text("")
+        site = tmp_path / "site"
+        site.mkdir(exist_ok=True)
+        return subprocess.CompletedProcess(argv, fail_index * ("tomli>=2" in argv), str(site), "")
+
+    from ringleader.tools.cluster import install_remote
+
+    monkeypatch.setattr(install_remote.subprocess, "run", fake_run)
+    wheel = base64.b64encode(b"zip").decode()
+    lines = f"wheel\tringleader-0.1.0-py3-none-any.whl\t{wheel}\nindex\ttomli>=2\n"
+    venv = tmp_path / "venv"
+    fail_index = 0
+    monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
+    assert install_remote.main(venv) == 0
+    pips = [argv[3:] for argv in calls if argv[1:4] == ["-m", "pip", "install"]]
+    assert pips[0][-1] == "tomli>=2"
+    assert "--no-index" not in pips[0]
+    assert pips[1][-1].endswith("ringleader-0.1.0-py3-none-any.whl")
+    assert {"--no-index", "--no-deps"} <= set(pips[1])
+
+    fail_index = 1
+    monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    assert install_remote.main(venv) == 3
+    assert "cannot install tomli>=2 for Python" in err.getvalue()
+    assert "--python" in err.getvalue()
 
 
 # ------------------------------------------------------------------------------- exec and sync
@@ -498,6 +772,30 @@ def test_missing_command_exits_78(tmp_path, capsys):
     args = cluster_args("exec", "--hostfile", str(hostfile))
     assert args.func(args) == exitcodes.CONFIG_ERROR
     assert "COMMAND: missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ["run", "attach", "status", "stop", "sync"])
+def test_every_verb_that_starts_python_on_the_hosts_takes_the_python_option(verb):
+    from ringleader.tools.cluster import cli
+
+    rest = {"run": ["--", "p"], "attach": ["j1"], "stop": ["j1"], "sync": ["src", "/dst"]}
+    args = cluster_args(verb, "-H", "a", "--python", "/opt/py/bin/python3.13", *rest.get(verb, []))
+    assert cli._ssh(args).remote_python == "/opt/py/bin/python3.13"
+    assert cli._ssh(cluster_args(verb, "-H", "a", *rest.get(verb, []))).remote_python is None
+
+
+def test_exec_runs_no_python_of_ours():
+    from ringleader.tools.cluster import cli
+
+    assert cli._ssh(cluster_args("exec", "-H", "a", "--", "true")).remote_python is None
+
+
+@pytest.mark.parametrize("value", ["", "  ", "/a\nb"])
+def test_a_bad_python_option_exits_78(tmp_path, capsys, value):
+    args = cluster_args("run", "-H", "localhost", "--python", value, "--", "python", "x.py")
+    assert args.func(args) == exitcodes.CONFIG_ERROR
+    err = capsys.readouterr().err
+    assert "--python: expected the path of the hosts' Python interpreter" in err
 
 
 def test_a_remote_dir_too_long_for_the_job_sockets_is_refused_up_front():

@@ -145,7 +145,7 @@ def test_job_json_round_trip():
         env={"K": "v"},
         settings={"sigterm_grace": "5"},
         output_dir=Path("out"),
-        ssh=SshOptions(7.0, ("Port=2222",)),
+        ssh=SshOptions(7.0, ("Port=2222",), "/opt/py 3.12/bin/python"),
         distribution="torch_distributed",
     )
     assert job_from_json(job_to_json(job)) == job
@@ -155,6 +155,12 @@ def test_job_json_round_trip():
 def test_results_of_a_detached_job_are_on_the_leader_under_its_working_directory():
     assert results_on_leader(a_job()) == Path("/work/ringleader-output/j1")
     assert results_on_leader(a_job(output_dir=Path("/data/out"))) == Path("/data/out")
+
+
+def test_how_to_follow_a_detached_job_repeats_its_python_option():
+    assert "--python" not in remote._where_flags(a_job())
+    job = a_job(ssh=SshOptions(remote_python="/opt/py 3.12/bin/python"))
+    assert remote._where_flags(job).endswith("--python '/opt/py 3.12/bin/python' ")
 
 
 def test_the_leader_is_the_first_host_by_name():

@@ -18,6 +18,7 @@ from ringleader.tools.cluster.hostfile import (
     parse_hostfile,
     processes_per_host,
 )
+from ringleader.tools.cluster.preflight import python_range
 from ringleader.tools.cluster.registry import NO_SUCH_JOB, WAIT_TIMED_OUT, check_job_id
 from ringleader.tools.cluster.ssh import SshOptions
 from ringleader.tools.local.errors import UsageError
@@ -65,6 +66,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         help="install this machine's ringleader (and what it needs that a host lacks) into "
         "~/.ringleader/venv on hosts that lack it or have another version",
     )
+    _add_python(run)
     run.add_argument("--min-free-gb", type=float, default=1.0, help="free disk each host needs")
     run.add_argument(
         "--preflight-timeout",
@@ -117,6 +119,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     )
     _add_hosts(attach)
     _add_job(attach)
+    _add_python(attach)
     attach.add_argument(
         "--timeout", type=float, help="stop following after this many seconds (default: none)"
     )
@@ -129,6 +132,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     )
     _add_hosts(status)
     _add_job(status, optional=True)
+    _add_python(status)
     status.set_defaults(func=_guarded(_status))
 
     stop = commands.add_parser(
@@ -142,6 +146,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     )
     _add_hosts(stop)
     _add_job(stop)
+    _add_python(stop)
     stop.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for the end (default 60)"
     )
@@ -153,7 +158,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     _add_hosts(exec_)
     exec_.add_argument("--timeout", type=float, help="seconds per host (default: none)")
     exec_.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARG...")
-    exec_.set_defaults(func=_guarded(_exec))
+    exec_.set_defaults(func=_guarded(_exec), python=None)  # runs no Python of ours
 
     sync = commands.add_parser(
         "sync",
@@ -165,6 +170,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         ),
     )
     _add_hosts(sync)
+    _add_python(sync)
     sync.add_argument("--timeout", type=float, help="seconds per host (default: none)")
     sync.add_argument("source", help="a local directory or s3://bucket/prefix")
     sync.add_argument("destination", help="the directory on every host")
@@ -183,6 +189,16 @@ def _add_job(parser: argparse.ArgumentParser, optional: bool = False) -> None:
         "--remote-dir",
         default="/tmp/ringleader-jobs",
         help="the --remote-dir the job was started with (default /tmp/ringleader-jobs)",
+    )
+
+
+def _add_python(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--python",
+        metavar="PATH",
+        help=f"the hosts' Python interpreter (Python {python_range()}; it need not be this "
+        "machine's version), e.g. /usr/bin/python3.12 or a venv's bin/python (default: the "
+        "venv --bootstrap made, else python3 on the hosts' PATH)",
     )
 
 
@@ -238,7 +254,20 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _ssh(args: argparse.Namespace) -> SshOptions:
-    return SshOptions(args.connect_timeout, tuple(args.ssh_option))
+    return SshOptions(args.connect_timeout, tuple(args.ssh_option), remote_python(args.python))
+
+
+def remote_python(value: str | None) -> str | None:
+    """The --python value, checked: a path (or a command on the hosts' PATH), one line."""
+    if value is None:
+        return None
+    if not value.strip() or "\n" in value or "\0" in value:
+        raise ConfigError(
+            "--python",
+            f"expected the path of the hosts' Python interpreter, e.g. /usr/bin/python3.12, "
+            f"got {value!r}",
+        )
+    return value
 
 
 def _settings(values: list[str]) -> dict[str, str]:

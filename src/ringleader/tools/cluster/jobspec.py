@@ -23,7 +23,11 @@ def job_to_json(job: ClusterJob) -> str:
             "job_id": job.job_id,
             "output_dir": None if job.output_dir is None else str(job.output_dir),
             "remote_dir": job.remote_dir,
-            "ssh": {"connect_timeout": job.ssh.connect_timeout, "extra": list(job.ssh.extra)},
+            "ssh": {
+                "connect_timeout": job.ssh.connect_timeout,
+                "extra": list(job.ssh.extra),
+                "remote_python": job.ssh.remote_python,
+            },
             "preflight_timeout": job.preflight_timeout,
             "bootstrap": job.bootstrap,
             "min_free_bytes": job.min_free_bytes,
@@ -49,7 +53,9 @@ def job_from_json(text: str) -> ClusterJob:
         output_dir=None if data["output_dir"] is None else Path(data["output_dir"]),
         remote_dir=str(data["remote_dir"]),
         ssh=SshOptions(
-            float(data["ssh"]["connect_timeout"]), tuple(str(o) for o in data["ssh"]["extra"])
+            float(data["ssh"]["connect_timeout"]),
+            tuple(str(o) for o in data["ssh"]["extra"]),
+            None if data["ssh"]["remote_python"] is None else str(data["ssh"]["remote_python"]),
         ),
         preflight_timeout=float(data["preflight_timeout"]),
         bootstrap=bool(data["bootstrap"]),

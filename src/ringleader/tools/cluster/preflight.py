@@ -5,7 +5,6 @@ import concurrent.futures
 import inspect
 import json
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,12 +16,44 @@ from ringleader.tools.cluster.ssh import SshOptions
 
 HOST_KEY_ADDED = "Permanently added"
 
+# The hosts' Python: any of these, whatever this machine runs (the agent and the entry point
+# talk over files and sockets, never pickles, so hosts may differ from each other too).
+SUPPORTED_PYTHON = ((3, 10), (3, 13))
+
+
+def python_range() -> str:
+    (low_major, low_minor), (high_major, high_minor) = SUPPORTED_PYTHON
+    return f"{low_major}.{low_minor} to {high_major}.{high_minor}"
+
+
+def python_problem(version: str, executable: str) -> str | None:
+    """Why a host's Python (`version` "3.12.1" at `executable`) cannot run ringleader, if not."""
+    low, high = SUPPORTED_PYTHON
+    if low <= minor_version(version) <= high:
+        return None
+    return (
+        f"Python {version} ({executable}) is not supported: ringleader needs Python "
+        f"{python_range()} on every host; name another interpreter on the hosts with "
+        "--python PATH"
+    )
+
+
+def minor_version(version: str) -> tuple[int, int]:
+    """(3, 12) from "3.12.1"; (0, 0) when unreadable (then no supported version matches)."""
+    major, _, rest = version.partition(".")
+    minor = rest.partition(".")[0]
+    if not (major.isdigit() and minor.isdigit()):
+        return (0, 0)
+    return (int(major), int(minor))
+
 
 @dataclass(frozen=True)
 class HostFacts:
     hostname: str
     python: str
     python_version: str
+    implementation: str  # sys.implementation.name: "cpython" for compiled cp* wheels
+    machine: str  # platform.machine(), e.g. x86_64: compiled wheels are built for one
     ringleader: str | None
     versions: dict[str, str | None]
     gpus: int
@@ -37,6 +68,8 @@ class HostFacts:
             hostname=str(data["hostname"]),
             python=str(data["python"]),
             python_version=str(data["python_version"]),
+            implementation=str(data["implementation"]),
+            machine=str(data["machine"]),
             ringleader=data["ringleader"],
             versions=dict(data["versions"]),
             gpus=int(data["gpus"]),
@@ -60,7 +93,6 @@ class Needs:
     """What the job needs of every host."""
 
     ringleader: str = __version__
-    python: str = "{}.{}".format(*sys.version_info[:2])
     processes_per_host: int = 1
     min_free_bytes: int = 1 << 30
     mpirun: bool = True
@@ -74,11 +106,10 @@ def problems(result: Probe, needs: Needs) -> list[str]:
     if facts is None:
         return [f"unreachable over ssh: {result.error}"]
     found = []
-    if facts.python_version.rsplit(".", 1)[0] != needs.python:
-        found.append(
-            f"Python {facts.python_version} ({facts.python}); this job needs {needs.python}"
-        )
-    if facts.ringleader is None:
+    python = python_problem(facts.python_version, facts.python)
+    if python is not None:
+        found.append(python)  # then whether ringleader is installed for it does not matter
+    elif facts.ringleader is None:
         found.append(f"ringleader is not installed for {facts.python} (--bootstrap installs it)")
     elif facts.ringleader != needs.ringleader:
         found.append(f"ringleader {facts.ringleader}, not {needs.ringleader} as here (--bootstrap)")

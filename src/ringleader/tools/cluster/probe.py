@@ -1,9 +1,13 @@
 """What a host has, printed as one JSON line. Runs on the remote host with its own Python
-(`python -c SOURCE REQUEST`), which may not have ringleader yet: standard library only."""
+(`python -c SOURCE REQUEST`), which may not have ringleader yet: standard library only. The
+host's Python may also be older than ringleader supports (preflight then says so), so this
+runs on Python 3.7 too: no annotation is evaluated and importlib.metadata (3.8) is optional."""
 
-import importlib.metadata
+from __future__ import annotations
+
 import json
 import os
+import platform
 import shutil
 import site
 import socket
@@ -25,6 +29,10 @@ def _gpus() -> int:
 
 def _version(name: str) -> str | None:
     try:
+        import importlib.metadata
+    except ImportError:  # Python 3.7: too old for ringleader anyway
+        return None
+    try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
@@ -36,6 +44,8 @@ def facts(request: dict[str, object]) -> dict[str, object]:
         "hostname": socket.gethostname(),
         "python": sys.executable,
         "python_version": "{}.{}.{}".format(*sys.version_info[:3]),
+        "implementation": sys.implementation.name,
+        "machine": platform.machine(),
         "ringleader": _version("ringleader"),
         "versions": {name: _version(name) for name in names},
         "gpus": _gpus(),

@@ -2,6 +2,7 @@
 `python -m ringleader.tools.cluster.jobs` on the leader over ssh, whose stdout is ours; its
 exit code comes back on its last stderr line (ssh's own 255 means the connection failed)."""
 
+import shlex
 import subprocess
 import sys
 import threading
@@ -67,6 +68,8 @@ def _where_flags(job: ClusterJob) -> str:
     flags = f"-H {hosts} "
     if job.remote_dir != "/tmp/ringleader-jobs":
         flags += f"--remote-dir {job.remote_dir} "
+    if job.ssh.remote_python is not None:
+        flags += f"--python {shlex.quote(job.ssh.remote_python)} "
     return flags
 
 

@@ -27,7 +27,7 @@ from ringleader.tools.cluster import install_remote, preflight, wheels
 from ringleader.tools.cluster.agent import STOP, AgentJob
 from ringleader.tools.cluster.hostfile import ClusterHost
 from ringleader.tools.cluster.preflight import Needs, Probe
-from ringleader.tools.cluster.ssh import BOOTSTRAP_VENV, SshOptions
+from ringleader.tools.cluster.ssh import SshOptions, bootstrap_venv
 from ringleader.tools.cluster.stream import ProgressNote, copy_while_flowing
 
 SSH_FAILED = 255  # ssh's own exit code: the connection, not the command
@@ -169,7 +169,7 @@ class ClusterRun:
     def preflight(self) -> int | None:
         """None when every host can run the job; else the exit code (nothing was launched)."""
         job, needs = self.job, self.job.needs
-        names = wheels.requirement_closure("ringleader")
+        names = list(wheels.requirement_closure("ringleader"))  # what any host may need
         started = time.monotonic()
         results = preflight.probe_hosts(job.hosts, job.ssh, needs, names, job.preflight_timeout)
         if job.bootstrap:
@@ -192,41 +192,57 @@ class ClusterRun:
 
         def wants(result: Probe) -> bool:
             facts = result.facts
-            return facts is not None and facts.ringleader != needs.ringleader
+            return (
+                facts is not None
+                and facts.ringleader != needs.ringleader
+                and preflight.python_problem(facts.python_version, facts.python) is None
+            )
 
         targets = [result for result in results if wants(result)]
         if not targets:
             return results
+        venv = f"~/{bootstrap_venv(job.ssh.remote_python)}"
+        installed_here = {name: wheels.installed_wheel_tag(name) for name in names}
         packed: dict[str, tuple[str, bytes]] = {}
         for result in targets:
             assert result.facts is not None
-            missing = ["ringleader"] + [
-                name for name in names if result.facts.versions.get(name) is None
-            ]
-            for name in dict.fromkeys(missing):
+            facts = result.facts
+            host = wheels.HostPython(
+                preflight.minor_version(facts.python_version), facts.implementation, facts.machine
+            )
+            plan = wheels.plan_bootstrap(
+                wheels.requirement_closure("ringleader", host.version),
+                facts.versions,
+                installed_here,
+                host,
+            )
+            for name in plan.shipped:
                 if name not in packed:
                     packed[name] = wheels.pack(name)
             self.console.line(
                 f"==> bootstrap {result.host.address}: installing "
-                f"{', '.join(packed[name][0] for name in dict.fromkeys(missing))} "
-                f"into ~/{BOOTSTRAP_VENV}"
+                f"{', '.join(packed[name][0] for name in plan.shipped)} into {venv} "
+                f"(Python {facts.python_version}){plan.index_note(host)}"
             )
-            payload = "".join(
-                f"{packed[name][0]}\t{base64.b64encode(packed[name][1]).decode()}\n"
-                for name in dict.fromkeys(missing)
-            ).encode()
+            items = [
+                f"wheel\t{packed[name][0]}\t{base64.b64encode(packed[name][1]).decode()}"
+                for name in plan.shipped
+            ]
+            items += [f"index\t{requirement}" for requirement in plan.from_index]
+            payload = "".join(f"{item}\n" for item in items).encode()
             argv = job.ssh.python(
-                result.host.address,
-                ["-c", inspect.getsource(install_remote), f"~/{BOOTSTRAP_VENV}"],
+                result.host.address, ["-c", inspect.getsource(install_remote), venv]
             )
             try:
                 done = subprocess.run(
                     argv, input=payload, capture_output=True, timeout=600, check=False
                 )
-                outcome = (done.stdout or done.stderr).decode(errors="replace").strip()
+                said = done.stdout if done.returncode == 0 else done.stderr
+                lines = said.decode(errors="replace").strip().splitlines()
+                outcome = lines[-1] if lines else f"exit code {done.returncode}"
             except subprocess.TimeoutExpired:
                 outcome = "no answer within 600 s"
-            self.console.line(f"    {result.host.address}: {outcome.splitlines()[-1:] or ''}")
+            self.console.line(f"    {result.host.address}: {outcome}")
         again = preflight.probe_hosts(
             [result.host for result in targets], job.ssh, needs, names, job.preflight_timeout
         )
