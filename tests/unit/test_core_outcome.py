@@ -371,3 +371,37 @@ def test_an_ignored_exception_without_traceback_is_skipped_but_later_lines_count
         "HorovodInternalError: Horovod has been shut down.",
     ]
     assert exit_relevant_lines(lines) == lines[2:]
+
+
+def test_open_mpi_5_abort_bystanders_that_end_first_are_not_the_root_cause():
+    """Measured with Open MPI 5.0.7: rank 4 calls MPI_Abort(3); ranks 2 and 3 end 3-4 ms
+    before it, exiting MPI_ERR_UNKNOWN (14) silently, before any stop reached them, while the
+    stop reached rank 4's wrapper as it exited."""
+    records = (
+        rec(2, 14, 0.7246),
+        rec(3, 14, 0.7289),
+        rec(4, 3, 0.7267, terminated=True, tail=["rank 4 failing on purpose with code 3"]),
+        rec(5, 14, 0.7310, terminated=True),
+    )
+    facts = JobFacts(records=records, world_size=6, launcher_exit_code=3, mpi_aborts=((4, 3),))
+    outcome = decide(facts)
+    assert outcome.exit_code == 3
+    assert outcome.failure.startswith("Rank 4 on host algo-3 exited with code 3.")
+    # without mpirun's report of the abort, code 14 is a failure like any other
+    assert decide(JobFacts(records=records, world_size=6, launcher_exit_code=3)).exit_code == 14
+
+
+@pytest.mark.parametrize(
+    "bystander",
+    [
+        rec(2, 14, 0.5, tail=["MemoryError"]),  # said something of its own
+        rec(2, 14, 0.5, sig=9),  # killed
+        rec(2, 1, 0.5),  # another code
+    ],
+)
+def test_only_silent_mpi_err_unknown_ends_count_as_open_mpi_5_bystanders(bystander):
+    aborter = rec(4, 3, 0.7, terminated=True)
+    facts = JobFacts(
+        records=(bystander, aborter), world_size=6, launcher_exit_code=3, mpi_aborts=((4, 3),)
+    )
+    assert decide(facts).root_cause.rank == 2

@@ -24,6 +24,11 @@ _ALIASES: dict[str, tuple[str, int]] = {
     "-allow-run-as-root": ("allow-run-as-root", 0),
     "-mca": ("mca", 2),
     "--mca": ("mca", 2),
+    # Open MPI 5: parameters of PRRTE (its launcher, out-of-band channel, job state) and its
+    # comma-separated runtime directives.
+    "--prtemca": ("prtemca", 2),
+    "-prtemca": ("prtemca", 2),
+    "--runtime-options": ("runtime-options", 1),
     "-x": ("x", 1),
 }
 
@@ -52,8 +57,8 @@ def parse_options(tokens: Sequence[str]) -> list[Option]:
                 f"option {token} needs {count} value(s), got {list(values)}",
             )
         key: OptionKey = (canonical,)
-        if canonical == "mca":
-            key = ("mca", values[0])
+        if canonical in ("mca", "prtemca"):
+            key = (canonical, values[0])
         elif canonical == "x":
             key = ("x", values[0].partition("=")[0])
         options.append(Option(key, (token, *values)))

@@ -124,11 +124,45 @@ def suspicion(record: RankRecord) -> int:
     return 2
 
 
-def root_cause(records: Sequence[RankRecord]) -> RankRecord | None:
+def root_cause(
+    records: Sequence[RankRecord], collateral: frozenset[int] = frozenset()
+) -> RankRecord | None:
+    """The likeliest cause; the ranks in `collateral` were taken down by another's failure."""
     failed = [record for record in records if record.failed]
     if not failed:
         return None
-    return min(failed, key=lambda record: (suspicion(record), record.ended_at, record.rank))
+    return min(
+        failed,
+        key=lambda record: (_suspicion(record, collateral), record.ended_at, record.rank),
+    )
+
+
+def _suspicion(record: RankRecord, collateral: frozenset[int]) -> int:
+    return 3 if record.rank in collateral else suspicion(record)
+
+
+# Open MPI 5 ends the other ranks of a job one rank aborted (MPI_Abort) through a PMIx event:
+# each process's default error handler then exits with MPI_ERR_UNKNOWN, silently (its message
+# goes to the dying daemon), often before the aborting rank's own end and before any stop
+# reached it. Measured with Open MPI 5.0.7, 3 hosts x 2 ranks, rank 4 aborting with code 3.
+MPI_ERR_UNKNOWN = 14
+
+
+def abort_bystanders(records: Sequence[RankRecord], aborts: dict[int, int]) -> frozenset[int]:
+    """Ranks that ended as Open MPI 5's bystanders of another rank's MPI_Abort: exit code
+    MPI_ERR_UNKNOWN, no signal, nothing on stderr, while mpirun reported another rank's
+    abort."""
+    if not aborts:
+        return frozenset()
+    return frozenset(
+        record.rank
+        for record in records
+        if record.rank not in aborts
+        and record.exit_code == MPI_ERR_UNKNOWN
+        and record.signal is None
+        and not record.stderr_tail
+        and not record.error
+    )
 
 
 def decide(facts: JobFacts) -> Outcome:
@@ -145,13 +179,16 @@ def decide(facts: JobFacts) -> Outcome:
             f"SIGTERM and given {facts.sigterm_grace:g} s before SIGKILL."
         )
         return Outcome(exitcodes.SIGTERM_EXIT, truncate(headline))
-    cause = root_cause(with_abort_codes(facts.records, dict(facts.mpi_aborts)))
+    aborts = dict(facts.mpi_aborts)
+    records = with_abort_codes(facts.records, aborts)
+    collateral = abort_bystanders(records, aborts)
+    cause = root_cause(records, collateral)
     if first_loss is not None and not (
-        cause is not None and suspicion(cause) <= 1 and cause.ended_at < first_loss
+        cause is not None and _suspicion(cause, collateral) <= 1 and cause.ended_at < first_loss
     ):
         return lost_hosts_outcome(facts.lost_hosts)
     launcher_failed = facts.launcher_exit_code not in (None, 0)
-    if cause is not None and not (launcher_failed and suspicion(cause) >= 2):
+    if cause is not None and not (launcher_failed and _suspicion(cause, collateral) >= 2):
         ran = f"It ran {cause.ended_at - cause.started_at:.1f} s."
         headline = f"{cause.describe()}. {ran}"
         if cause.error:  # the exception up front: SageMaker shows only the first 1024 bytes

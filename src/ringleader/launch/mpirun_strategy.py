@@ -14,8 +14,10 @@ from ringleader.launch.mpirun import (
     MpiPlan,
     build_mpirun_argv,
     has_rdma_devices,
+    ignored_options,
     stops_all_on_rank_failure,
 )
+from ringleader.launch.openmpi import OpenMpiVersion, detect_open_mpi
 from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.sshd import SshMasters, sshd_command, start_sshd
 from ringleader.launch.strategy import (
@@ -65,6 +67,8 @@ class MpirunStrategy:
     processes_per_host: int
     log: Logger
     setup: SshSetup = field(default_factory=lambda: SshSetup(own_sshd=False, masters=None))
+    # The leader's mpirun is asked its Open MPI version once, when the job is launched.
+    detect_mpi: Callable[[Logger], OpenMpiVersion] = detect_open_mpi
 
     @property
     def world_size(self) -> int:
@@ -80,6 +84,10 @@ class MpirunStrategy:
         )
         forwarded = forwarded_variables(custom)
         masters = self.setup.masters
+        open_mpi = self.detect_mpi(self.log)
+        self.log(f"mpirun: Open MPI {open_mpi} ({'PRRTE' if open_mpi.prrte else 'ORTE'})")
+        for warning in ignored_options(self.config.mpi.custom_options, open_mpi):
+            self.log(f"warning: {warning}")
         plan = MpiPlan(
             hosts=topology.participants,
             processes_per_host=self.processes_per_host,
@@ -89,8 +97,9 @@ class MpirunStrategy:
             exported=tuple(name for name in paths.RANK_VARIABLES if name in os.environ),
             rdma_devices=has_rdma_devices(),
             ssh_options=masters.reuse_options() if masters is not None else (),
+            open_mpi=open_mpi,
         )
-        stops_all = stops_all_on_rank_failure(self.config.mpi.custom_options)
+        stops_all = stops_all_on_rank_failure(self.config.mpi.custom_options, open_mpi)
         policy = EndPolicy(rank_failure_stops_all=stops_all)
         plain = None
         if topology.plain_hosts:  # heterogeneous: the hosts outside mpirun start their own
