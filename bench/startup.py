@@ -75,8 +75,15 @@ def bench_times(output: str, kind: str) -> list[float]:
 
 
 def run(
-    runner: str, hosts: int, fail: bool, workdir: Path, options: str = "", per_host: int = 2
+    runner: str,
+    hosts: int,
+    fail: bool,
+    workdir: Path,
+    options: str = "",
+    per_host: int = 2,
+    image: str | None = None,
 ) -> Measurement:
+    """One job of `runner` in `image` (default: LocalJobSpec's, ringleader:latest)."""
     hyperparameters = {"work": "1"}
     if fail:
         hyperparameters["fail-rank"] = str(FAIL_RANK)
@@ -94,6 +101,8 @@ def run(
         entrypoint=ENTRYPOINTS[runner],
         mpi_options=options,
     )
+    if image is not None:
+        spec = replace(spec, image=image)
     if runner == "bare":
         # mpirun gets the options ringleader would give it (the user's, and yielding ranks
         # when the fake hosts oversubscribe the machine)
