@@ -57,8 +57,6 @@ RUN pip install --no-index --find-links /tmp/wheels --no-cache-dir --disable-pip
         /tmp/wheels/ringleader-*.whl \
  && rm -rf /tmp/wheels \
  && ringleader image setup \
- && printf '%s\n' '# ringleader: containers lack CAP_SYS_PTRACE, so the vader BTL must not try CMA' \
-        'btl_vader_single_copy_mechanism = none' >> /etc/openmpi/openmpi-mca-params.conf \
  && python -c 'import mpi4py, sagemaker_training, ringleader'
 
 ENTRYPOINT ["ringleader-entrypoint"]

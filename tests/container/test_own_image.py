@@ -16,6 +16,7 @@ pytestmark = pytest.mark.container
 
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 WITHOUT_SSHD = "ringleader-test:without-sshd"
+WITHOUT_MPIRUN = "ringleader-test:without-mpirun"
 
 
 def ringleader(*args: str) -> subprocess.CompletedProcess[str]:
@@ -28,14 +29,23 @@ def ringleader(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def derived_image(client: docker.DockerClient, tag: str, step: str) -> Iterator[str]:
+    dockerfile = f"FROM {IMAGE}\n{step}\n".encode()
+    client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True)
+    yield tag
+    client.images.remove(tag, force=True)
+
+
+@pytest.fixture(scope="module")
+def without_mpirun(docker_client: docker.DockerClient) -> Iterator[str]:
+    yield from derived_image(docker_client, WITHOUT_MPIRUN, "RUN rm /usr/bin/mpirun")
+
+
 @pytest.fixture(scope="module")
 def without_sshd(docker_client: docker.DockerClient) -> Iterator[str]:
     """The image with OpenSSH's server removed after `image setup` ran (a user image that
     never had one would be refused by setup itself, which is checked below)."""
-    dockerfile = f"FROM {IMAGE}\nRUN rm /usr/sbin/sshd\n".encode()
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile), tag=WITHOUT_SSHD, rm=True)
-    yield WITHOUT_SSHD
-    docker_client.images.remove(WITHOUT_SSHD, force=True)
+    yield from derived_image(docker_client, WITHOUT_SSHD, "RUN rm /usr/sbin/sshd")
 
 
 def test_image_check_finds_our_image_ready_for_mpi() -> None:
@@ -90,3 +100,19 @@ def test_an_mpi_job_in_an_image_without_sshd_fails_every_host_with_78(
         failure = run.failure(host)
         assert "Configuration error in image: an mpi job needs sshd on every host" in failure
         assert "has no /usr/sbin/sshd" in failure and "openssh-server" in failure
+
+
+def test_an_mpi_job_in_an_image_without_mpirun_fails_every_host_with_78(
+    run_job, without_mpirun: str
+) -> None:
+    run = run_job(image=without_mpirun)
+    assert run.codes() == dict.fromkeys(HOSTS, 78), run.output
+    for host in HOSTS:
+        failure = run.failure(host)
+        assert (
+            "Configuration error in image: an mpi job starts its ranks with Open MPI's mpirun"
+            in (failure)
+        )
+        assert "openmpi-bin" in failure
+    checked = ringleader("image", "check", without_mpirun, "--distribution", "mpi")
+    assert checked.returncode == 1 and "- mpirun: mpi jobs start their ranks" in checked.stdout

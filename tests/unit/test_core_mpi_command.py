@@ -216,6 +216,28 @@ def test_mpirun_ssh_reuses_the_check_masters_unless_the_user_sets_ssh_arguments(
     ] == ["-p 2222"]
 
 
+def test_the_images_ssh_config_stays_in_front_of_the_users_own_ssh_arguments():
+    config = ("-F", "/etc/ringleader/ssh/ssh_config")
+    options = ("-o", "ControlPath=/tmp/rl-ssh-x/%C")
+    ours = MpiPlan(HOSTS, 2, "eth0", (), RANK_COMMAND, ssh_options=options, ssh_config=config)
+    assert (
+        "plm_rsh_args",
+        "-F /etc/ringleader/ssh/ssh_config -o ControlPath=/tmp/rl-ssh-x/%C",
+    ) in mca_values(build_mpirun_argv(ours))
+    own = MpiPlan(
+        HOSTS,
+        2,
+        "eth0",
+        ("--mca", "plm_rsh_args", "-p 2222"),
+        RANK_COMMAND,
+        ssh_options=options,
+        ssh_config=config,
+    )
+    assert [
+        value for name, value in mca_values(build_mpirun_argv(own)) if name == "plm_rsh_args"
+    ] == ["-F /etc/ringleader/ssh/ssh_config -p 2222"]
+
+
 # SageMaker's own option inside custom_mpi_options, and its NCCL variables
 
 

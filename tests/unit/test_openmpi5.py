@@ -7,6 +7,7 @@ import pytest
 
 from ringleader.config.job import parse_job_config
 from ringleader.config.topology import parse_topology
+from ringleader.core.errors import ConfigError
 from ringleader.launch.mpirun import (
     MPIRUN_OUTPUT,
     MpiPlan,
@@ -16,7 +17,7 @@ from ringleader.launch.mpirun import (
     parse_mpi_aborts,
     stops_all_on_rank_failure,
 )
-from ringleader.launch.mpirun_strategy import MpirunStrategy
+from ringleader.launch.mpirun_strategy import MpirunStrategy, SshSetup
 from ringleader.launch.openmpi import (
     ASSUMED,
     OpenMpiVersion,
@@ -107,7 +108,6 @@ def test_detect_runs_mpirun_version_once_with_the_bound():
 @pytest.mark.parametrize(
     ("outcome", "warning"),
     [
-        (FileNotFoundError(2, "No such file or directory"), "No such file or directory"),
         (OSError("no answer within 10 s"), "no answer within 10 s"),
         ("HYDRA build details:\n", "is not Open MPI's ('HYDRA build details:')"),
     ],
@@ -121,6 +121,18 @@ def test_detect_warns_and_assumes_open_mpi_4_when_mpirun_does_not_tell(outcome, 
     logged = []
     assert detect_open_mpi(logged.append, run=run) == ASSUMED
     assert len(logged) == 1 and logged[0].startswith("warning: ") and warning in logged[0]
+
+
+def test_an_image_without_mpirun_is_a_configuration_error_naming_the_fix():
+    def run(argv, timeout):
+        raise FileNotFoundError(2, "No such file or directory")
+
+    with pytest.raises(ConfigError) as raised:
+        detect_open_mpi([].append, run=run)
+    assert raised.value.field == "image"
+    assert "this image has none on PATH: install Open MPI (Debian/Ubuntu: openmpi-bin)" in str(
+        raised.value
+    )
 
 
 def test_detect_bounds_a_hanging_mpirun(tmp_path):
@@ -286,7 +298,7 @@ def test_both_wordings_in_one_output():
     assert parse_mpi_aborts(["  Errorcode: 5"]) == {}
 
 
-def strategy(version, custom=""):
+def strategy(version, custom="", in_container=True):
     """A one-host mpi job's strategy whose mpirun says it is Open MPI `version`."""
     topology = parse_topology({}, {"hosts": ["algo-1"], "current_host": "algo-1"})
     config = parse_job_config(
@@ -306,7 +318,12 @@ def strategy(version, custom=""):
         return version
 
     found = MpirunStrategy(
-        config, lambda: ["python", "train.py"], 2, logged.append, detect_mpi=detect
+        config,
+        lambda: ["python", "train.py"],
+        2,
+        logged.append,
+        SshSetup(own_sshd=in_container, masters=None),
+        detect_mpi=detect,
     )
     return found, logged, asked
 
@@ -329,3 +346,14 @@ def test_the_strategy_builds_the_options_of_the_open_mpi_it_finds():
 
     five, _, _ = strategy(V5, "--runtime-options error-nonzero-status=false")
     assert not five.prepare().policy.rank_failure_stops_all
+
+
+@pytest.mark.parametrize("version", [V5, OpenMpiVersion(4, 1, 4)])
+def test_single_copy_is_off_in_containers_only(version):
+    in_container, _, _ = strategy(version)
+    on_a_machine, _, _ = strategy(version, in_container=False)
+    single_copy = {"smsc", "btl_vader_single_copy_mechanism"}
+    assert single_copy & {name for name, _ in params(list(in_container.prepare().argv), "--mca")}
+    assert not single_copy & {
+        name for name, _ in params(list(on_a_machine.prepare().argv), "--mca")
+    }

@@ -61,7 +61,13 @@ class MpiPlan:
     exported: tuple[str, ...] = ()  # variables of ours every rank needs (`-x NAME`)
     rdma_devices: bool = False  # the host has RDMA devices (EFA, InfiniBand): see default_btl
     ssh_options: tuple[str, ...] = ()  # for mpirun's ssh (plm_rsh_args): reuse the masters
+    # The image's ssh client file (`-F PATH`): kept in front of the user's own ssh arguments,
+    # which replace ssh_options, since without it ssh has no key for the job's hosts.
+    ssh_config: tuple[str, ...] = ()
     open_mpi: OpenMpiVersion = ASSUMED  # the Open MPI of the leader's mpirun
+    # Containers lack CAP_SYS_PTRACE, so single copy between a host's ranks (CMA) fails there
+    # ("Read -1, expected N, errno = 1"); a cluster machine keeps it.
+    single_copy: bool = False
 
     @property
     def world_size(self) -> int:
@@ -87,10 +93,11 @@ def default_options(plan: MpiPlan) -> list[Option]:
             Option(("map-by",), ("--map-by", "slot")),
             *([_mca("btl", btl)] if btl is not None else []),
             _mca("pml", "ob1"),
-            _mca("smsc", "^cma"),
+            *([] if plan.single_copy else [_mca("smsc", "^cma")]),
         ]
-        if plan.ssh_options:
-            defaults.append(_prtemca("plm_ssh_args", " ".join(plan.ssh_options)))
+        if plan.ssh_config or plan.ssh_options:
+            ssh_args = " ".join((*plan.ssh_config, *plan.ssh_options))
+            defaults.append(_prtemca("plm_ssh_args", ssh_args))
         if plan.interface is not None:
             defaults += [
                 _mca("btl_tcp_if_include", plan.interface),
@@ -105,10 +112,10 @@ def default_options(plan: MpiPlan) -> list[Option]:
         *([_mca("btl", btl)] if btl is not None else []),
         _mca("pml", "ob1"),
         _mca(_ABORT_ON_FAILURE, "1"),
-        _mca("btl_vader_single_copy_mechanism", "none"),
+        *([] if plan.single_copy else [_mca("btl_vader_single_copy_mechanism", "none")]),
     ]
-    if plan.ssh_options:
-        defaults.append(_mca("plm_rsh_args", " ".join(plan.ssh_options)))
+    if plan.ssh_config or plan.ssh_options:
+        defaults.append(_mca("plm_rsh_args", " ".join((*plan.ssh_config, *plan.ssh_options))))
     if plan.interface is not None:
         defaults += [
             _mca("btl_tcp_if_include", plan.interface),
@@ -144,10 +151,18 @@ def build_mpirun_argv(plan: MpiPlan) -> list[str]:
         if setting(option.key) not in overridden:
             argv += option.tokens
     for option in custom:
-        argv += option.tokens
+        argv += _with_ssh_config(option, plan.ssh_config)
     for name in plan.exported:
         argv += ["-x", name]
     return [*argv, *plan.rank_command]
+
+
+def _with_ssh_config(option: Option, ssh_config: tuple[str, ...]) -> tuple[str, ...]:
+    """The user's ssh arguments, after the image's `-F PATH` when there is one."""
+    if not ssh_config or setting(option.key) != "ssh arguments" or len(option.tokens) < 3:
+        return option.tokens
+    *head, value = option.tokens
+    return (*head, " ".join((*ssh_config, value)))
 
 
 def stops_all_on_rank_failure(

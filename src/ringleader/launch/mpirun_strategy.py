@@ -97,7 +97,9 @@ class MpirunStrategy:
             exported=tuple(name for name in paths.RANK_VARIABLES if name in os.environ),
             rdma_devices=has_rdma_devices(),
             ssh_options=masters.reuse_options() if masters is not None else (),
+            ssh_config=masters.config_options() if masters is not None else (),
             open_mpi=open_mpi,
+            single_copy=not self.setup.own_sshd,  # a container's own sshd: in a container
         )
         stops_all = stops_all_on_rank_failure(self.config.mpi.custom_options, open_mpi)
         policy = EndPolicy(rank_failure_stops_all=stops_all)

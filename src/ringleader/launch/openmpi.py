@@ -10,6 +10,8 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ringleader.core.errors import ConfigError
+
 VERSION_TIMEOUT = 10.0  # seconds for `mpirun --version` (it answers in well under one)
 
 _VERSION = re.compile(r"\(Open MPI\)\s+(\d+)\.(\d+)(?:\.(\d+))?")
@@ -70,9 +72,17 @@ def detect_open_mpi(
     run: Runner = _run,
 ) -> OpenMpiVersion:
     """The Open MPI of `mpirun`. When it cannot be told, a warning says so and the options are
-    built for ASSUMED (a missing mpirun is then reported by the launch itself)."""
+    built for ASSUMED; an image without mpirun is a configuration error naming the fix."""
     try:
         output = run([mpirun, "--version"], timeout)
+    except FileNotFoundError:
+        raise ConfigError(
+            "image",
+            f"an mpi job starts its ranks with Open MPI's {mpirun}, but this image has none on "
+            "PATH: install Open MPI (Debian/Ubuntu: openmpi-bin) or put its bin directory on "
+            "PATH, then run `ringleader image setup` again; `ringleader image check IMAGE` lists "
+            "what each distribution needs",
+        ) from None
     except OSError as error:
         log(
             f"warning: `{mpirun} --version` failed ({error.strerror or error}); "

@@ -130,16 +130,20 @@ class SshMasters:
     def control_path(self) -> str:
         return f"{self._dir}/%C"  # %C: a hash of this host, the host, its port and the user
 
+    def config_options(self) -> tuple[str, ...]:
+        """Every ssh of the job reads the image's client file, when there is one."""
+        return ("-F", str(self._config)) if self._config is not None else ()
+
     def reuse_options(self) -> tuple[str, ...]:
         """For mpirun's ssh: a host's master where there is one, else a connection of its own."""
-        config = ("-F", str(self._config)) if self._config is not None else ()
-        return (*config, "-o", f"ControlPath={self.control_path}")
+        return ("-o", f"ControlPath={self.control_path}")
 
     def check(self, host: str, timeout: float) -> str | None:
         """ssh_problem, leaving the connection open as the host's master."""
         with self._lock:
             self._hosts.add(host)
         options = (
+            *self.config_options(),
             *self.reuse_options(),
             "-o",
             "ControlMaster=auto",
@@ -166,7 +170,7 @@ class SshMasters:
             self._hosts.clear()
         exits = [
             subprocess.Popen(
-                ["ssh", *self.reuse_options(), "-O", "exit", host],
+                ["ssh", *self.config_options(), *self.reuse_options(), "-O", "exit", host],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
