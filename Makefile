@@ -56,6 +56,10 @@ test: setup image-horovod image-tensorflow image-mxnet image-tf-horovod image-tr
 test-unit: venv  ## unit tests only: no Docker, no image
 	$(BIN)/pytest -m 'not container'
 
+.PHONY: test-pythons
+test-pythons: venv  ## unit tests under every other CPython 3.10-3.13 found (pyenv, PATH or PYTHONS=...), venvs in build/py-venvs
+	scripts/test-pythons.sh
+
 lint: venv  ## ruff lint and format check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
