@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 import ringleader
+from ringleader.core.outcome import suspicion
 from ringleader.core.proctimes import start_ticks
 from ringleader.output.printer import tag
 from ringleader.rank import wrapper as rank_module
@@ -398,6 +399,25 @@ def test_reap_kills_a_user_process_whose_wrapper_was_killed(workdir, agent):
     while not gone(pid) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert gone(pid)
+
+
+def test_a_wrapper_killed_before_it_reported_leaves_the_agents_record(workdir, agent):
+    """Open MPI 5's daemon SIGKILLs a rank's group 0.2 s after its SIGTERM: the rank still has
+    a record, marked as the agent's, and it is never the root cause."""
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    wrapper = Wrapper(workdir, python_command(PID_THEN_SLEEP), rank=3, grace=20)
+    child_pid(wrapper, agent)
+    assert agent.events.get(timeout=5.0) == RankStarted(3, "algo-2")
+    wrapper.process.kill()
+    wrapper.wait()
+    record = ended_record(agent.events)
+    assert (record.rank, record.host, record.exit_code, record.signal) == (3, "algo-2", 137, 9)
+    assert record.unreported and record.terminated and record.ended_at >= record.started_at
+    assert record.describe() == (
+        "Rank 3 on host algo-2 ended without a report: its wrapper was killed (SIGKILL) first"
+    )
+    assert suspicion(record) == 3
+    agent.agent.reap(abort_grace=0.1)
 
 
 def test_reap_after_a_stop_counts_the_stop_grace_from_the_stop(workdir, agent):

@@ -113,9 +113,10 @@ def suspicion(record: RankRecord) -> int:
     from the stop (a rank calling MPI_Abort is stopped by mpirun while it exits). 2: ended by
     the stop (a signal, or 128+SIGTERM) without blaming anyone: under Horovod the failing rank
     itself can be caught by mpirun's stop while its shutdown is still running. 3: failed saying
-    another rank failed first: by its own word not the cause.
+    another rank failed first: by its own word not the cause; or its wrapper was killed before
+    it could say anything (the launcher's teardown).
     """
-    if blames_another_rank(record):
+    if blames_another_rank(record) or record.unreported:
         return 3
     if not record.terminated:
         return 0

@@ -23,6 +23,9 @@ class RankRecord:
     # the wrapper itself were created: the launch fan-out and the wrapper's Python start-up.
     daemon_started_at: float | None = None
     wrapper_started_at: float | None = None
+    # Its wrapper ended without sending this record (killed first: Open MPI 5's daemon SIGKILLs
+    # a rank's process group 0.2 s after its SIGTERM); the host's agent wrote it instead.
+    unreported: bool = False
 
     @property
     def failed(self) -> bool:
@@ -31,6 +34,8 @@ class RankRecord:
     def describe(self) -> str:
         role = f" ({self.role})" if self.role else ""
         where = f"Rank {self.rank}{role} on host {self.host}"
+        if self.unreported:
+            return f"{where} ended without a report: its wrapper was killed (SIGKILL) first"
         if self.signal is not None:
             return (
                 f"{where} was killed by signal {self.signal} ({signal_name(self.signal)}); "
@@ -78,7 +83,24 @@ class RankRecord:
             first_output_at=_optional_time(data, "first_output_at"),
             daemon_started_at=_optional_time(data, "daemon_started_at"),
             wrapper_started_at=_optional_time(data, "wrapper_started_at"),
+            unreported=bool(data.get("unreported", False)),
         )
+
+
+def unreported_record(rank: int, host: str, started_at: float, ended_at: float) -> RankRecord:
+    """What a host's agent knows of a rank whose wrapper died before reporting: it was
+    killed, and whatever killed the wrapper (its process group's SIGKILL) killed the rank."""
+    return RankRecord(
+        rank=rank,
+        host=host,
+        exit_code=128 + signal.SIGKILL,
+        signal=int(signal.SIGKILL),
+        started_at=started_at,
+        ended_at=ended_at,
+        terminated=True,
+        stderr_tail=(),
+        unreported=True,
+    )
 
 
 def _optional_time(data: dict[str, Any], key: str) -> float | None:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from ringleader.core.proctimes import start_ticks
+from ringleader.core.records import unreported_record
 from ringleader.wire import messages
 from ringleader.wire.events import Event, RankEnded, RankStarted
 from ringleader.wire.messages import Ack, RankEnd, RankStart, Terminate, UnknownMessage
@@ -98,6 +99,9 @@ class HostAgent:
             self._path.unlink()
 
     def _serve(self, channel: Channel) -> None:
+        started: RankStart | None = None  # the rank this wrapper announced
+        started_at = 0.0
+        ended = False
         try:
             while True:
                 frame = channel.receive_frame(timeout=None)
@@ -109,6 +113,7 @@ class HostAgent:
                 except UnknownMessage:
                     continue
                 if isinstance(message, RankStart):
+                    started, started_at = message, time.time()
                     with self._lock:
                         self._wrappers.append(channel)
                         if message.pid is not None:
@@ -118,6 +123,7 @@ class HostAgent:
                     if stop is not None:
                         channel.send(stop)
                 elif isinstance(message, RankEnd):
+                    ended = True
                     self._events.put(RankEnded(message.record))
                     channel.send(Ack())
         except ChannelClosed:
@@ -127,6 +133,9 @@ class HostAgent:
                 if channel in self._wrappers:
                     self._wrappers.remove(channel)
             channel.close()
+            if started is not None and not ended:
+                record = unreported_record(started.rank, started.host, started_at, time.time())
+                self._events.put(RankEnded(record))
 
 
 def same_process(pid: int, started: int | None) -> bool:
