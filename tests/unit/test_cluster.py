@@ -193,8 +193,8 @@ def test_a_fit_host_has_no_problems():
     [
         (
             {"python_version": "3.9.2"},
-            "Python 3.9.2 (/usr/bin/python3) is not supported: ringleader needs Python 3.10 to "
-            "3.13 on every host; name another interpreter on the hosts with --python PATH",
+            "Python 3.9.2 (/usr/bin/python3) is not supported: ringleader needs Python 3.10-3.13 "
+            "on every host; name another interpreter on the hosts with --python PATH",
         ),
         ({"python_version": "3.14.0", "ringleader": None}, "Python 3.14.0 (/usr/bin/python3) is"),
         ({"ringleader": None}, "not installed for /usr/bin/python3 (--bootstrap"),
@@ -273,7 +273,7 @@ def test_a_host_whose_python_is_too_old_is_probed_and_refused_by_name(tmp_path):
     assert probe.error is None and probe.facts is not None
     (problem,) = preflight.problems(probe, needs)
     assert problem.startswith(f"Python {probe.facts.python_version} (")
-    assert "is not supported: ringleader needs Python 3.10 to 3.13" in problem
+    assert "is not supported: ringleader needs Python 3.10-3.13" in problem
     assert "--python PATH" in problem
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from ringleader.config.image import python_range
 from ringleader.config.job import MPI, TORCH_DISTRIBUTED
 from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
@@ -18,7 +19,6 @@ from ringleader.tools.cluster.hostfile import (
     parse_hostfile,
     processes_per_host,
 )
-from ringleader.tools.cluster.preflight import python_range
 from ringleader.tools.cluster.registry import NO_SUCH_JOB, WAIT_TIMED_OUT, check_job_id
 from ringleader.tools.cluster.ssh import SshOptions
 from ringleader.tools.local.errors import UsageError

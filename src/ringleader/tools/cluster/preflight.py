@@ -10,26 +10,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringleader import __version__
+from ringleader.config.image import python_range, supported_python
 from ringleader.tools.cluster import probe
 from ringleader.tools.cluster.hostfile import ClusterHost
 from ringleader.tools.cluster.ssh import SshOptions
 
 HOST_KEY_ADDED = "Permanently added"
 
-# The hosts' Python: any of these, whatever this machine runs (the agent and the entry point
-# talk over files and sockets, never pickles, so hosts may differ from each other too).
-SUPPORTED_PYTHON = ((3, 10), (3, 13))
-
-
-def python_range() -> str:
-    (low_major, low_minor), (high_major, high_minor) = SUPPORTED_PYTHON
-    return f"{low_major}.{low_minor} to {high_major}.{high_minor}"
-
 
 def python_problem(version: str, executable: str) -> str | None:
-    """Why a host's Python (`version` "3.12.1" at `executable`) cannot run ringleader, if not."""
-    low, high = SUPPORTED_PYTHON
-    if low <= minor_version(version) <= high:
+    """Why a host's Python (`version` "3.12.1" at `executable`) cannot run ringleader, if not.
+    Any supported version will do, whatever this machine runs: the agent and the entry point
+    talk over files and sockets, never pickles, so hosts may differ from each other too."""
+    if supported_python(minor_version(version)):
         return None
     return (
         f"Python {version} ({executable}) is not supported: ringleader needs Python "
