@@ -52,6 +52,7 @@ test: setup image-horovod image-tensorflow image-mxnet image-tf-horovod image-tr
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	RINGLEADER_SDK3_PYTHON=$(CURDIR)/build/sdk3-venv/bin/python $(BIN)/pytest
+	scripts/test-pythons.sh
 
 test-unit: venv  ## unit tests only: no Docker, no image
 	$(BIN)/pytest -m 'not container'

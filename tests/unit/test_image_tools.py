@@ -212,6 +212,11 @@ def test_an_mpi_job_in_an_unprepared_image_or_one_without_sshd_is_a_config_error
         sshd_command(gone)
 
 
+# pytest runs threads; the entry point forks before it starts any (3.12+ warns on the former).
+FORK_IN_THREADS = "ignore:.*use of fork\\(\\) may lead to deadlocks:DeprecationWarning"
+
+
+@pytest.mark.filterwarnings(FORK_IN_THREADS)
 def test_pid_one_returns_the_entry_points_code() -> None:
     handlers = {signum: signal.getsignal(signum) for signum in FORWARDED}
     try:
@@ -221,6 +226,7 @@ def test_pid_one_returns_the_entry_points_code() -> None:
             signal.signal(signum, handler)
 
 
+@pytest.mark.filterwarnings(FORK_IN_THREADS)
 def test_pid_one_passes_sigterm_on_and_reports_the_childs_end() -> None:
     def entry_point() -> int:
         signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
