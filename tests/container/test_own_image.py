@@ -91,28 +91,23 @@ def test_an_image_without_sshd_is_named_by_check_and_setup(without_sshd: str) ->
     assert "openssh-server" in refused.stderr and "--without-mpi" in refused.stderr
 
 
-def test_an_mpi_job_in_an_image_without_sshd_fails_every_host_with_78(
-    run_job, without_sshd: str
+@pytest.mark.parametrize(
+    ("image", "problem", "fix"),
+    [
+        ("without_sshd", "an mpi job needs sshd on every host", "has no /usr/sbin/sshd"),
+        ("without_mpirun", "an mpi job starts its ranks with Open MPI's mpirun", "openmpi-bin"),
+    ],
+)
+def test_an_mpi_job_in_an_image_without_sshd_or_mpirun_fails_every_host_with_78(
+    run_job, request: pytest.FixtureRequest, image: str, problem: str, fix: str
 ) -> None:
-    run = run_job(image=without_sshd)
+    run = run_job(image=request.getfixturevalue(image))
     assert run.codes() == dict.fromkeys(HOSTS, 78), run.output
     for host in HOSTS:
         failure = run.failure(host)
-        assert "Configuration error in image: an mpi job needs sshd on every host" in failure
-        assert "has no /usr/sbin/sshd" in failure and "openssh-server" in failure
+        assert f"Configuration error in image: {problem}" in failure and fix in failure
 
 
-def test_an_mpi_job_in_an_image_without_mpirun_fails_every_host_with_78(
-    run_job, without_mpirun: str
-) -> None:
-    run = run_job(image=without_mpirun)
-    assert run.codes() == dict.fromkeys(HOSTS, 78), run.output
-    for host in HOSTS:
-        failure = run.failure(host)
-        assert (
-            "Configuration error in image: an mpi job starts its ranks with Open MPI's mpirun"
-            in (failure)
-        )
-        assert "openmpi-bin" in failure
+def test_image_check_names_a_missing_mpirun(without_mpirun: str) -> None:
     checked = ringleader("image", "check", without_mpirun, "--distribution", "mpi")
     assert checked.returncode == 1 and "- mpirun: mpi jobs start their ranks" in checked.stdout

@@ -4,7 +4,7 @@ afterwards) and report, for each distribution, what the image lacks."""
 import subprocess
 from collections.abc import Sequence
 
-from ringleader.tools.image.probe import ImageFacts, ProbeError, parse_probe, probe_script
+from ringleader.tools.image.probe import ImageFacts, ProbeError, run_probe
 
 
 class ImageNotFound(Exception):
@@ -46,22 +46,5 @@ def probe_image(image: str, pythons: Sequence[str], timeout: float) -> ImageFact
         "--",
         *pythons,
     ]
-    try:
-        result = subprocess.run(
-            command,
-            input=probe_script(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise ProbeError(
-            f"the probe in a container of {image} did not finish within {timeout:g} s (--timeout)"
-        ) from None
-    if result.returncode != 0:
-        raise ProbeError(
-            f"the probe could not run in {image} (exit code {result.returncode}): "
-            f"{result.stderr.strip() or 'no output'} (the image needs /bin/sh)"
-        )
-    return parse_probe(result.stdout)
+    where = f"in a container of {image} (it needs /bin/sh; --timeout)"
+    return run_probe(command, timeout, where)

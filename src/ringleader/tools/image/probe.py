@@ -89,21 +89,29 @@ class ProbeError(Exception):
     pass
 
 
-def probe_here(pythons: Sequence[str]) -> ImageFacts:
-    """The probe run on this machine (the image being built)."""
+def run_probe(command: Sequence[str], timeout: float, where: str) -> ImageFacts:
+    """Run the probe script as `command` (a shell reading it from stdin) and parse it."""
     try:
         result = subprocess.run(
-            ["/bin/sh", "-s", "--", *pythons],
+            list(command),
             input=probe_script(),
             capture_output=True,
             text=True,
-            timeout=PROBE_TIMEOUT,
+            timeout=timeout,
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise ProbeError(f"the image probe did not finish within {PROBE_TIMEOUT:g} s") from None
+        raise ProbeError(f"the probe {where} did not finish within {timeout:g} s") from None
     except OSError as error:
-        raise ProbeError(f"cannot run /bin/sh for the image probe: {error}") from None
+        raise ProbeError(f"cannot run the probe {where}: {error}") from None
     if result.returncode != 0:
-        raise ProbeError(f"the image probe failed: {result.stderr.strip()}")
+        raise ProbeError(
+            f"the probe could not run {where} (exit code {result.returncode}): "
+            f"{result.stderr.strip() or 'no output'}"
+        )
     return parse_probe(result.stdout)
+
+
+def probe_here(pythons: Sequence[str]) -> ImageFacts:
+    """The probe run on this machine (the image being built)."""
+    return run_probe(["/bin/sh", "-s", "--", *pythons], PROBE_TIMEOUT, "in this image")
