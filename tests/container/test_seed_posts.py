@@ -71,7 +71,7 @@ def test_mxnet_on_sagemaker_post(run_job: Callable[..., JobRun], mxnet_image: st
             "-bind-to none -map-by slot -mca pml ob1 -mca btl ^openib "
             "-x NCCL_DEBUG=INFO -x LD_LIBRARY_PATH -x PATH",
             "INFO",
-            "None",
+            "none",  # ringleader's own --mca for containers, which mpirun gives every rank
             id="ec2-mpirun-flags",
         ),
         pytest.param(  # TensorFlow script mode with Horovod on SageMaker

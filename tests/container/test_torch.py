@@ -122,4 +122,4 @@ def test_a_module_entry_point_runs_with_dash_m(
     run = run_job(**{**torch_job, "entry_point": "-m ddp_train"}, hyperparameters={"steps": "5"})
     assert run.codes() == dict.fromkeys(HOSTS, 0), run.output
     assert len(ENV_LINE.findall(run.output)) == 6
-    assert "-- /opt/ringleader/venv/bin/python -m ddp_train --steps 5" in run.output
+    assert "-- /opt/ringleader/venv/bin/python3 -m ddp_train --steps 5" in run.output  # image.json
