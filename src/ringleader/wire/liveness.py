@@ -20,7 +20,6 @@ with an injected clock):
 
 import collections
 import contextlib
-import os
 import socket
 import statistics
 import struct
@@ -132,9 +131,9 @@ def close_at_once(channel: Channel) -> None:
     """Close without lingering: SO_LINGER 0 resets the connection and drops whatever the peer
     has not taken (what it took stays readable to it), so nothing waits on a peer that does
     not read (frozen, partitioned). A thread of ours reading the channel sees its end."""
-    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(channel.fileno())) as same:
-        same.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        same.shutdown(socket.SHUT_RD)  # wakes our reader; sends nothing (no FIN)
+    with contextlib.suppress(OSError):  # already closed: nothing to do
+        channel.set_option(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        channel.shut_reading()
     channel.release()
 
 
@@ -143,9 +142,8 @@ def bound_sends(channel: Channel, seconds: float) -> None:
     instead of blocking its thread for as long as the peer does not read."""
     whole = int(seconds)
     value = struct.pack("ll", whole, int((seconds - whole) * 1e6))
-    # set through a duplicate of its descriptor: options belong to the connection
-    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(channel.fileno())) as same:
-        same.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+    with contextlib.suppress(OSError):
+        channel.set_option(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
 
 
 class Pulse:

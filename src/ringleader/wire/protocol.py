@@ -139,6 +139,16 @@ class Channel:
     def fileno(self) -> int:
         return self._sock.fileno()
 
+    def set_option(self, level: int, option: int, value: bytes) -> None:
+        """A socket option of this connection, set on its socket object: never through its
+        descriptor's number, which a close on another thread may already have handed to a
+        new connection (a test's socket was shut down that way by an older test's pulse)."""
+        self._sock.setsockopt(level, option, value)
+
+    def shut_reading(self) -> None:
+        """Wake a thread of ours reading this channel; sends nothing (no FIN)."""
+        self._sock.shutdown(socket.SHUT_RD)
+
     def release(self) -> None:
         """Close this process's handle without shutting the connection down (another process
         holds it now)."""
