@@ -259,9 +259,13 @@ def test_probe_hosts_runs_the_probe_program_and_reads_its_answer(tmp_path):
 OLD_PYTHONS = sorted(Path(os.path.expanduser("~/.pyenv/versions")).glob("3.[7-9].*/bin/python3"))
 
 
-@pytest.mark.skipif(not OLD_PYTHONS, reason="no Python 3.7-3.9 under ~/.pyenv/versions")
 def test_a_host_whose_python_is_too_old_is_probed_and_refused_by_name(tmp_path):
     """The probe itself runs on the old interpreter (named with --python) and answers."""
+    if not OLD_PYTHONS:
+        message = "needs a Python 3.7-3.9 under ~/.pyenv/versions (CI machines have them)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
 
     def local(argv, timeout):
         return subprocess.run(["sh", "-c", argv[-1]], capture_output=True, timeout=timeout)
