@@ -75,7 +75,6 @@ _FRAMEWORKS = {
     PARAMETER_SERVER: ("tensorflow", "mxnet"),
     MULTI_WORKER_MIRRORED: ("tensorflow",),
 }
-_FRAMEWORK_PACKAGES = {"torch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,7 @@ def missing_for(distribution: str, facts: ImageFacts) -> list[Missing]:
             Missing(
                 names,
                 f"{distribution}'s ranks import {names}",
-                f"install {_FRAMEWORK_PACKAGES[modules[0]]} into {python.path}'s environment",
+                f"install {modules[0]} into {python.path}'s environment",
             )
         )
     return found
