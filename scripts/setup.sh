@@ -90,6 +90,7 @@ with open("pyproject.toml", "rb") as f:
 key = {
     "dependencies": sorted(project.get("dependencies", [])),
     "compare": sorted(project.get("optional-dependencies", {}).get("compare", [])),
+    "stacks": sorted(project.get("optional-dependencies", {}).get("stacks", [])),
     "requires-python": project.get("requires-python"),
     "python": list(sys.version_info[:2]),
     "platform": sysconfig.get_platform(),
@@ -111,8 +112,9 @@ step_wheelhouse() {
         start=$SECONDS
         log "Building dependency wheels into $deps (pip wheel, $("$PYTHON" -V 2>&1))"
         tmp=$(mktemp -d "$WHEELHOUSE/.deps.XXXXXX")
-        # With the extra `compare`: the image also carries sagemaker-training for the benchmarks.
-        if ! "$PYTHON" -m pip wheel --quiet --wheel-dir "$tmp" '.[compare]' 2>"$WHEELHOUSE/pip-wheel.log"; then
+        # With the extra `compare`: the image also carries sagemaker-training for the benchmarks;
+        # with `stacks`: py-spy, in the venv's bin (on the image's PATH), for a hung rank's stacks.
+        if ! "$PYTHON" -m pip wheel --quiet --wheel-dir "$tmp" '.[compare,stacks]' 2>"$WHEELHOUSE/pip-wheel.log"; then
             cat "$WHEELHOUSE/pip-wheel.log" >&2
             rm -rf "$tmp"
             die "pip wheel failed"
