@@ -3,7 +3,8 @@
 PATH may be one host's /opt/ml/output (or a copy of it), `ringleader local`'s OUTPUT/<job>/
 with one `<host>/output/` per host, or the unpacked output.tar.gz; so files are found by name
 at any depth: job.json, metrics.jsonl, `*timeline*.json`, `*autotune*.csv`,
-`logs/<host>/rank-<N>.log`, and `failure`/`success` at the top or next to a `data/` folder.
+`logs/<host>/rank-<N>.log`, a hang's `hang/stacks.json`, and `failure`/`success` at the top or
+next to a `data/` folder.
 `classify` is pure (relative paths in, roles out); `list_files` walks the disk.
 """
 
@@ -22,6 +23,7 @@ TIMELINE_PATTERN = "*timeline*.json"
 AUTOTUNE_PATTERN = "*autotune*.csv"
 RANK_LOG = re.compile(r"rank-(\d+)\.log")
 RESULT_FILES = ("failure", "success")
+HANG_DIR, HANG_FILE = "hang", "stacks.json"  # the leader's data/hang/stacks.json after a hang
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class JobFiles:
     timelines: tuple[PurePosixPath, ...] = ()
     autotune: tuple[PurePosixPath, ...] = ()
     rank_logs: tuple[RankLog, ...] = ()  # by host, then rank
+    hangs: tuple[PurePosixPath, ...] = ()  # the leader's first
 
     @property
     def empty(self) -> bool:
@@ -99,6 +102,12 @@ def classify(paths: Iterable[PurePosixPath]) -> JobFiles:
         timelines=tuple(p for p in files if fnmatch.fnmatch(p.name.lower(), TIMELINE_PATTERN)),
         autotune=tuple(p for p in files if fnmatch.fnmatch(p.name.lower(), AUTOTUNE_PATTERN)),
         rank_logs=tuple(sorted(logs, key=lambda log: (log.host, log.rank, str(log.path)))),
+        hangs=tuple(
+            sorted(
+                (p for p in files if p.name == HANG_FILE and p.parent.name == HANG_DIR),
+                key=lambda p: (_output_dir(p.parent) not in leader_dirs, *_key(p)),
+            )
+        ),
     )
 
 

@@ -131,6 +131,7 @@ def read_inputs(source: Source, files: JobFiles, shown_as: str, out_dir: Path) -
     metrics = texts(files.metrics)
     timelines = texts(files.timelines)
     autotune = texts(files.autotune)
+    hangs = texts(files.hangs)
     return Inputs(
         source=shown_as,
         jobs=jobs,
@@ -140,5 +141,6 @@ def read_inputs(source: Source, files: JobFiles, shown_as: str, out_dir: Path) -
         timelines=timelines,
         autotune=autotune,
         logs=logs,
+        hangs=hangs,
         problems=tuple(problems),
     )

@@ -6,7 +6,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from ringleader.core.hang import HangReport
 from ringleader.core.jobfile import JobFileError, JobSummary, parse_job_file
+from ringleader.core.jsontext import parse_json
 from ringleader.tools.report import jobinfo
 from ringleader.tools.report.autotune import AutotuneError, AutotuneLog, parse_autotune
 from ringleader.tools.report.jobinfo import Outcome
@@ -43,6 +45,7 @@ class Inputs:
     timelines: tuple[TextFile, ...] = ()
     autotune: tuple[TextFile, ...] = ()
     logs: tuple[LogTail, ...] = ()
+    hangs: tuple[TextFile, ...] = ()  # hang/stacks.json, the leader's first
     problems: tuple[str, ...] = ()  # files that could not be read
 
 
@@ -63,6 +66,7 @@ class Report:
     logs: tuple[LogTail, ...]
     files: tuple[str, ...]  # every file the report read
     warnings: tuple[str, ...]
+    hang: Sourced[HangReport] | None = None  # every rank's stacks, after a hang or on demand
 
     @property
     def start_time(self) -> float | None:
@@ -87,13 +91,25 @@ def _parse_each(
     return parsed
 
 
+def _parse_hang(text: str) -> HangReport:
+    return HangReport.from_json(parse_json(text))
+
+
+def _first(parsed: list[Sourced[T]], name: str, warnings: list[str]) -> Sourced[T] | None:
+    """The first of the files (the leader's), with a warning naming the others."""
+    if len(parsed) > 1:
+        others = ", ".join(p.path for p in parsed[1:])
+        warnings.append(
+            f"{len(parsed)} {name} files; the report uses {parsed[0].path}, not {others}"
+        )
+    return parsed[0] if parsed else None
+
+
 def build_report(inputs: Inputs) -> Report:
     warnings = list(inputs.problems)
     jobs = _parse_each(inputs.jobs, parse_job_file, (JobFileError,), warnings)
-    job = jobs[0].value if jobs else None
-    if len(jobs) > 1:
-        others = ", ".join(j.path for j in jobs[1:])
-        warnings.append(f"{len(jobs)} job.json files; the report uses {jobs[0].path}, not {others}")
+    first_job = _first(jobs, "job.json", warnings)
+    job = first_job.value if first_job else None
     if jobs:
         warnings.extend(f"{jobs[0].path}: {problem}" for problem in jobs[0].value.problems)
     outcome = jobinfo.decide_outcome(job, [f.text for f in inputs.failures], len(inputs.successes))
@@ -113,6 +129,8 @@ def build_report(inputs: Inputs) -> Report:
     for log in autotune:
         if log.value.skipped_rows:
             warnings.append(f"{log.path}: skipped {log.value.skipped_rows} malformed row(s)")
+    hangs = _parse_each(inputs.hangs, _parse_hang, (ValueError,), warnings)
+    hang = _first(hangs, "hang/stacks.json", warnings)
 
     files = [
         *(f.path for f in inputs.jobs),
@@ -122,6 +140,7 @@ def build_report(inputs: Inputs) -> Report:
         *(f.path for f in inputs.timelines),
         *(f.path for f in inputs.autotune),
         *(log.path for log in inputs.logs),
+        *(f.path for f in inputs.hangs),
     ]
     return Report(
         source=inputs.source,
@@ -133,6 +152,7 @@ def build_report(inputs: Inputs) -> Report:
         logs=inputs.logs,
         files=tuple(files),
         warnings=tuple(warnings),
+        hang=hang,
     )
 
 
@@ -174,6 +194,8 @@ def summary_lines(report: Report) -> list[str]:
             f"{stopped} were told to stop; longest rank {longest.rank} ({longest.host}) ran "
             f"{seconds(jobinfo.duration(longest))}"
         )
+    if report.hang is not None:
+        lines.extend(_hang_lines(report.hang))
     for metric in report.metrics.metrics:
         lines.append(
             f"Metric {metric.name}: {metric.points} point(s) from {len(metric.series)} rank(s), "
@@ -187,6 +209,12 @@ def summary_lines(report: Report) -> list[str]:
     if report.warnings:
         lines.append(f"Warnings: {len(report.warnings)} (see the report)")
     return lines
+
+
+def _hang_lines(hang: Sourced[HangReport]) -> list[str]:
+    """Every rank's stacks, grouped by stack as the leader logged them."""
+    header = f"Stacks of every rank ({hang.value.reason}, {hang.path}):"
+    return [header, *(f"  {line}" for line in hang.value.summary_lines())]
 
 
 def timeline_line(summary: TimelineSummary) -> str:

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from html import escape
 
 from ringleader.core import timeline as phases
+from ringleader.core.hang import rank_text
 from ringleader.tools.report import jobinfo
 from ringleader.tools.report.autotune import AutotuneLog
 from ringleader.tools.report.charts import Chart
@@ -130,6 +131,26 @@ def _cause(report: Report) -> str:
         parts.append(f"<h3>Last stderr lines of rank {root.rank}</h3>{_pre(root.stderr_tail)}")
     parts.append("</section>")
     return "".join(parts)
+
+
+def _hang(report: Report) -> str:
+    if report.hang is None:
+        return ""
+    hang = report.hang.value
+    lines = hang.summary_lines()
+    ranks = "".join(
+        f"<details><summary>rank {stacks.rank} on {_e(stacks.host)}: every process and thread"
+        f"</summary>{_pre(rank_text(stacks).rstrip().splitlines())}</details>"
+        for stacks in hang.stacks
+    )
+    return (
+        '<section id="hang"><h2>Stacks of every rank</h2>'
+        f'<p class="source">{_e(report.hang.path)}</p>'
+        f"<p><strong>{_e(lines[0])}</strong></p>"
+        f'<p class="note">Taken at {_e(_utc(hang.taken_at))} UTC ({_e(hang.reason)}); ranks '
+        "grouped by the Python frames of their main thread, one stack shown per group, "
+        f"innermost frame first.</p>{_pre(lines[1:])}{ranks}</section>"
+    )
 
 
 def _launcher(report: Report, charts: Mapping[str, Chart]) -> str:
@@ -375,6 +396,7 @@ def render_page(report: Report, charts: Sequence[Chart]) -> str:
     by_key = {chart.key: chart for chart in charts}
     sections = [
         _cause(report),
+        _hang(report),
         _launcher(report, by_key),
         _ranks(report, by_key),
         _metrics(report, by_key),
@@ -384,6 +406,7 @@ def render_page(report: Report, charts: Sequence[Chart]) -> str:
     ]
     nav_items = [
         ("cause", "Failure cause", bool(report.outcome.failure)),
+        ("hang", "Stacks", report.hang is not None),
         ("launcher", "Launcher", report.job is not None and bool(report.job.timeline)),
         ("ranks", "Ranks", report.job is not None and bool(report.job.ranks)),
         ("metrics", "Metrics", bool(report.metrics.metrics)),
