@@ -27,9 +27,9 @@ RUN apt-get update \
 # ---------------------------------------------------------------------------------------------------
 FROM system AS deps
 
-# Every dependency of ringleader (not ringleader itself) and sagemaker-training (the runner the
-# benchmarks compare with: the user's own packages, as far as ringleader is concerned), built on
-# the host for CPython 3.11.
+# Every dependency of ringleader (not ringleader itself), py-spy (a hung rank's stacks, the extra
+# `stacks`) and sagemaker-training (the runner the benchmarks compare with: the user's own
+# packages, as far as ringleader is concerned), built on the host for CPython 3.11.
 COPY build/wheelhouse/deps/ /tmp/wheels/
 RUN /usr/bin/python3 -m venv --system-site-packages /opt/ringleader/venv \
  && /opt/ringleader/venv/bin/pip install --no-index --find-links /tmp/wheels \

@@ -57,6 +57,9 @@ class FakeAgent:
     def reap(self, abort_grace: float) -> None:
         pass
 
+    def dump_stacks(self, reason: str) -> None:
+        pass
+
     def close(self) -> None:
         self.closed = True
 

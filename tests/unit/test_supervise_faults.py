@@ -104,9 +104,13 @@ class FakeLauncher:
 class FakeLocal:
     terminated: list[float] = field(default_factory=list)  # graces
     reaped: int = 0
+    dumps: list[str] = field(default_factory=list)  # reasons
 
     def terminate_all(self, grace: float) -> None:
         self.terminated.append(grace)
+
+    def dump_stacks(self, reason: str) -> None:
+        self.dumps.append(reason)
 
     def reap(self, abort_grace: float) -> None:
         self.reaped += 1

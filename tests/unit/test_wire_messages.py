@@ -6,23 +6,30 @@ import json
 import pytest
 
 from ringleader.core.records import RankRecord
+from ringleader.core.stacks import Frame, ProcessStacks, RankStacks, ThreadStack
 from ringleader.core.timeline import Mark
 from ringleader.launch.spawn import SpawnSpec
 from ringleader.wire.messages import (
+    HANG,
+    ON_DEMAND,
     Ack,
     Bye,
+    DumpStacks,
     ErrorReport,
     Exit,
     Greeting,
     Hello,
     Launched,
     Message,
+    Progress,
     Pulse,
     PulseHello,
     RankEnd,
     RanksExit,
     RankStart,
     Sigterm,
+    Stacks,
+    StacksWanted,
     Terminate,
     UnknownMessage,
     decode,
@@ -47,6 +54,33 @@ RECORD = RankRecord(
 )
 # hosts, processes per host, master address and port, run id, interface, torch; a plain host
 SPEC = SpawnSpec(("algo-1", "algo-2"), 2, "algo-1", 29500, "job", "eth0", True, ("algo-3",), 4)
+STACKS = RankStacks(
+    4,
+    "algo-3",
+    1795600000.5,
+    (
+        ProcessStacks(
+            41,
+            "python train.py",
+            "py-spy",
+            (
+                ThreadStack(
+                    "MainThread",
+                    (
+                        Frame("clock_nanosleep", "/lib/libc.so.6", native=True),
+                        Frame("load_batch_forever", "/opt/ml/code/train.py", 12),
+                    ),
+                    main=True,
+                    state="idle",
+                ),
+            ),
+            "S (sleeping) in hrtimer_nanosleep",
+            'Thread 41 (idle): "MainThread"',
+        ),
+    ),
+    ("py-spy: not permitted",),
+    ("Missing ranks:", "4: [allreduce.noname.1]"),
+)
 MARKS = (Mark("algo-2", "sshd", 12.5), Mark("algo-2", "hello", 12.75))
 
 EVERY_KIND: list[Message] = [
@@ -71,6 +105,12 @@ EVERY_KIND: list[Message] = [
     RanksExit("algo-2", 137),
     Sigterm("algo-2"),
     Ack(),
+    Progress("algo-2", (2, 3)),
+    DumpStacks(HANG),
+    DumpStacks(ON_DEMAND),
+    Stacks(HANG, STACKS),
+    Stacks(ON_DEMAND, RankStacks(0, "algo-1", 1.5)),
+    StacksWanted("algo-2"),
 ]
 
 
@@ -143,6 +183,10 @@ def test_unknown_kind_is_a_protocol_error():
         (b'{"type":"hello","host":"algo-2","timeline":"12.5"}', "timeline"),
         (b'{"type":"bye","host":null}', "host"),
         (b'{"type":"pulse-hello","host":["algo-2"]}', "host"),
+        (b'{"type":"progress","host":"algo-2","ranks":[2,"3"]}', "ranks"),
+        (b'{"type":"progress","host":"algo-2","ranks":{"2":1}}', "ranks"),
+        (b'{"type":"dump-stacks"}', "reason"),
+        (b'{"type":"stacks","reason":"hang","stacks":{"rank":4}}', "stacks"),
         (b'{"type":"launched","spawn":[]}', "spawn"),
         (b'{"type":"launched","spawn":{"hosts":["algo-1"]}}', "spawn"),
         (b'{"type":"terminate","grace":"30"}', "grace"),

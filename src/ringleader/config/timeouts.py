@@ -4,6 +4,7 @@ A module of its own so that what only needs a default (the rank wrapper's option
 import the whole job configuration.
 """
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,17 @@ class Timeouts:
     # ringleader_launcher_exit_timeout: how long the launcher (mpirun) may run on after every
     # rank has ended by itself before it is killed (a wedged MPI daemon must not hold the job)
     launcher_exit: float = 30.0
+    # ringleader_hang_timeout: no rank made progress (output, a metric, a heartbeat) for this
+    # long: the job hung. Off by default: a job quiet by design must never be killed by one.
+    hang: float | None = None
+    # ringleader_stack_dump_timeout: how long the leader waits for every rank's stacks
+    stack_dump: float = 10.0
+
+    @property
+    def progress_interval(self) -> float | None:
+        """How often each rank's wrapper reports that it made progress (the hang watch); None
+        when there is no hang watch. A fifth of the timeout: progress is late by at most that."""
+        return None if self.hang is None else min(max(self.hang / 5, 0.05), 10.0)
 
     @property
     def pulse_interval(self) -> float:
@@ -43,6 +55,8 @@ TIMEOUT_KEYS = {
     "ringleader_finish_timeout": "finish",
     "ringleader_abort_grace": "abort_grace",
     "ringleader_launcher_exit_timeout": "launcher_exit",
+    "ringleader_hang_timeout": "hang",
+    "ringleader_stack_dump_timeout": "stack_dump",
 }
 
 
@@ -52,7 +66,7 @@ def parse_timeouts(values: Mapping[str, Any], *, lenient: bool = False) -> Timeo
     A value that is not a positive number of seconds is a ConfigError naming its key; with
     `lenient`, it is left at its default instead (for reporting another configuration error
     with the user's valid timeouts)."""
-    seconds = {}
+    seconds: dict[str, float] = {}
     for key, target in TIMEOUT_KEYS.items():
         if key not in values:
             continue
@@ -61,4 +75,14 @@ def parse_timeouts(values: Mapping[str, Any], *, lenient: bool = False) -> Timeo
         except ConfigError:
             if not lenient:
                 raise
-    return Timeouts(**seconds)
+    timeouts = Timeouts(**seconds)
+    if timeouts.hang is not None and timeouts.hang < timeouts.pulse_interval:
+        if lenient:
+            return dataclasses.replace(timeouts, hang=None)
+        raise ConfigError(
+            "ringleader_hang_timeout",
+            f"{timeouts.hang:g} s is shorter than the pulse interval, "
+            f"{timeouts.pulse_interval:g} s (a quarter of ringleader_leader_timeout): progress "
+            "could not even be heard in time; give at least that",
+        )
+    return timeouts

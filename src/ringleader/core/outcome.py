@@ -36,6 +36,15 @@ class HostLoss:
 
 
 @dataclass(frozen=True)
+class Hang:
+    """No rank made progress for ringleader_hang_timeout; every rank's stacks were taken."""
+
+    headline: str  # names the culprit
+    details: tuple[str, ...]  # the stacks, grouped
+    at: float  # time.time() the job was found hung
+
+
+@dataclass(frozen=True)
 class JobFacts:
     records: tuple[RankRecord, ...] = ()
     world_size: int = 0
@@ -47,6 +56,7 @@ class JobFacts:
     stopped_at: float = 0.0  # time.time() when it arrived
     sigterm_grace: float = 0.0
     lost_hosts: tuple[HostLoss, ...] = ()  # hosts lost while the job ran, in order
+    hang: Hang | None = None
     error_code: int | None = None  # a toolkit error before or around the launch
     error_message: str | None = None
 
@@ -168,11 +178,18 @@ def abort_bystanders(records: Sequence[RankRecord], aborts: dict[int, int]) -> f
 
 def decide(facts: JobFacts) -> Outcome:
     """The job's exit code and failure text. The first cause wins: a toolkit error, then a
-    stop from outside or a lost host (whichever came first), then the root-cause rank; ranks
-    taken down after the cause (by ringleader, mpirun or Horovod) are never blamed."""
+    stop from outside, a hang or a lost host (whichever came first), then the root-cause rank;
+    ranks taken down after the cause (by ringleader, mpirun or Horovod) are never blamed."""
     if facts.error_code is not None:
         return Outcome(facts.error_code, truncate(facts.error_message or "toolkit error"))
     first_loss = min((loss.last_heard for loss in facts.lost_hosts), default=None)
+    hang = facts.hang
+    if (
+        hang is not None
+        and (facts.stopped_on is None or hang.at < facts.stopped_at)
+        and (first_loss is None or hang.at < first_loss)
+    ):
+        return Outcome(exitcodes.HUNG, truncate(hang.headline, hang.details, "Stacks:", first=True))
     stopped_first = first_loss is None or facts.stopped_at <= first_loss
     if facts.stopped_on is not None and stopped_first:
         headline = (
@@ -272,19 +289,22 @@ def lost_hosts_outcome(losses: Sequence[HostLoss]) -> Outcome:
     return Outcome(exitcodes.HOST_LOST, truncate(headline))
 
 
-def truncate(headline: str, tail: Sequence[str] = (), tail_title: str = "") -> str:
-    """The headline, then as many of the *last* tail lines as fit in the failure-file limit."""
+def truncate(
+    headline: str, tail: Sequence[str] = (), tail_title: str = "", *, first: bool = False
+) -> str:
+    """The headline, then as many of the *last* tail lines as fit in the failure-file limit
+    (with `first`, as many of the first ones)."""
     # Room for the newline that ends the headline.
     text = headline.encode()[: FAILURE_FILE_LIMIT - 1].decode(errors="ignore")
     if not tail:
         return text + "\n"
     budget = FAILURE_FILE_LIMIT - len(text.encode()) - len(tail_title.encode()) - 2
     kept: list[str] = []
-    for line in reversed(tail):
+    for line in tail if first else reversed(tail):
         cost = len(line.encode()) + 3
         if cost > budget:
             break
-        kept.insert(0, line)
+        kept.insert(len(kept) if first else 0, line)
         budget -= cost
     if not kept:
         return text + "\n"

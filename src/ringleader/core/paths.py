@@ -25,6 +25,9 @@ AGENT_SOCKET = RUN_DIR / "agent.sock"  # rank wrappers on this host talk to the 
 HOST_ENV_FILE = RUN_DIR / "host-env.json"  # this host's environment for its ranks (mode 0600)
 SSHD_NOTIFY_SOCKET = RUN_DIR / "sshd-notify.sock"
 RANK_ERROR_DIR = RUN_DIR / "errors"  # TORCHELASTIC_ERROR_FILE of each spawned rank
+# The heartbeat file of a rank (ringleader.progress() touches it), in the rank's environment.
+PROGRESS_FILE_VARIABLE = "RINGLEADER_PROGRESS_FILE"
+RANKS_DIR = RUN_DIR / "ranks"  # ranks/<N>/: a rank's heartbeat file and faulthandler dumps
 
 CONFIG_DIR = ML_ROOT / "input" / "config"
 CODE_DIR = ML_ROOT / "code"
@@ -35,4 +38,5 @@ SUCCESS_FILE = OUTPUT_DIR / "success"
 DATA_DIR = OUTPUT_DIR / "data"  # what SageMaker uploads
 LOG_DIR = DATA_DIR / "logs"  # per-rank logs: logs/<host>/rank-<N>.log
 METRICS_FILE = DATA_DIR / "metrics.jsonl"
+HANG_DIR = DATA_DIR / "hang"  # every rank's stacks when the job hung
 JOB_FILE = DATA_DIR / "job.json"  # the leader's summary: outcome and every rank's record

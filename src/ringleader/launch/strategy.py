@@ -124,14 +124,22 @@ def rank_command(
     config: JobConfig, user_command: Sequence[str], forwarded: Sequence[str]
 ) -> list[str]:
     """The per-rank wrapper around the user's command."""
+    timeouts = config.timeouts
+    hang_watch = []
+    if timeouts.progress_interval is not None:
+        hang_watch = ["--progress-interval", f"{timeouts.progress_interval:g}"]
     return [
         paths.RANK_PYTHON,
         "-m",
         "ringleader.rank",
         "--grace",
-        f"{config.timeouts.sigterm_grace:g}",
+        f"{timeouts.sigterm_grace:g}",
         "--abort-grace",
-        f"{config.timeouts.abort_grace:g}",
+        f"{timeouts.abort_grace:g}",
+        *hang_watch,
+        # the wrapper's share of ringleader_stack_dump_timeout: its stacks must still travel
+        "--stack-timeout",
+        f"{max(timeouts.stack_dump * 0.7, 0.5):g}",
         "--cwd",
         config.source.code_dir,
         "--forwarded",

@@ -6,6 +6,7 @@ import io
 import itertools
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -19,6 +20,12 @@ from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
 _TAIL_LINE_CHARS = 300
 _BATCH_BYTES = 64 * 1024  # output lines shipped to the host agent per message, at most
 _PROGRESS_CHECK_SECONDS = 0.5
+# Horovod's stall inspector repeats its warning every HOROVOD_STALL_CHECK_TIME_SECONDS while the
+# job hangs: evidence for the hang verdict, never progress. The warning comes from
+# stall_inspector.cc, then "Missing ranks:" and one "<rank>: [tensor, ...]" line per rank.
+_STALL_LINE = re.compile(r"stall_inspector|One or more tensors were submitted|^Missing ranks:")
+_STALL_RANK_LINE = re.compile(r"^\d+: \[")
+_EVIDENCE_LINES = 20
 _Batch = tuple[
     str, list[str]
 ]  # (stream, lines)  # how often close() looks whether shipping still moves
@@ -48,6 +55,9 @@ class RankOutput:
         self._queue: queue.Queue[_Batch | None] = queue.Queue(maxsize=1_000)
         self._sender = threading.Thread(target=self._send_loop, daemon=True)
         self.first_output_at: float | None = None  # for the launcher's timeline
+        self.progress = 0  # lines that show progress (not Horovod's stall warnings)
+        self.evidence: collections.deque[str] = collections.deque(maxlen=_EVIDENCE_LINES)
+        self._in_stall_warning = False
         self._shipped_at = time.monotonic()  # the sender's last progress
 
     def start(self, channel: Channel | None) -> None:
@@ -60,6 +70,7 @@ class RankOutput:
         """Lines in order, as they were read from one of the child's streams."""
         if self.first_output_at is None and lines:
             self.first_output_at = time.time()
+        self._note_progress(lines)
         with self._log_lock:
             if self._log is not None:
                 data = "".join(line + "\n" for line in lines).encode(errors="replace")
@@ -71,6 +82,18 @@ class RankOutput:
                     self._stop_log(error)
         if self._relay:
             self._queue.put((stream, lines))
+
+    def _note_progress(self, lines: list[str]) -> None:
+        """Count the lines that show progress; keep Horovod's stall warnings as evidence."""
+        for line in lines:
+            if _STALL_LINE.search(line) or (
+                self._in_stall_warning and _STALL_RANK_LINE.match(line)
+            ):
+                self._in_stall_warning = True
+                self.evidence.append(line[:_TAIL_LINE_CHARS])
+            else:
+                self._in_stall_warning = False
+                self.progress += 1
 
     def close(self, timeout: float) -> None:
         """Ship what is queued, then stop the sender; give up once shipping has made no

@@ -8,8 +8,10 @@ the root cause of a failure.
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,8 +29,18 @@ from ringleader.core.proctimes import process_name, process_started_at
 from ringleader.core.records import RankRecord
 from ringleader.rank.capture import Pump, RankOutput
 from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
+from ringleader.rank.progress import ProgressWatch
+from ringleader.rank.stacks import stack_environment, take_stacks
 from ringleader.rank.tree import become_subreaper, end_descendants
-from ringleader.wire.messages import Ack, RankEnd, RankStart, Terminate, UnknownMessage
+from ringleader.wire.messages import (
+    Ack,
+    DumpStacks,
+    RankEnd,
+    RankStart,
+    Stacks,
+    Terminate,
+    UnknownMessage,
+)
 from ringleader.wire.protocol import Channel, ChannelClosed, ProtocolError
 
 STDERR_TAIL_LINES = 20
@@ -213,8 +225,11 @@ def _connect_agent(path: str) -> Channel | None:
     return Channel(sock)
 
 
-def _listen_for_terminate(
-    channel: Channel, supervisor: RankSupervisor, acked: threading.Event
+def _listen_to_agent(
+    channel: Channel,
+    supervisor: RankSupervisor,
+    acked: threading.Event,
+    dump: Callable[[str], None],
 ) -> None:
     try:
         while True:
@@ -227,6 +242,9 @@ def _listen_for_terminate(
                     supervisor.terminate(message.grace)
                 case Ack():
                     acked.set()
+                case DumpStacks():
+                    # py-spy takes a while: the next Terminate must not wait for it
+                    threading.Thread(target=dump, args=(message.reason,), daemon=True).start()
     except (ChannelClosed, ProtocolError, OSError):
         acked.set()  # the agent is gone (or garbled): nobody will acknowledge
 
@@ -266,6 +284,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="all",
         help='ranks whose output goes to the host agent ("all" or "0,3"); the log keeps all',
     )
+    parser.add_argument(
+        "--progress-interval",
+        type=float,
+        default=None,
+        help="report the rank's progress (output, heartbeats) to the host agent this often "
+        "(seconds; the hang watch); none: not reported",
+    )
+    parser.add_argument(
+        "--stack-timeout",
+        type=float,
+        default=timeouts.DEFAULTS.stack_dump,
+        help="the bound on taking the rank's stacks when asked",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -278,6 +309,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = rank_environment(host_env if host_env is not None else own_env, own_env, forwarded)
     host = env.get("SM_CURRENT_HOST") or socket.gethostname()
     rank = current_rank(own_env)
+    rank_dir = paths.RANKS_DIR / str(rank)
+    watch = ProgressWatch(rank_dir / "progress")
+    env = stack_environment(env, rank_dir / "stacks")
+    env[paths.PROGRESS_FILE_VARIABLE] = str(watch.heartbeat)
+    if args.progress_interval is not None:
+        # Horovod's stall inspector names the ranks that hold up a collective: let it speak
+        # before the hang verdict (its own default, 60 s, may be after it).
+        env.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", f"{max(args.progress_interval, 1):.0f}")
     become_subreaper()
     supervisor = RankSupervisor(
         command,
@@ -304,22 +343,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     channel = _connect_agent(args.agent)
     acked = threading.Event()
-    if channel is not None:
-        threading.Thread(
-            target=_listen_for_terminate, args=(channel, supervisor, acked), daemon=True
-        ).start()
-
-    def announce(pid: int) -> None:
-        # The host agent keeps the PID: after a stop it waits for the user's process even if
-        # mpirun's daemon has killed this wrapper meanwhile.
-        if channel is not None:
-            with contextlib.suppress(ChannelClosed):
-                channel.send(RankStart(rank, host, pid))
-
     relayed = rank in RankSelection.parse("--relay-ranks", args.relay_ranks)
     output = RankOutput(host, rank, Path(args.log_dir) / host / f"rank-{rank}.log", relayed)
+    pid: list[int] = []  # the user process's, once it runs
+
+    def dump(reason: str) -> None:
+        if channel is None or not pid:
+            return
+        stacks = take_stacks(rank, host, pid[0], rank_dir / "stacks", args.stack_timeout)
+        stacks = dataclasses.replace(stacks, evidence=tuple(output.evidence))
+        with contextlib.suppress(ChannelClosed):
+            channel.send(Stacks(reason, stacks))
+
+    if channel is not None:
+        threading.Thread(
+            target=_listen_to_agent, args=(channel, supervisor, acked, dump), daemon=True
+        ).start()
+
+    def announce(started: int) -> None:
+        # The host agent keeps the PID: after a stop it waits for the user's process even if
+        # mpirun's daemon has killed this wrapper meanwhile.
+        pid.append(started)
+        if channel is not None:
+            with contextlib.suppress(ChannelClosed):
+                channel.send(RankStart(rank, host, started))
+            if args.progress_interval is not None:
+                watch.report_to(channel, host, rank, output, args.progress_interval)
+
     output.start(channel)
     record = supervisor.run(output, announce)
+    watch.stop()
+    shutil.rmtree(rank_dir, ignore_errors=True)  # its heartbeat and faulthandler files
     if channel is not None:
         with contextlib.suppress(ChannelClosed):
             channel.send(RankEnd(record))

@@ -19,6 +19,9 @@ class LocalRanks(Protocol):
 
     def reap(self, abort_grace: float) -> None: ...
 
+    def dump_stacks(self, reason: str) -> None:
+        """Every local rank's stacks, each as a StacksTaken event."""
+
 
 class RunningLauncher(Protocol):
     def kill(self) -> None: ...

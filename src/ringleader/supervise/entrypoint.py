@@ -34,7 +34,7 @@ from ringleader.supervise.parts import RootParts, real_parts
 from ringleader.supervise.pid1 import run_as_init
 from ringleader.supervise.report import early_leader, report_error, send_to_leader
 from ringleader.supervise.roles import Role, choose_role
-from ringleader.wire.events import SigtermReceived
+from ringleader.wire.events import SigtermReceived, StacksRequested
 
 
 class EntryPoint:
@@ -48,6 +48,11 @@ class EntryPoint:
         # Queue.put takes a lock the interrupted main thread may hold: hand it to a thread.
         event = SigtermReceived(context.host)
         threading.Thread(target=context.events.put, args=(event,), daemon=True).start()
+
+    def on_quit(self, _signum: int, _frame: object) -> None:
+        """SIGQUIT (Ctrl-\\): every rank's stacks to the leader's console; the job goes on."""
+        event = StacksRequested(self._context.host)
+        threading.Thread(target=self._context.events.put, args=(event,), daemon=True).start()
 
     def run(self) -> Outcome:
         context = self._context
@@ -146,6 +151,7 @@ def main(argv: Sequence[str] | None = None, own_sshd: bool = True) -> int:
     entry = EntryPoint(real_parts(ConfigFiles(), own_sshd, socket.gethostname()))
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, entry.on_signal)
+    signal.signal(signal.SIGQUIT, entry.on_quit)
     if args:
         message = f"Configuration error in command: unexpected arguments {args}; expected `train`"
         log.log(message)

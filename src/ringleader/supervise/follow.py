@@ -13,6 +13,7 @@ from ringleader.launch.strategy import LaunchStrategy
 from ringleader.output.printer import OutputRelay
 from ringleader.supervise.context import HostContext
 from ringleader.supervise.report import report_error, send_to_leader
+from ringleader.supervise.stack_files import keep_rank_stacks
 from ringleader.supervise.worker import Worker, WorkerParts
 from ringleader.wire.control import LeaderAddress
 from ringleader.wire.protocol import Channel
@@ -61,6 +62,7 @@ def follow(
         context.log,
         strategy.worker_plan,
         context.launcher_starter(strategy),
+        lambda stacks: keep_rank_stacks(parts.results.hang_dir, stacks, context.log),
     )
     try:
         return Worker(context.host, topology.leader, timeouts, worker_parts).run(

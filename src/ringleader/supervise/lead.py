@@ -16,6 +16,7 @@ from ringleader.output.printer import OutputPrinter
 from ringleader.supervise.common import RunningLauncher
 from ringleader.supervise.context import HostContext
 from ringleader.supervise.leader import Leader, LeaderParts
+from ringleader.supervise.stack_files import keep_report
 from ringleader.supervise.verdict import conclude
 from ringleader.wire.control import resolved_addresses
 from ringleader.wire.ports import await_visits
@@ -54,6 +55,7 @@ def lead(
         timeline=context.timeline,
         output_taken=lambda: printer.delivered,
         post=context.events.put,
+        keep_stacks=lambda report: keep_report(parts.results.hang_dir, report, context.log),
     )
     leader = Leader(context.host, workers, timeouts, leader_parts)
     try:

@@ -7,6 +7,7 @@ launcher and the SIGTERM handler, and each kind of event has one handler. Its co
 are injected, so each fault is a unit test without containers.
 """
 
+import dataclasses
 import enum
 import shlex
 import threading
@@ -19,8 +20,17 @@ from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
 from ringleader.core.errors import JobError, StartupError
 from ringleader.core.exitcodes import first_failure
-from ringleader.core.outcome import HostLoss, JobFacts, Outcome, blames_another_rank, decide
+from ringleader.core.hang import HangReport, LastProgress, MissingStacks, hang_headline
+from ringleader.core.outcome import (
+    Hang,
+    HostLoss,
+    JobFacts,
+    Outcome,
+    blames_another_rank,
+    decide,
+)
 from ringleader.core.records import RankRecord
+from ringleader.core.stacks import RankStacks
 from ringleader.core.timeline import Mark, Timeline
 from ringleader.launch.strategy import EndPolicy, LaunchPlan, LaunchStrategy, SshCheck
 from ringleader.supervise.common import (
@@ -36,14 +46,17 @@ from ringleader.wire.events import (
     LauncherExited,
     RankEnded,
     RanksExited,
+    RanksProgressed,
     RankStarted,
     SigtermReceived,
     SshChecked,
+    StacksRequested,
+    StacksTaken,
     WorkerBye,
     WorkerHello,
     WorkerLost,
 )
-from ringleader.wire.messages import Launched, Message, Terminate
+from ringleader.wire.messages import HANG, ON_DEMAND, DumpStacks, Launched, Message, Terminate
 
 __all__ = ["KILL_MARGIN_SECONDS", "Leader", "LeaderParts", "Phase"]
 
@@ -97,6 +110,8 @@ class LeaderParts:
     # Where background work (the ssh checks) reports its end, and how it runs.
     post: Callable[[Event], None] = lambda event: None
     in_background: Callable[[Callable[[], None]], None] = start_thread
+    # Every rank's stacks, once taken: shown, and after a hang kept in the job's files.
+    keep_stacks: Callable[[HangReport], None] = lambda report: None
 
 
 class JobStopped(Exception):
@@ -106,6 +121,16 @@ class JobStopped(Exception):
         super().__init__(host)
         self.host = host
         self.at = at
+
+
+@dataclass
+class _StackDump:
+    """Every rank was asked for its stacks: what has arrived."""
+
+    reason: str  # HANG or ON_DEMAND
+    deadline: float  # ringleader_stack_dump_timeout from the request
+    expected: dict[int, str]  # rank -> host: the ranks running when they were asked
+    stacks: dict[int, RankStacks] = field(default_factory=dict)
 
 
 @dataclass
@@ -130,6 +155,25 @@ class _Run:
     # The launcher was killed after every rank had ended (a wedged orted, or nothing left
     # after a stop): its exit code says nothing about the job, the ranks' records do.
     launcher_outlived_ranks: bool = False
+    # The hang watch: when the job counts as hung unless some rank makes progress first.
+    hang_deadline: float | None = None
+    progress: dict[int, LastProgress] = field(default_factory=dict)  # each rank's latest
+    output_seen: int = 0  # the output batches the leader had taken at the last look
+    dump: _StackDump | None = None
+    hang: Hang | None = None
+
+    @property
+    def deadline(self) -> float | None:
+        """The next moment something is due, if nothing happens before."""
+        dump = self.dump.deadline if self.dump is not None else None
+        return earliest(
+            earliest(self.launch_deadline, self.kill_deadline), earliest(self.hang_deadline, dump)
+        )
+
+    @property
+    def ending(self) -> bool:
+        """The job is being stopped, or ended: no hang to watch for."""
+        return bool(self.stopped_on or self.aborted or self.lost or self.released or self.hang)
 
     @property
     def policy(self) -> EndPolicy:
@@ -258,14 +302,19 @@ class Leader:
         self._announce_launch(plan)
         launcher = self._parts.start_launcher(plan)
         self.timeline.mark(self._host, phases.LAUNCHED, self._clock.time())
-        run = _Run(plan, launcher, self._clock.monotonic() + self._timeouts.startup)
+        now = self._clock.monotonic()
+        run = _Run(plan, launcher, now + self._timeouts.startup)
+        if self._timeouts.hang is not None:  # the job's start-up counts: it can hang too
+            run.hang_deadline = now + self._timeouts.hang
         self.phase = Phase.LAUNCHING
         while not self._every_launcher_exited(run):
-            event = self._events.next(earliest(run.launch_deadline, run.kill_deadline))
+            event = self._events.next(run.deadline)
             if event is None:
                 self._on_deadline(run, self._clock.monotonic())
             else:
                 self._on_event(run, event, self._clock.monotonic())
+        if run.dump is not None:  # the job ended meanwhile: keep what arrived, no verdict
+            self._stacks_complete(run, self._clock.monotonic(), job_ended=True)
         code = first_failure(list(run.exited.values()))
         if (run.policy.ranks_decide or run.launcher_outlived_ranks) and not run.unreported(
             self._hosts
@@ -307,9 +356,20 @@ class Leader:
                 run.exited[self._host] = event.exit_code
             case RanksExited() if event.host in run.policy.other_launchers:
                 run.exited[event.host] = event.exit_code
+            case RanksProgressed():
+                self._on_progress(run, event, now)
+            case StacksTaken():
+                self._on_stacks(run, event, now)
+            case StacksRequested():
+                self._log(f"SIGQUIT on {event.host}: taking every rank's stacks")
+                self._dump_stacks(run, ON_DEMAND, now)
 
     def _on_deadline(self, run: _Run, now: float) -> None:
-        if run.kill_deadline is not None and now >= run.kill_deadline:
+        if run.dump is not None and now >= run.dump.deadline:
+            self._stacks_complete(run, now)
+        elif run.hang_deadline is not None and now >= run.hang_deadline:
+            self._on_quiet(run, now)
+        elif run.kill_deadline is not None and now >= run.kill_deadline:
             if len(run.records) >= self.world_size:
                 run.launcher_outlived_ranks = True
                 self._log(
@@ -324,6 +384,91 @@ class Leader:
             self._log(run.startup_error)
             run.launcher.kill()
             run.launch_deadline = None
+
+    def _on_progress(self, run: _Run, event: RanksProgressed, now: float) -> None:
+        at = self._clock.time()
+        for rank in event.ranks:
+            run.progress[rank] = LastProgress(rank, event.host, at)
+        if run.hang_deadline is not None and self._timeouts.hang is not None:
+            run.hang_deadline = now + self._timeouts.hang
+
+    def _on_quiet(self, run: _Run, now: float) -> None:
+        """No progress reported for ringleader_hang_timeout: unless output still reached the
+        leader meanwhile (it travels ahead of the progress reports), the job hung."""
+        timeout = self._timeouts.hang
+        assert timeout is not None
+        seen = self._parts.output_taken()
+        if seen != run.output_seen or run.ending:
+            run.output_seen = seen
+            run.hang_deadline = None if run.ending else now + timeout
+            return
+        run.hang_deadline = None
+        self._log(
+            f"no rank made progress for {timeout:g} s (ringleader_hang_timeout): "
+            "taking every rank's stacks"
+        )
+        self._dump_stacks(run, HANG, now)
+
+    def _dump_stacks(self, run: _Run, reason: str, now: float) -> None:
+        """Ask every running rank for its stacks (a hang's request replaces one on demand)."""
+        if run.dump is not None and (run.dump.reason == HANG or reason == ON_DEMAND):
+            return
+        running = {rank: host for rank, host in run.started.items() if rank not in run.records}
+        run.dump = _StackDump(reason, now + self._timeouts.stack_dump, running)
+        if self._parts.local is not None:
+            self._parts.local.dump_stacks(reason)
+        if self._parts.link is not None:
+            self._parts.link.broadcast(DumpStacks(reason))
+        if not running:
+            self._stacks_complete(run, now)
+
+    def _on_stacks(self, run: _Run, event: StacksTaken, now: float) -> None:
+        dump = run.dump
+        if dump is None or event.reason != dump.reason:
+            return  # late, for a request already answered
+        stacks = event.stacks
+        offset = self._clock_offsets.get(stacks.host, 0.0)
+        dump.stacks[stacks.rank] = dataclasses.replace(stacks, taken_at=stacks.taken_at + offset)
+        if set(dump.expected) <= set(dump.stacks) | set(run.records):
+            self._stacks_complete(run, now)
+
+    def _stacks_complete(self, run: _Run, now: float, job_ended: bool = False) -> None:
+        """Every rank's stacks arrived, or ringleader_stack_dump_timeout passed (or the job
+        ended): show them; after a hang, the verdict, and every rank is stopped."""
+        dump = run.dump
+        assert dump is not None
+        run.dump = None
+        missing = tuple(
+            MissingStacks(rank, host, self._why_no_stacks(run, rank, host))
+            for rank, host in sorted(dump.expected.items())
+            if rank not in dump.stacks
+        )
+        stacks = tuple(dump.stacks[rank] for rank in sorted(dump.stacks))
+        progress = tuple(run.progress[rank] for rank in sorted(run.progress))
+        at = self._clock.time()
+        timeout = self._timeouts.hang or 0.0
+        if dump.reason == HANG:
+            headline = hang_headline(stacks, missing, progress, timeout, at)
+        else:
+            headline = f"Every rank's stacks, {len(stacks)} of {len(dump.expected)} taken."
+        report = HangReport(dump.reason, timeout, at, headline, stacks, missing, progress)
+        self._parts.keep_stacks(report)
+        if dump.reason != HANG or run.ending or job_ended:
+            return
+        run.hang = Hang(headline, tuple(report.summary_lines()[1:]), at)
+        self._log(f"the job hung: {headline}")
+        self._terminate_everywhere(self._timeouts.abort_grace)
+        run.stop_launcher_by(now + self._timeouts.abort_grace + LOST_HOST_KILL_MARGIN_SECONDS)
+
+    def _why_no_stacks(self, run: _Run, rank: int, host: str) -> str:
+        if rank in run.records:
+            return f"it ended ({run.records[rank].describe()}) before its stacks were taken"
+        if host in run.lost:
+            return f"its host was lost ({run.lost[host].reason})"
+        return (
+            f"they did not arrive within {self._timeouts.stack_dump:g} s "
+            "(ringleader_stack_dump_timeout)"
+        )
 
     def _on_rank_started(self, run: _Run, event: RankStarted) -> None:
         run.started[event.rank] = event.host
@@ -462,6 +607,7 @@ class Leader:
             stopped_at=run.stopped_at,
             sigterm_grace=self._timeouts.sigterm_grace,
             lost_hosts=losses,
+            hang=run.hang,
             error_code=exitcodes.HOST_UNREACHABLE if run.startup_error else None,
             error_message=run.startup_error,
         )

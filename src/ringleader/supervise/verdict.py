@@ -27,6 +27,7 @@ class ResultFiles:
 
     job_file: Path = paths.JOB_FILE
     output_dir: Path = paths.OUTPUT_DIR
+    hang_dir: Path = paths.HANG_DIR  # every rank's stacks after a hang
 
 
 class ConcludingLeader(Protocol):

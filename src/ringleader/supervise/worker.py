@@ -14,6 +14,7 @@ from ringleader.config.job import Timeouts
 from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
 from ringleader.core.outcome import Outcome, truncate
+from ringleader.core.stacks import RankStacks
 from ringleader.core.timeline import Mark
 from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.strategy import LaunchPlan
@@ -32,17 +33,25 @@ from ringleader.wire.events import (
     LeaderLost,
     LeaderMessage,
     RankEnded,
+    RanksProgressed,
     RankStarted,
     SigtermReceived,
+    StacksRequested,
+    StacksTaken,
 )
 from ringleader.wire.messages import (
+    HANG,
+    DumpStacks,
     Exit,
     Launched,
     Message,
+    Progress,
     RankEnd,
     RanksExit,
     RankStart,
     Sigterm,
+    Stacks,
+    StacksWanted,
     Terminate,
 )
 
@@ -62,6 +71,8 @@ class WorkerParts:
     # Spawned ranks: this host's launcher for the leader's spec, and how a launcher starts.
     spawn_plan: Callable[[SpawnSpec], LaunchPlan] | None = None
     start_launcher: StartLauncher | None = None
+    # A hang's stacks of this host's ranks, kept on this host too (best-effort).
+    keep_stacks: Callable[[RankStacks], None] = lambda stacks: None
 
 
 class Phase(enum.Enum):
@@ -148,6 +159,14 @@ class Worker:
                 self._kill_deadline = None
             case SigtermReceived():
                 self._on_sigterm()
+            case RanksProgressed():
+                link.send(Progress(event.host, event.ranks))
+            case StacksTaken():
+                if event.reason == HANG:
+                    self._parts.keep_stacks(event.stacks)
+                link.send(Stacks(event.reason, event.stacks))
+            case StacksRequested():
+                link.send(StacksWanted(self._host))
             case LeaderLost():
                 return self._on_leader_lost(event)
             case LeaderMessage():
@@ -186,6 +205,8 @@ class Worker:
         match message:
             case Terminate():
                 self._stop_ranks(message.grace)
+            case DumpStacks():
+                self._local.dump_stacks(message.reason)
             case Launched():
                 self._launch(message)
                 if self.phase is Phase.WAITING:

@@ -103,6 +103,13 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         metavar="NAME=VALUE",
         help="a ringleader_* setting, e.g. startup_timeout=60 (repeatable)",
     )
+    parser.add_argument(
+        "--hang-timeout",
+        metavar="SECONDS",
+        help="end the job as hung, with every rank's stacks and the culprit named, when no "
+        "rank makes progress (output, ringleader.progress()) for this long "
+        "(ringleader_hang_timeout; default: off). Ctrl-\\ shows every rank's stacks anytime",
+    )
     parser.add_argument("--image", default="ringleader:latest")
     parser.add_argument(
         "--output",
@@ -285,6 +292,8 @@ def _flag_settings(args: argparse.Namespace) -> dict[str, str]:
         settings["metric_definitions"] = text
     if args.log_ranks:
         settings["log_ranks"] = args.log_ranks
+    if args.hang_timeout is not None:
+        settings["hang_timeout"] = args.hang_timeout
     for name in (
         "horovod_timeline",
         "horovod_fusion_threshold",

@@ -17,8 +17,17 @@ from pathlib import Path
 from ringleader.core.proctimes import start_ticks
 from ringleader.core.records import unreported_record
 from ringleader.wire import messages
-from ringleader.wire.events import Event, RankEnded, RankStarted
-from ringleader.wire.messages import Ack, RankEnd, RankStart, Terminate, UnknownMessage
+from ringleader.wire.events import Event, RankEnded, RanksProgressed, RankStarted, StacksTaken
+from ringleader.wire.messages import (
+    Ack,
+    DumpStacks,
+    Progress,
+    RankEnd,
+    RankStart,
+    Stacks,
+    Terminate,
+    UnknownMessage,
+)
 from ringleader.wire.protocol import (
     Channel,
     ChannelClosed,
@@ -64,6 +73,15 @@ class HostAgent:
         for channel in wrappers:
             with contextlib.suppress(ChannelClosed):
                 channel.send(message)
+
+    def dump_stacks(self, reason: str) -> None:
+        """Ask every rank wrapper on this host for its rank's stacks; each arrives as a
+        StacksTaken event."""
+        with self._lock:
+            wrappers = list(self._wrappers)
+        for channel in wrappers:
+            with contextlib.suppress(ChannelClosed):
+                channel.send(DumpStacks(reason))
 
     def reap(self, abort_grace: float) -> None:
         """Wait for this host's user processes, then SIGKILL what is left (bounded).
@@ -126,6 +144,10 @@ class HostAgent:
                     ended = True
                     self._events.put(RankEnded(message.record))
                     channel.send(Ack())
+                elif isinstance(message, Progress):
+                    self._events.put(RanksProgressed(message.host, message.ranks))
+                elif isinstance(message, Stacks):
+                    self._events.put(StacksTaken(message.reason, message.stacks))
         except ChannelClosed:
             pass  # a wrapper that breaks the protocol (ProtocolError) only loses its own link
         finally:

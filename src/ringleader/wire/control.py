@@ -29,8 +29,11 @@ from ringleader.wire.events import (
     Event,
     RankEnded,
     RanksExited,
+    RanksProgressed,
     RankStarted,
     SigtermReceived,
+    StacksRequested,
+    StacksTaken,
     WorkerBye,
     WorkerHello,
     WorkerLost,
@@ -43,11 +46,14 @@ from ringleader.wire.messages import (
     Greeting,
     Hello,
     Message,
+    Progress,
     PulseHello,
     RankEnd,
     RanksExit,
     RankStart,
     Sigterm,
+    Stacks,
+    StacksWanted,
     UnknownMessage,
 )
 from ringleader.wire.ports import listen_problem
@@ -282,6 +288,13 @@ class ControlServer:
             self._events.put(RanksExited(host, message.code))
         elif isinstance(message, Bye):
             self._events.put(WorkerBye(host, message.timeline))
+        elif isinstance(message, Progress):
+            self._events.put(RanksProgressed(self._own(host, message.host), message.ranks))
+        elif isinstance(message, Stacks):
+            self._own(host, message.stacks.host)
+            self._events.put(StacksTaken(message.reason, message.stacks))
+        elif isinstance(message, StacksWanted):
+            self._events.put(StacksRequested(self._own(host, message.host)))
         else:
             self._log(f"ignored a {message.kind!r} message from {host}: not one a worker sends")
 

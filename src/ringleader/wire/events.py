@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 
 from ringleader.core.records import RankRecord
+from ringleader.core.stacks import RankStacks
 from ringleader.core.timeline import Mark
 from ringleader.wire.messages import Message
 
@@ -79,6 +80,29 @@ class LeaderLost:
     reason: str
 
 
+@dataclass(frozen=True)
+class RanksProgressed:
+    """These ranks of `host` made progress (output, a heartbeat)."""
+
+    host: str
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StacksTaken:
+    """One rank's stacks arrived (from its wrapper, or from a worker)."""
+
+    reason: str
+    stacks: RankStacks
+
+
+@dataclass(frozen=True)
+class StacksRequested:
+    """SIGQUIT on `host`: every rank's stacks to the console; the job goes on."""
+
+    host: str
+
+
 Event = (
     RankStarted
     | RankEnded
@@ -91,4 +115,7 @@ Event = (
     | WorkerBye
     | LeaderMessage
     | LeaderLost
+    | RanksProgressed
+    | StacksTaken
+    | StacksRequested
 )

@@ -13,6 +13,9 @@ Who sends what:
 - the leader to its workers: Launched, Terminate, Exit.
 - a rank wrapper to its host agent: RankStart (with the user process's PID), RankEnd; the
   agent answers Terminate (stop your rank) and Ack (the record arrived).
+- the hang watch: Progress (wrapper to agent, worker to leader: these ranks made progress),
+  DumpStacks (leader to workers, agent to wrappers: take your ranks' stacks now), Stacks (the
+  way back, one rank's), StacksWanted (a worker got SIGQUIT: the leader dumps every rank).
 """
 
 from collections.abc import Callable
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
 from ringleader.core.records import RankRecord
+from ringleader.core.stacks import RankStacks
 from ringleader.core.timeline import Mark
 from ringleader.wire import frames
 from ringleader.wire.frames import JsonObject, ProtocolError
@@ -160,6 +164,45 @@ class Ack:
     kind: ClassVar[str] = "ack"
 
 
+@dataclass(frozen=True)
+class Progress:
+    """These ranks of `host` made progress (output, a heartbeat) since the last Progress."""
+
+    kind: ClassVar[str] = "progress"
+    host: str
+    ranks: tuple[int, ...]
+
+
+# Why stacks are taken: the job hung (the verdict follows), or someone asked (SIGQUIT).
+HANG = "hang"
+ON_DEMAND = "on demand"
+
+
+@dataclass(frozen=True)
+class DumpStacks:
+    """Take the stacks of your ranks now."""
+
+    kind: ClassVar[str] = "dump-stacks"
+    reason: str  # HANG or ON_DEMAND
+
+
+@dataclass(frozen=True)
+class Stacks:
+    """One rank's stacks, taken for a DumpStacks."""
+
+    kind: ClassVar[str] = "stacks"
+    reason: str
+    stacks: RankStacks
+
+
+@dataclass(frozen=True)
+class StacksWanted:
+    """SIGQUIT arrived on a worker: the leader dumps every rank's stacks."""
+
+    kind: ClassVar[str] = "stacks-wanted"
+    host: str
+
+
 Message = (
     Greeting
     | Hello
@@ -174,6 +217,10 @@ Message = (
     | RanksExit
     | Sigterm
     | Ack
+    | Progress
+    | DumpStacks
+    | Stacks
+    | StacksWanted
 )
 
 
@@ -217,6 +264,14 @@ def decode(frame: bytes) -> Message:
         return Sigterm(read.text("host"))
     if kind == Ack.kind:
         return Ack()
+    if kind == Progress.kind:
+        return Progress(read.text("host"), read.integers("ranks"))
+    if kind == DumpStacks.kind:
+        return DumpStacks(read.text("reason"))
+    if kind == Stacks.kind:
+        return Stacks(read.text("reason"), read.parsed("stacks", RankStacks.from_json))
+    if kind == StacksWanted.kind:
+        return StacksWanted(read.text("host"))
     raise UnknownMessage(kind)
 
 
@@ -235,7 +290,7 @@ def _fields(message: Message) -> JsonObject:
         return fields
     if isinstance(message, Bye):
         return {"host": message.host, "timeline": [mark.to_json() for mark in message.timeline]}
-    if isinstance(message, PulseHello | Sigterm):
+    if isinstance(message, PulseHello | Sigterm | StacksWanted):
         return {"host": message.host}
     if isinstance(message, Pulse | Ack):
         return {}
@@ -254,6 +309,12 @@ def _fields(message: Message) -> JsonObject:
         return {"record": message.record.to_json()}
     if isinstance(message, RanksExit):
         return {"host": message.host, "code": message.code}
+    if isinstance(message, Progress):
+        return {"host": message.host, "ranks": list(message.ranks)}
+    if isinstance(message, DumpStacks):
+        return {"reason": message.reason}
+    if isinstance(message, Stacks):
+        return {"reason": message.reason, "stacks": message.stacks.to_json()}
     raise TypeError(f"not a wire message: {message!r}")  # typing.assert_never is 3.11+
 
 
@@ -298,6 +359,12 @@ class _Fields:
         if isinstance(value, bool) or not isinstance(value, int):
             self._fail(name, "an integer")
         return value
+
+    def integers(self, name: str) -> tuple[int, ...]:
+        values = self.optional_list(name)
+        if not all(isinstance(value, int) and not isinstance(value, bool) for value in values):
+            self._fail(name, "a list of integers")
+        return tuple(values)
 
     def optional_integer(self, name: str) -> int | None:
         return None if self._data.get(name) is None else self.integer(name)

@@ -31,6 +31,7 @@ from ringleader.core.processes import stop_processes
 from ringleader.rank.tree import become_subreaper
 
 STOP = "stop"
+STACKS = "stacks"  # Ctrl-\ on the machine that runs the job: every rank's stacks, job goes on
 SWEEP_GRACE = 2.0  # SIGTERM to SIGKILL for processes of the job left after it ended
 
 
@@ -167,7 +168,10 @@ class Agent:
     def _watch_stdin(self, child: "subprocess.Popen[bytes]") -> None:
         asked = False
         for line in self._stdin:
-            if line.strip() == STOP:
+            if line.strip() == STACKS:
+                with contextlib.suppress(ProcessLookupError):
+                    child.send_signal(signal.SIGQUIT)
+            elif line.strip() == STOP:
                 asked = True
                 break
         self._stopped.set()

@@ -82,6 +82,12 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         help="a ringleader_* setting, e.g. sigterm_grace=10 (repeatable)",
     )
     run.add_argument(
+        "--hang-timeout",
+        metavar="SECONDS",
+        help="end the job as hung, with every rank's stacks, when no rank makes progress for "
+        "this long (ringleader_hang_timeout; default: off)",
+    )
+    run.add_argument(
         "--mpi-options",
         default="",
         help="extra mpirun options (sagemaker_mpi_custom_mpi_options), e.g. '-x NCCL_DEBUG=INFO'",
@@ -270,8 +276,8 @@ def remote_python(value: str | None) -> str | None:
     return value
 
 
-def _settings(values: list[str]) -> dict[str, str]:
-    settings = {}
+def _settings(values: list[str], hang_timeout: str | None = None) -> dict[str, str]:
+    settings = {} if hang_timeout is None else {"hang_timeout": hang_timeout}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -298,7 +304,7 @@ def _run(args: argparse.Namespace) -> int:
             cwd="",
             processes_per_host=processes_per_host(hosts, args.processes_per_host),
             distribution=args.distribution,
-            settings=_settings(args.setting),
+            settings=_settings(args.setting, args.hang_timeout),
             output_dir=args.output,
             remote_dir=args.remote_dir,
             ssh=_ssh(args),

@@ -24,7 +24,7 @@ from ringleader.core import exitcodes, paths
 from ringleader.core.errors import ConfigError
 from ringleader.output.console import LinePrinter
 from ringleader.tools.cluster import install_remote, preflight, wheels
-from ringleader.tools.cluster.agent import STOP, AgentJob
+from ringleader.tools.cluster.agent import STACKS, STOP, AgentJob
 from ringleader.tools.cluster.hostfile import ClusterHost
 from ringleader.tools.cluster.preflight import Needs, Probe
 from ringleader.tools.cluster.ssh import SshOptions, bootstrap_venv
@@ -153,6 +153,7 @@ class ClusterRun:
         """The job on every host (preflight passed), its results fetched; its exit code."""
         job = self.job
         previous = {number: signal.signal(number, self._on_interrupt) for number in STOP_SIGNALS}
+        previous[signal.SIGQUIT] = signal.signal(signal.SIGQUIT, self._on_quit)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a detached runner's
         try:
             codes = self._run_agents()
@@ -330,6 +331,13 @@ class ClusterRun:
         self._interrupts += 1
         first = self._interrupts == 1
         threading.Thread(target=self._stop_agents, args=(first, signum), daemon=True).start()
+
+    def _on_quit(self, _signum: int, _frame: object) -> None:
+        """Ctrl-\\: the leader shows every rank's stacks, grouped; the job goes on."""
+        agent = self._agents.get(elect_leader(self.job.names))
+        if agent is not None:
+            self.console.line("==> Ctrl-\\: taking every rank's stacks")
+            threading.Thread(target=self._tell, args=(agent, STACKS), daemon=True).start()
 
     def _stop_agents(self, graceful: bool, signum: int = signal.SIGINT) -> None:
         if graceful:

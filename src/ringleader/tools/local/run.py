@@ -120,6 +120,8 @@ class LocalJob:
             for signum in (signal.SIGTERM, signal.SIGINT)
             if in_main
         }
+        if in_main:
+            previous[signal.SIGQUIT] = signal.signal(signal.SIGQUIT, self._on_quit)
         try:
             self._check_image()
             self._prepare_data()
@@ -128,8 +130,9 @@ class LocalJob:
             return self._finish(results)
         except KeyboardInterrupt:
             # A second Ctrl-C must not abandon the containers half-stopped.
-            for signum in previous:
-                signal.signal(signum, signal.SIG_IGN)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                if signum in previous:
+                    signal.signal(signum, signal.SIG_IGN)
             self._note("interrupted: stopping every host (they exit 143)")
             self._stop_all()
             results = self._wait_all(self._started_at)
@@ -138,6 +141,23 @@ class LocalJob:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             self._cleanup()
+
+    def request_stacks(self) -> None:
+        """Every rank's stacks, grouped, to the leader's output (Ctrl-\\); the job goes on."""
+        leader = leader_host(self.spec, [host.name for host in self.hosts])
+        container = self._containers.get(leader)
+        if container is None:
+            self._note("no stacks to take: the leader's container is not running yet")
+            return
+        self._note(f"taking every rank's stacks (SIGQUIT to {leader})")
+        try:
+            self._client.api.kill(container, signal="SIGQUIT")
+        except docker.errors.APIError as error:
+            self._note(f"could not signal {leader}: {_describe(error)}")
+
+    def _on_quit(self, _signum: int, _frame: object) -> None:
+        # Docker's API is slow and takes locks the interrupted main thread may hold.
+        threading.Thread(target=self.request_stacks, daemon=True).start()
 
     def _check_image(self) -> None:
         try:
