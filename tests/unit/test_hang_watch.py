@@ -250,3 +250,29 @@ def test_the_hang_timeout_is_off_by_default_and_reported_a_fifth_at_a_time() -> 
     watched = parse_timeouts({"ringleader_hang_timeout": "30"})
     assert dataclasses.astuple(watched)[-2:] == (30.0, 10.0)
     assert watched.progress_interval == 6.0
+
+
+def test_output_a_progress_report_covered_does_not_delay_the_hang() -> None:
+    """The output before the last progress report is what that report says: a deadline must not
+    count it again (it did, and hangs were found a whole timeout late)."""
+    rig = WatchedRig()
+
+    def output_taken() -> int:  # the steps print until 3 s after the start, then nothing
+        return int(min(rig.clock.now, 1003.0) - 1000.0)
+
+    asked: list[float] = []
+    local = replace(rig.local)
+    local.dump_stacks = lambda reason: asked.append(rig.clock.now)  # type: ignore[method-assign]
+    rig.leader = Leader(
+        HOSTS[0],
+        HOSTS[1:],
+        WATCHED,
+        replace(rig.leader_parts, output_taken=output_taken, local=local),
+    )
+    rig.hellos()
+    rig.ranks_start(1.0)
+    rig.progress(4.0)  # the wrapper's report of the last output, an interval later
+    rig.stacks(25.0)
+    rig.stopped_ranks_end(26.0)
+    assert rig.run().exit_code == exitcodes.HUNG
+    assert asked == [1000.0 + 4.0 + HANG_TIMEOUT]

@@ -158,7 +158,7 @@ class _Run:
     # The hang watch: when the job counts as hung unless some rank makes progress first.
     hang_deadline: float | None = None
     progress: dict[int, LastProgress] = field(default_factory=dict)  # each rank's latest
-    output_seen: int = 0  # the output batches the leader had taken at the last look
+    output_seen: int = 0  # the output batches the leader had taken at the last progress
     dump: _StackDump | None = None
     hang: Hang | None = None
 
@@ -306,6 +306,7 @@ class Leader:
         run = _Run(plan, launcher, now + self._timeouts.startup)
         if self._timeouts.hang is not None:  # the job's start-up counts: it can hang too
             run.hang_deadline = now + self._timeouts.hang
+            run.output_seen = self._parts.output_taken()
         self.phase = Phase.LAUNCHING
         while not self._every_launcher_exited(run):
             event = self._events.next(run.deadline)
@@ -391,10 +392,13 @@ class Leader:
             run.progress[rank] = LastProgress(rank, event.host, at)
         if run.hang_deadline is not None and self._timeouts.hang is not None:
             run.hang_deadline = now + self._timeouts.hang
+            # the output taken so far is what this report covers (it follows its output)
+            run.output_seen = self._parts.output_taken()
 
     def _on_quiet(self, run: _Run, now: float) -> None:
-        """No progress reported for ringleader_hang_timeout: unless output still reached the
-        leader meanwhile (it travels ahead of the progress reports), the job hung."""
+        """No progress reported for ringleader_hang_timeout: unless output reached the leader
+        since the last report (a leader behind on output takes the reports behind it late),
+        the job hung."""
         timeout = self._timeouts.hang
         assert timeout is not None
         seen = self._parts.output_taken()
