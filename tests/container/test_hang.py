@@ -317,3 +317,103 @@ def test_ctrl_backslash_in_ringleader_local_prints_grouped_stacks_and_the_job_go
         reader.join(timeout=30)
         print(capture.text())
         remove_leftovers(docker_client, output)
+
+
+# Every launch strategy (issue 25): TensorFlow's MultiWorkerMirroredStrategy (one worker per
+# host, rank = task index) and a heterogeneous cluster's host outside the distribution. Their
+# ranks are laid out otherwise than 3 x 2, and the heterogeneous job's leader is the first host
+# of the distribution, so these take the layout as arguments.
+TF_STARTUP_WAIT = 300  # TensorFlow's imports and the workers' rendezvous, 3 at once on 2 cores
+TF_SETTINGS = {"startup_timeout": "120", "hang_timeout": str(HANG_TIMEOUT)}
+
+
+def last_step_of_ranks_seen(run: JobRun, ranks: set[int], wait: float = STARTUP_WAIT) -> float:
+    """last_step_seen for a job of `ranks`; the step line may be any line starting `step 3 `."""
+    last_step = f"step {STEPS} "
+
+    def every_one_printed(text: str) -> bool:
+        return rank_lines(text, last_step) == ranks
+
+    text = run.capture.wait_for(lambda text: every_one_printed(text) or JOB_ENDED in text, wait)
+    assert every_one_printed(text), f"the job ended before it hung:\n{text}"
+    return time.time()
+
+
+def assert_hung_verdict_of(
+    run: JobRun,
+    last_step_at: float,
+    verdict: str,
+    stuck_in: str,
+    ranks_of: dict[str, set[int]],
+    leader: str,
+) -> None:
+    """assert_hung_verdict for a job whose hosts have the ranks `ranks_of` and whose leader
+    (the host with every rank's stacks) is `leader`."""
+    run.join(JOIN_WAIT)
+    assert run.codes() == dict.fromkeys(ranks_of, HUNG_CODE), run.output
+    assert run.result is not None
+    for ended in run.result.hosts:
+        took = ended.finished_at - last_step_at
+        assert took <= HANG_TIMEOUT + END_MARGIN, (
+            f"{ended.name} ended {took:.1f} s after the last step line"
+        )
+    for host in ranks_of:
+        line = first_line(run.failure(host))
+        assert line.startswith(verdict), f"{host}: {line!r}"
+
+    def files(hosts: list[str]) -> set[str]:
+        return {f"{host}.rank-{rank}.txt" for host in hosts for rank in ranks_of[host]}
+
+    for host in ranks_of:
+        if host != leader:
+            assert rank_files(hang_dir(run, host)) == files([host]), host
+    directory = hang_dir(run, leader)
+    assert rank_files(directory) == files(list(ranks_of))
+    stacks = (directory / "stacks.json").read_text()
+    json.loads(stacks)  # whole, valid JSON
+    assert stuck_in in stacks
+    assert stuck_in in (directory / "summary.txt").read_text()
+
+
+def test_tensorflow_mwms_worker_stuck_in_user_code_is_named(
+    start_job: Callable[..., JobRun], tensorflow_image: str
+) -> None:
+    ranks_of = {host: {index} for index, host in enumerate(HOSTS)}  # one worker per host
+    run = start_job(
+        source_dir=JOBS,
+        entry_point="tf_mwms_stuck.py",
+        image=tensorflow_image,
+        distribution="multi_worker_mirrored_strategy",
+        processes_per_host=None,
+        settings=TF_SETTINGS,
+        hyperparameters={"steps": str(STEPS), "rank-to-hang": "2"},
+    )
+    last_step_at = last_step_of_ranks_seen(run, {0, 1, 2}, TF_STARTUP_WAIT)
+    verdict = "Rank 2 on host algo-3 is in read_shard_forever (tf_mwms_stuck.py:"
+    assert_hung_verdict_of(run, last_step_at, verdict, "read_shard_forever", ranks_of, "algo-1")
+    line = first_line(run.failure("algo-1"))
+    assert "where the other 2 ranks wait" in line, line
+    assert f"no rank made progress for {HANG_TIMEOUT} s" in line, line
+
+
+def test_host_outside_a_heterogeneous_distribution_stuck_in_user_code_is_named(
+    start_job: Callable[..., JobRun],
+) -> None:
+    # Groups data (algo-1) and train (algo-2, algo-3) as in test_hetero.py: mpirun runs ranks
+    # 0-3 on the train hosts, led by algo-2; algo-1 runs the script once, as rank 4.
+    ranks_of = {"algo-1": {4}, "algo-2": {0, 1}, "algo-3": {2, 3}}
+    run = start_job(
+        source_dir=JOBS,
+        entry_point="hetero_stuck.py",
+        instance_groups=(("data", 1), ("train", 2)),
+        distribution_groups=("train",),
+        settings=SETTINGS,
+        hyperparameters={"steps": str(STEPS)},
+    )
+    last_step_at = last_step_of_ranks_seen(run, {0, 1, 2, 3, 4})
+    verdict = "Rank 4 on host algo-1 is in prepare_data_forever (hetero_stuck.py:"
+    assert_hung_verdict_of(run, last_step_at, verdict, "prepare_data_forever", ranks_of, "algo-2")
+    line = first_line(run.failure("algo-2"))
+    assert "not at wait_for_data (hetero_stuck.py:" in line, line
+    assert "where the other 4 ranks wait" in line, line
+    assert f"no rank made progress for {HANG_TIMEOUT} s" in line, line
