@@ -130,6 +130,43 @@ def test_native_frames_do_not_split_a_group() -> None:
     assert groups[0].hosts == HOSTS and groups[1].hosts == ("algo-3",)
 
 
+def test_native_frames_py_spy_could_not_name_do_not_split_a_group() -> None:
+    """py-spy gives such a frame (seen under TensorFlow's pybind11 dispatch) no module, its
+    address for a name and "?" for a file: a native frame, whose address differs per process."""
+
+    def rank_with_unnamed_frame(rank: int, address: str) -> RankStacks:
+        frames = [
+            {"name": address, "filename": "?", "module": None, "line": 0},
+            {
+                "name": "quick_execute",
+                "filename": "/opt/venv/site-packages/tf/execute.py",
+                "module": None,
+                "line": 53,
+            },
+            {"name": "main", "filename": CODE, "module": None, "line": 17},
+        ]
+        dump = [
+            {
+                "pid": 40 + rank,
+                "thread_id": 1,
+                "thread_name": "MainThread",
+                "os_thread_id": 40 + rank,
+                "active": False,
+                "frames": frames,
+            }
+        ]
+        [(pid, threads)] = parse_py_spy_json(json.dumps(dump)).items()
+        process = ProcessStacks(pid, "python train.py", PY_SPY, threads)
+        return RankStacks(rank, host(rank), NOW - 1, (process,))
+
+    first, second = (
+        rank_with_unnamed_frame(0, "0x7fff0426a420"),
+        rank_with_unnamed_frame(1, "0x7fffd902a420"),
+    )
+    assert main_frames(first)[0].native
+    assert [group.ranks for group in group_stacks([first, second])] == [(0, 1)]
+
+
 def test_faulthandler_ranks_group_with_py_spy_ranks_by_python_frames() -> None:
     dumped = faulthandler("allreduce", 2)
     # py-spy names functions by qualified name, faulthandler by name: the same frames.

@@ -167,7 +167,8 @@ def parse_py_spy_json(text: str) -> dict[int, tuple[ThreadStack, ...]]:
                 str(frame["name"]),
                 str(frame.get("module") or frame["filename"]),
                 int(frame["line"]) or None,
-                native=bool(frame.get("module")),
+                # py-spy gives a native frame it could not name no module: an address, "?"
+                native=bool(frame.get("module")) or frame["filename"] == "?",
             )
             for frame in item["frames"]
         )

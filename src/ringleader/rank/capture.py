@@ -57,7 +57,7 @@ class RankOutput:
         self.first_output_at: float | None = None  # for the launcher's timeline
         self.progress = 0  # lines that show progress (not Horovod's stall warnings)
         self.evidence: collections.deque[str] = collections.deque(maxlen=_EVIDENCE_LINES)
-        self._in_stall_warning = False
+        self._in_stall_warning: set[str] = set()  # the streams in the midst of one
         self._shipped_at = time.monotonic()  # the sender's last progress
 
     def start(self, channel: Channel | None) -> None:
@@ -70,7 +70,7 @@ class RankOutput:
         """Lines in order, as they were read from one of the child's streams."""
         if self.first_output_at is None and lines:
             self.first_output_at = time.time()
-        self._note_progress(lines)
+        self._note_progress(stream, lines)
         with self._log_lock:
             if self._log is not None:
                 data = "".join(line + "\n" for line in lines).encode(errors="replace")
@@ -83,16 +83,15 @@ class RankOutput:
         if self._relay:
             self._queue.put((stream, lines))
 
-    def _note_progress(self, lines: list[str]) -> None:
+    def _note_progress(self, stream: str, lines: list[str]) -> None:
         """Count the lines that show progress; keep Horovod's stall warnings as evidence."""
+        warning = self._in_stall_warning
         for line in lines:
-            if _STALL_LINE.search(line) or (
-                self._in_stall_warning and _STALL_RANK_LINE.match(line)
-            ):
-                self._in_stall_warning = True
+            if _STALL_LINE.search(line) or (stream in warning and _STALL_RANK_LINE.match(line)):
+                warning.add(stream)
                 self.evidence.append(line[:_TAIL_LINE_CHARS])
             else:
-                self._in_stall_warning = False
+                warning.discard(stream)
                 self.progress += 1
 
     def close(self, timeout: float) -> None:

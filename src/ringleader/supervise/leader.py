@@ -158,7 +158,6 @@ class _Run:
     # The hang watch: when the job counts as hung unless some rank makes progress first.
     hang_deadline: float | None = None
     progress: dict[int, LastProgress] = field(default_factory=dict)  # each rank's latest
-    output_seen: int = 0  # the output batches the leader had taken at the last progress
     dump: _StackDump | None = None
     hang: Hang | None = None
 
@@ -306,7 +305,6 @@ class Leader:
         run = _Run(plan, launcher, now + self._timeouts.startup)
         if self._timeouts.hang is not None:  # the job's start-up counts: it can hang too
             run.hang_deadline = now + self._timeouts.hang
-            run.output_seen = self._parts.output_taken()
         self.phase = Phase.LAUNCHING
         while not self._every_launcher_exited(run):
             event = self._events.next(run.deadline)
@@ -392,21 +390,18 @@ class Leader:
             run.progress[rank] = LastProgress(rank, event.host, at)
         if run.hang_deadline is not None and self._timeouts.hang is not None:
             run.hang_deadline = now + self._timeouts.hang
-            # the output taken so far is what this report covers (it follows its output)
-            run.output_seen = self._parts.output_taken()
 
     def _on_quiet(self, run: _Run, now: float) -> None:
-        """No progress reported for ringleader_hang_timeout: unless output reached the leader
-        since the last report (a leader behind on output takes the reports behind it late),
-        the job hung."""
+        """No progress reported for ringleader_hang_timeout: the job hung.
+
+        Output reaching the leader is not progress by itself: Horovod's stall inspector
+        repeats its warning while the job hangs. A leader behind on output still takes each
+        host's progress reports, which travel with that host's output, in turn."""
         timeout = self._timeouts.hang
         assert timeout is not None
-        seen = self._parts.output_taken()
-        if seen != run.output_seen or run.ending:
-            run.output_seen = seen
-            run.hang_deadline = None if run.ending else now + timeout
-            return
         run.hang_deadline = None
+        if run.ending:
+            return
         self._log(
             f"no rank made progress for {timeout:g} s (ringleader_hang_timeout): "
             "taking every rank's stacks"
