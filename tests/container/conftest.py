@@ -32,6 +32,8 @@ TENSORFLOW_IMAGE = os.environ.get("RINGLEADER_TENSORFLOW_IMAGE", "ringleader:ten
 MXNET_IMAGE = os.environ.get("RINGLEADER_MXNET_IMAGE", "ringleader:mxnet")
 # TensorFlow, tf-keras, Horovod built for TensorFlow: the seeds' Keras jobs (image-tf-horovod)
 TF_HOROVOD_IMAGE = os.environ.get("RINGLEADER_TF_HOROVOD_IMAGE", "ringleader:tf-horovod")
+# A user's image of another distribution: Debian trixie, Open MPI 5, no py-spy (`make image-trixie`)
+TRIXIE_IMAGE = os.environ.get("RINGLEADER_TRIXIE_IMAGE", "ringleader:trixie")
 
 
 def ready_docker_client(image: str = IMAGE) -> docker.DockerClient:
@@ -79,6 +81,11 @@ def mxnet_image(docker_client: docker.DockerClient) -> str:
 @pytest.fixture(scope="session")
 def tf_horovod_image(docker_client: docker.DockerClient) -> str:
     return built_image(docker_client, TF_HOROVOD_IMAGE, "image-tf-horovod")
+
+
+@pytest.fixture(scope="session")
+def trixie_image(docker_client: docker.DockerClient) -> str:
+    return built_image(docker_client, TRIXIE_IMAGE, "image-trixie")
 
 
 class Capture(io.StringIO):

@@ -55,16 +55,21 @@ def every_rank_printed(text: str, line: str) -> bool:
     return len(rank_lines(text, line)) == 6
 
 
-def last_step_seen(run: JobRun) -> float:
-    """Wait until every rank has printed its last step line; the wall clock when it had.
+def last_step_seen(
+    run: JobRun, ranks: frozenset[int] = frozenset(range(6)), wait: float = STARTUP_WAIT
+) -> float:
+    """Wait until each of `ranks` has printed its last step line (`step 3 ...`); the wall clock
+    when they had.
 
     That line is the job's last progress: the hang's clock starts there. A job that ends
     before (a configuration error) fails the test at once, not at the bound."""
-    last_step = f"step {STEPS} rank "
-    text = run.capture.wait_for(
-        lambda text: every_rank_printed(text, last_step) or JOB_ENDED in text, STARTUP_WAIT
-    )
-    assert every_rank_printed(text, last_step), f"the job ended before it hung:\n{text}"
+    last_step = f"step {STEPS} "
+
+    def every_one_printed(text: str) -> bool:
+        return rank_lines(text, last_step) == ranks
+
+    text = run.capture.wait_for(lambda text: every_one_printed(text) or JOB_ENDED in text, wait)
+    assert every_one_printed(text), f"the job ended before it hung:\n{text}"
     return time.time()
 
 
@@ -76,38 +81,45 @@ def rank_files(directory: Path) -> set[str]:
     return {path.name for path in directory.glob("*.rank-*.txt")}
 
 
-def expected_rank_files(hosts: list[str]) -> set[str]:
-    return {f"{host}.rank-{rank}.txt" for host in hosts for rank in RANKS_OF[host]}
-
-
 def first_line(text: str) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def assert_hung_verdict(run: JobRun, last_step_at: float, verdict: str, stuck_in: str) -> None:
-    """Every host exited 124 in time, with a failure file whose first line starts with
-    `verdict`, and left its ranks' stacks; the leader has every rank's, the summary and the
-    stacks as JSON, where `stuck_in` (the function the hang is in) shows."""
+def assert_hung_verdict(
+    run: JobRun,
+    last_step_at: float,
+    verdict: str,
+    stuck_in: str,
+    ranks_of: dict[str, set[int]] = RANKS_OF,
+    leader: str = HOSTS[0],
+) -> None:
+    """Every host (with the ranks `ranks_of`) exited 124 in time, with a failure file whose
+    first line starts with `verdict`, and left its ranks' stacks; the leader has every rank's,
+    the summary and the stacks as JSON, where `stuck_in` (the function the hang is in) shows."""
     run.join(JOIN_WAIT)
-    assert run.codes() == dict.fromkeys(HOSTS, HUNG_CODE), run.output
+    assert run.codes() == dict.fromkeys(ranks_of, HUNG_CODE), run.output
     assert run.result is not None
     for ended in run.result.hosts:
         took = ended.finished_at - last_step_at
         assert took <= HANG_TIMEOUT + END_MARGIN, (
             f"{ended.name} ended {took:.1f} s after the last step line"
         )
-    for host in HOSTS:
+    for host in ranks_of:
         line = first_line(run.failure(host))
         assert line.startswith(verdict), f"{host}: {line!r}"
-    for host in HOSTS[1:]:
-        assert rank_files(hang_dir(run, host)) == expected_rank_files([host]), host
-    leader = hang_dir(run, HOSTS[0])
-    assert rank_files(leader) == expected_rank_files(HOSTS)
-    assert (leader / "summary.txt").is_file()
-    stacks = (leader / "stacks.json").read_text()
+
+    def files(hosts: list[str]) -> set[str]:
+        return {f"{host}.rank-{rank}.txt" for host in hosts for rank in ranks_of[host]}
+
+    for host in ranks_of:
+        if host != leader:
+            assert rank_files(hang_dir(run, host)) == files([host]), host
+    directory = hang_dir(run, leader)
+    assert rank_files(directory) == files(list(ranks_of))
+    stacks = (directory / "stacks.json").read_text()
     json.loads(stacks)  # whole, valid JSON
     assert stuck_in in stacks
-    assert stuck_in in (leader / "summary.txt").read_text()
+    assert stuck_in in (directory / "summary.txt").read_text()
 
 
 def run_hung(
@@ -329,54 +341,6 @@ TF_STARTUP_WAIT = 300  # TensorFlow's imports and the workers' rendezvous, 3 at 
 TF_SETTINGS = {"startup_timeout": "120", "hang_timeout": str(HANG_TIMEOUT)}
 
 
-def last_step_of_ranks_seen(run: JobRun, ranks: set[int], wait: float = STARTUP_WAIT) -> float:
-    """last_step_seen for a job of `ranks`; the step line may be any line starting `step 3 `."""
-    last_step = f"step {STEPS} "
-
-    def every_one_printed(text: str) -> bool:
-        return rank_lines(text, last_step) == ranks
-
-    text = run.capture.wait_for(lambda text: every_one_printed(text) or JOB_ENDED in text, wait)
-    assert every_one_printed(text), f"the job ended before it hung:\n{text}"
-    return time.time()
-
-
-def assert_hung_verdict_of(
-    run: JobRun,
-    last_step_at: float,
-    verdict: str,
-    stuck_in: str,
-    ranks_of: dict[str, set[int]],
-    leader: str,
-) -> None:
-    """assert_hung_verdict for a job whose hosts have the ranks `ranks_of` and whose leader
-    (the host with every rank's stacks) is `leader`."""
-    run.join(JOIN_WAIT)
-    assert run.codes() == dict.fromkeys(ranks_of, HUNG_CODE), run.output
-    assert run.result is not None
-    for ended in run.result.hosts:
-        took = ended.finished_at - last_step_at
-        assert took <= HANG_TIMEOUT + END_MARGIN, (
-            f"{ended.name} ended {took:.1f} s after the last step line"
-        )
-    for host in ranks_of:
-        line = first_line(run.failure(host))
-        assert line.startswith(verdict), f"{host}: {line!r}"
-
-    def files(hosts: list[str]) -> set[str]:
-        return {f"{host}.rank-{rank}.txt" for host in hosts for rank in ranks_of[host]}
-
-    for host in ranks_of:
-        if host != leader:
-            assert rank_files(hang_dir(run, host)) == files([host]), host
-    directory = hang_dir(run, leader)
-    assert rank_files(directory) == files(list(ranks_of))
-    stacks = (directory / "stacks.json").read_text()
-    json.loads(stacks)  # whole, valid JSON
-    assert stuck_in in stacks
-    assert stuck_in in (directory / "summary.txt").read_text()
-
-
 def test_tensorflow_mwms_worker_stuck_in_user_code_is_named(
     start_job: Callable[..., JobRun], tensorflow_image: str
 ) -> None:
@@ -390,9 +354,9 @@ def test_tensorflow_mwms_worker_stuck_in_user_code_is_named(
         settings=TF_SETTINGS,
         hyperparameters={"steps": str(STEPS), "rank-to-hang": "2"},
     )
-    last_step_at = last_step_of_ranks_seen(run, {0, 1, 2}, TF_STARTUP_WAIT)
+    last_step_at = last_step_seen(run, frozenset({0, 1, 2}), TF_STARTUP_WAIT)
     verdict = "Rank 2 on host algo-3 is in read_shard_forever (tf_mwms_stuck.py:"
-    assert_hung_verdict_of(run, last_step_at, verdict, "read_shard_forever", ranks_of, "algo-1")
+    assert_hung_verdict(run, last_step_at, verdict, "read_shard_forever", ranks_of, "algo-1")
     line = first_line(run.failure("algo-1"))
     assert "where the other 2 ranks wait" in line, line
     assert f"no rank made progress for {HANG_TIMEOUT} s" in line, line
@@ -412,10 +376,25 @@ def test_host_outside_a_heterogeneous_distribution_stuck_in_user_code_is_named(
         settings=SETTINGS,
         hyperparameters={"steps": str(STEPS)},
     )
-    last_step_at = last_step_of_ranks_seen(run, {0, 1, 2, 3, 4})
+    last_step_at = last_step_seen(run, frozenset(range(5)))
     verdict = "Rank 4 on host algo-1 is in prepare_data_forever (hetero_stuck.py:"
-    assert_hung_verdict_of(run, last_step_at, verdict, "prepare_data_forever", ranks_of, "algo-2")
+    assert_hung_verdict(run, last_step_at, verdict, "prepare_data_forever", ranks_of, "algo-2")
     line = first_line(run.failure("algo-2"))
     assert "not at wait_for_data (hetero_stuck.py:" in line, line
     assert "where the other 4 ranks wait" in line, line
     assert f"no rank made progress for {HANG_TIMEOUT} s" in line, line
+
+
+def test_without_py_spy_the_stacks_come_from_faulthandler_and_the_failure_file_says_so(
+    start_job: Callable[..., JobRun], trixie_image: str
+) -> None:
+    """A user's image without py-spy (Debian trixie, Open MPI 5, the user's venv): every rank's
+    Python writes its own stacks on ringleader's signal; the culprit is still named."""
+    run, last_step_at = run_hung(
+        start_job, "mpi_stuck.py", image=trixie_image, hyperparameters=STUCK_RANK_4
+    )
+    verdict = "Rank 4 on host algo-3 is in load_batch_forever (mpi_stuck.py:"
+    assert_hung_verdict(run, last_step_at, verdict, "load_batch_forever")
+    failure = run.failure("algo-1")
+    assert "py-spy: not installed" in failure, failure
+    assert "via faulthandler:" in failure, failure

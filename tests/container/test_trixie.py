@@ -4,18 +4,15 @@ Debian trixie's Python 3.13 and Open MPI 5 (PRRTE), the user's packages in the u
 failing rank (its code on every host, named), MPI_Abort, a killed worker (host lost), SIGTERM
 to the leader (143 everywhere). 3 hosts x 2 ranks each."""
 
-import os
 import time
 from pathlib import Path
 
-import docker
 import pytest
 
-from tests.container.conftest import IMAGE, built_image, rank_lines
+from tests.container.conftest import IMAGE, rank_lines
 
 pytestmark = pytest.mark.container
 
-TRIXIE_IMAGE = os.environ.get("RINGLEADER_TRIXIE_IMAGE", "ringleader:trixie")
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 LONG_JOB = {"rounds": "100", "sleep": "5"}
 
@@ -53,11 +50,6 @@ if rank == args.abort_rank:
     comm.Abort(args.abort_code)
 comm.Barrier()
 """
-
-
-@pytest.fixture(scope="session")
-def trixie_image(docker_client: docker.DockerClient) -> str:
-    return built_image(docker_client, TRIXIE_IMAGE, "image-trixie")
 
 
 @pytest.fixture

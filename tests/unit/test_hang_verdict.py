@@ -413,6 +413,12 @@ def test_the_summary_groups_ranks_by_stack() -> None:
         f"Rank 4 on host algo-3 is {LOAD_BATCH}, not {ALL_REDUCE} where the other 4 ranks wait; "
         f"{TIMED_OUT}; no stacks from rank 5 on host algo-3: it ended (exit code 1) before its "
         "stacks were taken.",
+        "No stacks from rank 5 on host algo-3: it ended (exit code 1) before its stacks were taken",
+        "Note on ranks 2, 3 on host algo-2: py-spy not usable (Permission denied: ptrace not "
+        "allowed): used faulthandler",
+        "Evidence from rank 0 on host algo-1:",
+        "    [W stall_inspector.cc:107] One or more tensors were submitted",
+        "    4: [grad.1]",
         "4 ranks (0-3 on algo-1, algo-2), via py-spy (0, 1), faulthandler (2, 3):",
         "    PyThread_acquire_lock_timed (libpython3.11.so.1.0)",
         "    lock_PyThread_acquire_lock (libpython3.11.so.1.0)",
@@ -428,12 +434,6 @@ def test_the_summary_groups_ranks_by_stack() -> None:
         "    load_batch_forever (train.py:13)",
         "    main (train.py:26)",
         "    <module> (train.py:39)",
-        "No stacks from rank 5 on host algo-3: it ended (exit code 1) before its stacks were taken",
-        "Note on ranks 2, 3 on host algo-2: py-spy not usable (Permission denied: ptrace not "
-        "allowed): used faulthandler",
-        "Evidence from rank 0 on host algo-1:",
-        "    [W stall_inspector.cc:107] One or more tensors were submitted",
-        "    4: [grad.1]",
     ]
 
 

@@ -80,11 +80,11 @@ def test_the_page_shows_the_stacks_grouped_and_each_ranks_whole_dump(
     section = section[: section.index("</section>")]
     summary = hang_report().summary_lines()
     assert "<strong>Rank 4 on host algo-3 is in load_batch_forever (train.py:13), not" in section
-    assert "<pre>4 ranks (0-3 on algo-1, algo-2), via py-spy (0, 1), faulthandler (2, 3):\n" in (
+    assert "\n4 ranks (0-3 on algo-1, algo-2), via py-spy (0, 1), faulthandler (2, 3):\n" in (
         section
     )
     assert "    &lt;module&gt; (train.py:39)\n" in section  # escaped
-    assert summary[-1] in section
+    assert summary[3] == "Evidence from rank 0 on host algo-1:" and summary[3] in section
     assert section.count("<details>") == 5  # ranks 0-4; rank 5 sent none
     assert "rank 4 on algo-3: every process and thread" in section
     assert "load_batch_forever (/tmp/hangrec/code/train.py:13)" in section

@@ -407,11 +407,11 @@ class HangReport:
             raise ValueError(f"not a hang report ({type(error).__name__}: {error})") from None
 
     def summary_lines(self) -> list[str]:
-        """The headline, then the ranks grouped by stack (largest group first, each with one
-        main-thread stack, innermost first), the ranks without stacks, notes and evidence."""
+        """The headline, the ranks without stacks, notes and evidence, then the ranks grouped
+        by stack (largest group first, each with one main-thread stack, innermost first, up to
+        the user's outermost frame)."""
+        # Short lines first: the failure file keeps only its first 1024 bytes.
         lines = [self.headline]
-        for group in group_stacks(self.stacks):
-            lines.extend(_group_lines(group))
         lines.extend(
             f"No stacks from {_who(pairs, brief=False)}: {reason}"
             for reason, pairs in _by_reason(self.missing)
@@ -419,6 +419,8 @@ class HangReport:
         lines.extend(_note_lines(self.stacks))
         for stacks in self.stacks:
             lines.extend(_evidence_lines(stacks))
+        for group in group_stacks(self.stacks):
+            lines.extend(_group_lines(group))
         return lines
 
 
@@ -437,8 +439,12 @@ def _group_lines(group: StackGroup) -> list[str]:
     head = f"{count} ({_numbers(group.ranks)} on {_host_list(group.hosts)}), via {_methods(group)}:"
     if not group.python:
         return [head, _INDENT + _no_python_stack(group)]
-    # Unsymbolized native frames say nothing to a reader; the rank's own file keeps them.
+    # Unsymbolized native frames say nothing to a reader, nor do the interpreter's frames
+    # that started the user's script (runpy, mpi4py's launcher); the rank's own file keeps them.
     frames = [frame for frame in group.frames if not _ADDRESS.fullmatch(frame.function)]
+    outermost = max((at for at, frame in enumerate(frames) if is_user_frame(frame)), default=None)
+    if outermost is not None:
+        frames = frames[: outermost + 1]
     return [head, *(_INDENT + frame.where() for frame in frames)]
 
 
