@@ -250,6 +250,6 @@ def test_horovods_stall_warnings_are_evidence_not_progress() -> None:
     output.put("stderr", warning)
     output.put("stderr", warning)
     assert output.progress == 1
-    assert list(output.evidence)[-2:] == ["Missing ranks:", "4: [allreduce.step4]"]
+    assert list(output.evidence) == warning  # the latest warning, once
     output.put("stdout", ["4: [not a stall line once other output came]"])
     assert output.progress == 2

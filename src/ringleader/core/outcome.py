@@ -189,7 +189,8 @@ def decide(facts: JobFacts) -> Outcome:
         and (facts.stopped_on is None or hang.at < facts.stopped_at)
         and (first_loss is None or hang.at < first_loss)
     ):
-        return Outcome(exitcodes.HUNG, truncate(hang.headline, hang.details, "Stacks:", first=True))
+        title = "Every rank's stacks are in output/data/hang/; in short:"
+        return Outcome(exitcodes.HUNG, truncate(hang.headline, hang.details, title, first=True))
     stopped_first = first_loss is None or facts.stopped_at <= first_loss
     if facts.stopped_on is not None and stopped_first:
         headline = (

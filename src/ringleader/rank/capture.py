@@ -23,8 +23,8 @@ _PROGRESS_CHECK_SECONDS = 0.5
 # Horovod's stall inspector repeats its warning every HOROVOD_STALL_CHECK_TIME_SECONDS while the
 # job hangs: evidence for the hang verdict, never progress. The warning comes from
 # stall_inspector.cc, then "Missing ranks:" and one "<rank>: [tensor, ...]" line per rank.
-_STALL_LINE = re.compile(r"stall_inspector|One or more tensors were submitted|^Missing ranks:")
-_STALL_RANK_LINE = re.compile(r"^\d+: \[")
+_STALL_WARNING = re.compile(r"stall_inspector|One or more tensors were submitted")
+_STALL_RANK_LINES = re.compile(r"^Missing ranks:|^\d+: \[")
 _EVIDENCE_LINES = 20
 _Batch = tuple[
     str, list[str]
@@ -87,8 +87,11 @@ class RankOutput:
         """Count the lines that show progress; keep Horovod's stall warnings as evidence."""
         warning = self._in_stall_warning
         for line in lines:
-            if _STALL_LINE.search(line) or (stream in warning and _STALL_RANK_LINE.match(line)):
+            if _STALL_WARNING.search(line):  # a new warning: the latest says who is missing
+                self.evidence.clear()
                 warning.add(stream)
+                self.evidence.append(line[:_TAIL_LINE_CHARS])
+            elif stream in warning and _STALL_RANK_LINES.match(line):
                 self.evidence.append(line[:_TAIL_LINE_CHARS])
             else:
                 warning.discard(stream)
