@@ -19,7 +19,8 @@ import shutil
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import docker
@@ -45,8 +46,28 @@ def bench_times(output: str, kind: str) -> list[float]:
     return [float(m) for m in re.findall(rf"BENCH {kind} \d+ (\d+\.\d{{6}})", output)]
 
 
+def torchrun_on_every_host(
+    spec: LocalJobSpec, port: int, script: str, script_args: Sequence[str]
+) -> LocalJobSpec:
+    """`spec` run as AWS's PyTorch container runs a torch_distributed job: torchrun on every
+    host (--nnodes N --nproc_per_node P, the first host as master, node ranks in host order)."""
+    names = host_names(spec.hosts, random_suffix=False)
+    return replace(
+        spec,
+        entrypoint=(PYTHON, "-m", "torch.distributed.run"),
+        command=(
+            f"--nnodes={spec.hosts}",
+            f"--nproc_per_node={spec.processes_per_host}",
+            f"--master_addr={names[0]}",
+            f"--master_port={port}",
+            f"/opt/ml/code/{script}",
+            *script_args,
+        ),
+        env_overrides={name: {"PET_NODE_RANK": str(i)} for i, name in enumerate(names)},
+    )
+
+
 def run(runner: str, args: argparse.Namespace, source: Path, workdir: Path) -> Measurement:
-    names = host_names(args.hosts, random_suffix=False)
     script_args = ("--steps", str(args.steps), "--log-interval", str(args.steps))
     common = {
         "hosts": args.hosts,
@@ -63,19 +84,7 @@ def run(runner: str, args: argparse.Namespace, source: Path, workdir: Path) -> M
             hyperparameters={"steps": str(args.steps), "log-interval": str(args.steps)},
         )
     else:
-        spec = LocalJobSpec(
-            **common,
-            entrypoint=(PYTHON, "-m", "torch.distributed.run"),
-            command=(
-                f"--nnodes={args.hosts}",
-                f"--nproc_per_node={args.processes_per_host}",
-                f"--master_addr={names[0]}",
-                "--master_port=7777",
-                "/opt/ml/code/ddp_probe.py",
-                *script_args,
-            ),
-            env_overrides={name: {"PET_NODE_RANK": str(i)} for i, name in enumerate(names)},
-        )
+        spec = torchrun_on_every_host(LocalJobSpec(**common), 7777, "ddp_probe.py", script_args)
     out = io.StringIO()
     result = LocalJob(spec, out, docker.from_env()).run()
     output = out.getvalue()

@@ -44,7 +44,7 @@ from typing import Any, TextIO, cast
 
 import docker
 from ddp import IMAGE as TORCH_IMAGE
-from ddp import PYTHON
+from ddp import torchrun_on_every_host
 from faults import Capture, container_states, force_end, known_code, progress, wait_until
 from startup import ENTRYPOINTS
 
@@ -112,21 +112,8 @@ def build_spec(peer: Peer, source: Path, out: Path, steps: int, timeout: float) 
             hyperparameters=values,
             settings={"hang_timeout": f"{timeout:g}", "startup_timeout": "60"},
         )
-    if peer.runner == "torchrun":  # bench/ddp.py's command line
-        names = host_names(HOSTS, random_suffix=False)
-        return replace(
-            spec,
-            entrypoint=(PYTHON, "-m", "torch.distributed.run"),
-            command=(
-                f"--nnodes={HOSTS}",
-                f"--nproc_per_node={PER_HOST}",
-                f"--master_addr={names[0]}",
-                f"--master_port={MASTER_PORT}",
-                f"/opt/ml/code/{peer.script}",
-                *argv,
-            ),
-            env_overrides={name: {"PET_NODE_RANK": str(i)} for i, name in enumerate(names)},
-        )
+    if peer.runner == "torchrun":
+        return torchrun_on_every_host(spec, MASTER_PORT, peer.script, argv)
     # bare mpirun as bench/startup.py runs it, with the mpirun options ringleader would use
     spec = replace(spec, entrypoint=ENTRYPOINTS["bare"], command=(peer.script, *argv))
     options = mpi_options(spec, os.cpu_count() or 1)

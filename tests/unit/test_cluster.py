@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -439,6 +440,38 @@ def test_agent_stops_the_entry_point_by_how_its_input_ended(tmp_path, stdin, sig
     try:
         agent.Agent(job, io.StringIO(stdin), io.BytesIO())._watch_stdin(child)
         assert child.wait(timeout=10) == -signal_sent
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_agent_passes_a_stacks_request_to_the_entry_point_as_sigquit_and_goes_on(tmp_path):
+    """Ctrl-\\ on the machine that runs `cluster run`: the leader's agent gets "stacks" and the
+    entry point SIGQUIT (every rank's stacks); the job goes on until it is stopped."""
+    job = agent.AgentJob("j1", str(tmp_path / "j1"), ("a",), "a", {}, 5.0)
+    handler = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGQUIT, lambda *_: print('quit', flush=True))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", handler], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        read, write = os.pipe()
+        with open(read) as commands, open(write, "w") as leader:
+            watch = threading.Thread(
+                target=agent.Agent(job, commands, io.BytesIO())._watch_stdin, args=(child,)
+            )
+            watch.start()
+            leader.write("stacks\n")
+            leader.flush()
+            assert child.stdout.readline() == "quit\n"
+            assert child.poll() is None  # the job goes on
+            leader.write("stop\n")
+            leader.flush()
+            watch.join(timeout=10)
+        assert child.wait(timeout=10) == -signal.SIGTERM
     finally:
         child.kill()
         child.wait()

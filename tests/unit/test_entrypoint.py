@@ -6,6 +6,7 @@ queue, as the real ones do.
 """
 
 import json
+import signal
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -316,6 +317,23 @@ def test_a_worker_follows_the_leader_and_writes_its_verdict(tmp_path: Path) -> N
     assert any(isinstance(message, messages.Bye) for message in rig.link.sent)
     assert rig.result_file() == "success"
     assert rig.launched == []  # mpirun on the leader starts this host's ranks
+
+
+def test_sigquit_on_a_worker_asks_the_leader_for_every_ranks_stacks(tmp_path: Path) -> None:
+    """Ctrl-\\ (or `docker kill --signal QUIT`) on any host: the leader dumps every rank's
+    stacks; the worker goes on and ends with the job's code."""
+    rig = Rig(tmp_path, "algo-3", sagemaker_mpi_enabled=True)
+    entry: EntryPoint
+
+    def prepared(config: JobConfig, stop: threading.Event) -> None:
+        entry.on_quit(signal.SIGQUIT, None)
+        events = entry._context.events  # the handler posts from a thread: wait until it did
+        with events.not_empty:
+            assert events.not_empty.wait_for(lambda: events.queue, timeout=10)  # its lock is held
+
+    entry = EntryPoint(replace(rig.parts, prepare_code=prepared))
+    assert entry.run().exit_code == 0
+    assert messages.StacksWanted("algo-3") in rig.link.sent
 
 
 def test_a_configuration_error_on_a_worker_is_reported_to_the_leader(tmp_path: Path) -> None:

@@ -4,16 +4,21 @@ progress of any rank, output still arriving, or a heartbeat keeps it going; SIGQ
 stacks and the job goes on. No containers, no sleeps: the fake clock jumps."""
 
 import dataclasses
+import os
+import queue
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+import ringleader
 from ringleader.config.timeouts import parse_timeouts
 from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
 from ringleader.core.hang import HangReport
 from ringleader.core.stacks import PY_SPY, Frame, ProcessStacks, RankStacks, ThreadStack
 from ringleader.rank.capture import RankOutput
+from ringleader.rank.progress import ProgressWatch
 from ringleader.supervise.leader import Leader
 from ringleader.supervise.worker import Worker, WorkerParts
 from ringleader.wire.events import (
@@ -24,7 +29,7 @@ from ringleader.wire.events import (
     StacksRequested,
     StacksTaken,
 )
-from ringleader.wire.messages import HANG, ON_DEMAND, DumpStacks, Exit
+from ringleader.wire.messages import HANG, ON_DEMAND, DumpStacks, Exit, Progress
 from tests.unit.test_supervise_faults import (
     HOSTS,
     TIMEOUTS,
@@ -253,3 +258,37 @@ def test_horovods_stall_warnings_are_evidence_not_progress() -> None:
     assert list(output.evidence) == warning  # the latest warning, once
     output.put("stdout", ["4: [not a stall line once other output came]"])
     assert output.progress == 2
+
+
+def test_the_heartbeat_api_outside_ringleader_does_nothing_and_never_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RINGLEADER_PROGRESS_FILE", raising=False)
+    ringleader.progress()  # not in a job: nothing to tell
+    monkeypatch.setenv("RINGLEADER_PROGRESS_FILE", str(tmp_path / "gone" / "heartbeat"))
+    ringleader.progress()  # the wrapper's directory is gone (the rank is ending): no error
+    assert not (tmp_path / "gone").exists()
+
+
+class SentMessages:
+    def __init__(self) -> None:
+        self.sent: queue.Queue[object] = queue.Queue()
+
+    def send(self, message: object) -> None:
+        self.sent.put(message)
+
+
+def test_a_heartbeat_is_reported_as_progress_once_per_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watch = ProgressWatch(tmp_path / "ranks" / "3")
+    os.utime(watch.heartbeat, ns=(0, 0))  # so that the next heartbeat surely differs
+    output = RankOutput("algo-2", 3, None, relay=False)
+    channel = SentMessages()
+    watch.report_to(channel, "algo-2", 3, output, 0.01)  # type: ignore[arg-type]
+    try:
+        monkeypatch.setenv("RINGLEADER_PROGRESS_FILE", str(watch.heartbeat))
+        ringleader.progress()
+        assert channel.sent.get(timeout=10) == Progress("algo-2", (3,))
+    finally:
+        watch.stop()

@@ -32,9 +32,10 @@ class ProgressWatch:
         self, channel: Channel, host: str, rank: int, output: Counted, interval: float
     ) -> None:
         """From now on, every `interval` s in which the rank made progress: one Progress."""
+        seen = (output.progress, self._beat())  # now, not when the thread gets to run
         threading.Thread(
             target=self._report,
-            args=(channel, Progress(host, (rank,)), output, interval),
+            args=(channel, Progress(host, (rank,)), output, interval, seen),
             name="progress",
             daemon=True,
         ).start()
@@ -43,9 +44,13 @@ class ProgressWatch:
         self._stopped.set()
 
     def _report(
-        self, channel: Channel, message: Progress, output: Counted, interval: float
+        self,
+        channel: Channel,
+        message: Progress,
+        output: Counted,
+        interval: float,
+        seen: tuple[int, int],
     ) -> None:
-        seen = (output.progress, self._beat())
         while not self._stopped.wait(interval):
             now = (output.progress, self._beat())
             if now == seen:
