@@ -332,20 +332,30 @@ def first_failure_line(job: LocalJob) -> str:
     return "(no failure file)"
 
 
+class JobThread(threading.Thread):
+    """A job run in the background: its result, or what it raised (reported in the table: the
+    benchmark goes on)."""
+
+    def __init__(self, job: LocalJob) -> None:
+        super().__init__(daemon=True)
+        self._job = job
+        self.result: LocalJobResult | None = None
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self._job.run()
+        except Exception as error:
+            self.error = error
+
+
 def run_row(
     row: Row, runner: str, bound: float, client: Any, workdir: Path, log_dir: Path | None
 ) -> Outcome:
     outcome = Outcome(row, runner)
     capture = Capture()
     job = MountedJob(row.tmpfs, build_spec(row, runner, workdir), capture, client)
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = job.run()
-        except Exception as error:  # reported in the table, the benchmark goes on
-            box["error"] = error
-
+    thread = JobThread(job)
     outcome.image = client.images.get(job.spec.image).short_id.removeprefix("sha256:")
     load = os.getloadavg()[0]
     progress(
@@ -353,7 +363,6 @@ def run_row(
         f"load average {load:.1f}"
     )
     launched = time.time()
-    thread = threading.Thread(target=target, daemon=True)
     thread.start()
     fault_at: float | None = None
     try:
@@ -370,7 +379,7 @@ def run_row(
                 outcome.note = f'not every rank printed "round 1:" within {STARTUP_WAIT} s'
                 progress(f"{runner} row {row.number}: {outcome.note}; giving up on this run")
                 force_end(client, job, thread)
-                return finish(outcome, job, box, capture, log_dir, None)
+                return finish(outcome, job, thread, capture, log_dir, None)
             container_id = job.container_ids[row.host]
             fault_at = time.time()
             if row.trigger == "kill":
@@ -382,7 +391,7 @@ def run_row(
                     states = container_states(client, job)
                     outcome.codes = tuple(known_code(host, job, states) for host in HOSTS)
                     force_end(client, job, thread)
-                    return finish(outcome, job, box, capture, log_dir, fault_at)
+                    return finish(outcome, job, thread, capture, log_dir, fault_at)
             else:
                 client.api.disconnect_container_from_network(container_id, f"{job.job_id}-net")
                 progress(f"{runner} row {row.number}: disconnected {row.host} from the network")
@@ -398,7 +407,7 @@ def run_row(
                 f"(codes so far {' '.join(outcome.codes)}); killing its containers"
             )
             force_end(client, job, thread)
-        return finish(outcome, job, box, capture, log_dir, fault_at)
+        return finish(outcome, job, thread, capture, log_dir, fault_at)
     finally:
         if thread.is_alive():  # interrupted or failed above: never leave containers behind
             force_end(client, job, thread)
@@ -432,7 +441,7 @@ def freeze(
 def finish(
     outcome: Outcome,
     job: LocalJob,
-    box: dict[str, Any],
+    thread: "JobThread",
     capture: Capture,
     log_dir: Path | None,
     fault_at: float | None,
@@ -442,9 +451,9 @@ def finish(
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
         (log_dir / f"row{row.number}-{runner}.log").write_text(capture.timed_text())
-    if "error" in box:
-        outcome.note = f"job error: {box['error']!r}"
-    result: LocalJobResult | None = box.get("result")
+    if thread.error is not None:
+        outcome.note = f"job error: {thread.error!r}"
+    result = thread.result
     if outcome.hung_after is None and result is not None and not outcome.note:
         started = [host for host in result.hosts if host.exit_code is not None]
         outcome.codes = tuple(

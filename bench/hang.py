@@ -35,7 +35,6 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -45,11 +44,19 @@ from typing import Any, TextIO, cast
 import docker
 from ddp import IMAGE as TORCH_IMAGE
 from ddp import torchrun_on_every_host
-from faults import Capture, container_states, force_end, known_code, progress, wait_until
+from faults import (
+    Capture,
+    JobThread,
+    container_states,
+    force_end,
+    known_code,
+    progress,
+    wait_until,
+)
 from startup import ENTRYPOINTS
 
 from ringleader.tools.local.plan import LocalJobSpec, host_names, mpi_options
-from ringleader.tools.local.run import LocalJob, LocalJobResult
+from ringleader.tools.local.run import LocalJob
 
 REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "tests" / "container" / "hang_jobs"
@@ -190,28 +197,20 @@ def run_peer(
     capture = Capture()
     spec = build_spec(peer, source, workdir, args.steps, args.timeout)
     job = LocalJob(spec, cast(TextIO, capture), client)  # it only writes and flushes
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = job.run()
-        except Exception as error:  # reported in the table, the benchmark goes on
-            box["error"] = error
-
+    thread = JobThread(job)
     progress(f"{peer.name}: job {job.job_id} ({peer.script} in {spec.image})")
-    thread = threading.Thread(target=target, daemon=True)
     launched = time.time()
     thread.start()
     try:
         if not wait_until(
             lambda: hang_time(capture, args.steps) is not None, launched + STARTUP_WAIT, thread
         ):
-            ended: LocalJobResult | None = box.get("result")
+            ended = thread.result
             if ended is not None:
                 outcome.codes = tuple(str(host.exit_code) for host in ended.hosts)
                 outcome.note = f"the job ended before every rank printed step {args.steps}"
-            elif "error" in box:
-                outcome.note = f"job error: {box['error']!r}"
+            elif thread.error is not None:
+                outcome.note = f"job error: {thread.error!r}"
             else:
                 outcome.note = f"not every rank printed step {args.steps} within {STARTUP_WAIT} s"
             progress(f"{peer.name}: {outcome.note}")
@@ -229,9 +228,9 @@ def run_peer(
             progress(f"{peer.name}: still running {args.cap:.0f} s after the hang; killing it")
             force_end(client, job, thread)
         else:
-            result: LocalJobResult | None = box.get("result")
+            result = thread.result
             if result is None:
-                outcome.note = f"job error: {box.get('error')!r}"
+                outcome.note = f"job error: {thread.error!r}"
             else:
                 outcome.codes = tuple(str(host.exit_code) for host in result.hosts)
                 outcome.seconds = max(host.finished_at for host in result.hosts) - hung_at
