@@ -365,6 +365,38 @@ def test_ctrl_c_stops_the_job_everywhere(instances: Instances) -> None:
     assert instances.wait_until_clean(NO_JOB_PROCESS_WITHIN) == {}
 
 
+def test_ctrl_backslash_shows_every_ranks_stacks_and_a_hang_ends_the_job(
+    instances: Instances,
+) -> None:
+    """Ctrl-\\ of `cluster run`: every rank's stacks, grouped, and the job goes on; then no
+    rank makes progress for --hang-timeout: every host exits 124, the verdict says where."""
+    process = instances.start(
+        [
+            "cluster",
+            "run",
+            "--hostfile",
+            "hosts",
+            "--output",
+            "/work/out",
+            "--hang-timeout",
+            "20",
+            "--",
+            "python",
+            "job.py",
+            "sleep",
+        ]
+    )
+    wait_for_line(process, "rank 5 sleeping", 120)
+    assert instances.sh("node1", "pkill -QUIT -f '[r]ingleader cluster run'")[0] == 0
+    wait_for_line(process, "6 ranks (0-5 on node1, node2, node3)", 30)
+    output, _ = process.communicate(timeout=90)
+    assert process.returncode == 124, output
+    assert "Every rank (6) waits in the same place, in <module> (job.py:" in output
+    failure = instances.sh("node1", "cat /work/out/node2/output/failure")[1]
+    assert failure.startswith("Every rank (6) waits in the same place"), failure
+    assert instances.wait_until_clean(NO_JOB_PROCESS_WITHIN) == {}
+
+
 def test_exec_with_one_host_failing(instances: Instances) -> None:
     code, output = instances.ringleader(
         [

@@ -22,6 +22,7 @@ from ringleader.rank.progress import ProgressWatch
 from ringleader.supervise.leader import Leader
 from ringleader.supervise.worker import Worker, WorkerParts
 from ringleader.wire.events import (
+    Event,
     LauncherExited,
     LeaderMessage,
     RankEnded,
@@ -292,3 +293,35 @@ def test_a_heartbeat_is_reported_as_progress_once_per_interval(
         assert channel.sent.get(timeout=10) == Progress("algo-2", (3,))
     finally:
         watch.stop()
+
+
+class LateEvents(ScriptedEvents):
+    """A leader starved of CPU: its first wait past `late_from` returns `by` seconds late."""
+
+    def __init__(self, clock: FakeClock, late_from: float, by: float) -> None:
+        super().__init__(clock)
+        self._late_from, self._by = late_from, by
+
+    def next(self, deadline: float | None) -> Event | None:
+        event = super().next(deadline)
+        if event is None and self._clock.now >= self._late_from and self._by:
+            self._clock.now += self._by
+            self._by = 0.0
+        return event
+
+
+def test_a_leader_starved_past_its_deadline_gives_the_reports_the_time_it_lost() -> None:
+    """Its own timer ran 8 s late: the threads that read the reports were starved with it, so
+    the job is not hung until 8 s more have passed without progress."""
+    rig = WatchedRig()
+    rig.events = LateEvents(rig.clock, late_from=1022.0, by=8.0)
+    rig.leader = Leader(HOSTS[0], HOSTS[1:], WATCHED, replace(rig.leader_parts, events=rig.events))
+    asked: list[float] = []
+    rig.local.dump_stacks = lambda reason: asked.append(rig.clock.now)  # type: ignore[method-assign]
+    rig.hellos()
+    rig.ranks_start(1.0)
+    rig.progress(2.0)
+    rig.stacks(50.0)
+    rig.stopped_ranks_end(51.0)
+    assert rig.run().exit_code == exitcodes.HUNG
+    assert asked == [1000.0 + 2.0 + HANG_TIMEOUT + 8.0 + 8.0]  # noticed at 30, then 8 more

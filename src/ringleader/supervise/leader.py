@@ -68,6 +68,8 @@ SETTLE_CHECK_SECONDS = 0.25  # while settling: how often to look whether output 
 # for the lost host's MPI daemon) is killed.
 LOST_HOST_KILL_MARGIN_SECONDS = 0.5
 SSH_CHECKS_AT_ONCE = 32  # the leader's ssh checks running at the same time, at most
+# A deadline noticed later than this after it passed: the leader was starved of CPU meanwhile.
+LATE_TIMER_SECONDS = 1.0
 
 
 def start_thread(work: Callable[[], None]) -> None:
@@ -157,6 +159,7 @@ class _Run:
     launcher_outlived_ranks: bool = False
     # The hang watch: when the job counts as hung unless some rank makes progress first.
     hang_deadline: float | None = None
+    hang_patience: float = 0.0  # what a starved leader may still add to the deadline
     progress: dict[int, LastProgress] = field(default_factory=dict)  # each rank's latest
     dump: _StackDump | None = None
     hang: Hang | None = None
@@ -305,6 +308,7 @@ class Leader:
         run = _Run(plan, launcher, now + self._timeouts.startup)
         if self._timeouts.hang is not None:  # the job's start-up counts: it can hang too
             run.hang_deadline = now + self._timeouts.hang
+            run.hang_patience = self._timeouts.hang
         self.phase = Phase.LAUNCHING
         while not self._every_launcher_exited(run):
             event = self._events.next(run.deadline)
@@ -398,7 +402,15 @@ class Leader:
         repeats its warning while the job hangs. A leader behind on output still takes each
         host's progress reports, which travel with that host's output, in turn."""
         timeout = self._timeouts.hang
-        assert timeout is not None
+        assert timeout is not None and run.hang_deadline is not None
+        late = now - run.hang_deadline
+        if late > LATE_TIMER_SECONDS and not run.ending and run.hang_patience > 0:
+            # This timer ran late: the leader itself was starved, and the threads that read the
+            # workers' reports with it. Give them the time it lost (at most one timeout in all).
+            extra = min(late, run.hang_patience)
+            run.hang_patience -= extra
+            run.hang_deadline = now + extra
+            return
         run.hang_deadline = None
         if run.ending:
             return
