@@ -339,24 +339,16 @@ def test_a_dropped_ssh_connection_to_a_member_ends_the_job_everywhere(
         process.wait()
 
 
-def test_ctrl_c_stops_the_job_everywhere(instances: Instances) -> None:
-    process = instances.start(
-        [
-            "cluster",
-            "run",
-            "--hostfile",
-            "hosts",
-            "--output",
-            "/work/out",
-            "--setting",
-            "sigterm_grace=5",
-            "--",
-            "python",
-            "job.py",
-            "sleep",
-        ]
-    )
+def start_sleeping_job(instances: Instances, *options: str) -> "subprocess.Popen[str]":
+    """`cluster run` of JOB's sleep mode with `options`, once every rank sleeps."""
+    command = ["cluster", "run", "--hostfile", "hosts", "--output", "/work/out", *options]
+    process = instances.start([*command, "--", "python", "job.py", "sleep"])
     wait_for_line(process, "rank 5 sleeping", 120)
+    return process
+
+
+def test_ctrl_c_stops_the_job_everywhere(instances: Instances) -> None:
+    process = start_sleeping_job(instances, "--setting", "sigterm_grace=5")
     assert instances.sh("node1", "pkill -INT -f '[r]ingleader cluster run'")[0] == 0
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 143, output
@@ -370,23 +362,7 @@ def test_ctrl_backslash_shows_every_ranks_stacks_and_a_hang_ends_the_job(
 ) -> None:
     """Ctrl-\\ of `cluster run`: every rank's stacks, grouped, and the job goes on; then no
     rank makes progress for --hang-timeout: every host exits 124, the verdict says where."""
-    process = instances.start(
-        [
-            "cluster",
-            "run",
-            "--hostfile",
-            "hosts",
-            "--output",
-            "/work/out",
-            "--hang-timeout",
-            "20",
-            "--",
-            "python",
-            "job.py",
-            "sleep",
-        ]
-    )
-    wait_for_line(process, "rank 5 sleeping", 120)
+    process = start_sleeping_job(instances, "--hang-timeout", "20")
     assert instances.sh("node1", "pkill -QUIT -f '[r]ingleader cluster run'")[0] == 0
     wait_for_line(process, "6 ranks (0-5 on node1, node2, node3)", 30)
     output, _ = process.communicate(timeout=90)
