@@ -168,9 +168,7 @@ class _Run:
     def deadline(self) -> float | None:
         """The next moment something is due, if nothing happens before."""
         dump = self.dump.deadline if self.dump is not None else None
-        return earliest(
-            earliest(self.launch_deadline, self.kill_deadline), earliest(self.hang_deadline, dump)
-        )
+        return earliest(self.launch_deadline, self.kill_deadline, self.hang_deadline, dump)
 
     @property
     def ending(self) -> bool:
