@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 from types import FrameType
 
@@ -152,5 +153,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()  # an exception propagates (@record writes it), a normal end leaves cleanly:
+    try:
+        main()  # @record writes an exception to torchrun's error file, then raises it again
+    except Exception:
+        traceback.print_exc()
+        leave(1)  # not through the teardown, which can turn this exit into a SIGABRT
     leave(0)
