@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -91,6 +92,26 @@ def test_missing_mpirun_matters_for_mpi_only() -> None:
     assert needs.missing_for("torch_distributed", facts(tools=tools)) == []
 
 
+def test_missing_ssh_keygen_matters_for_mpi_jobs_and_names_each_distributions_package(
+    tmp_path: Path,
+) -> None:
+    tools = {k: v for k, v in facts().tools.items() if k != "ssh-keygen"}
+    (missing,) = needs.missing_for("mpi", facts(tools=tools))
+    assert missing.what == "ssh-keygen" and "when the job starts" in missing.why
+    assert missing.fix.endswith("apt-get install -y --no-install-recommends openssh-client")
+    rhel = needs.missing_for("mpi", facts(tools=tools, os_id="rocky", os_like=("rhel",)))
+    assert rhel[0].fix == "RUN dnf install -y openssh"
+    alpine = needs.missing_for("mpi", facts(tools=tools, os_id="alpine"))
+    assert alpine[0].fix == "RUN apk add --no-cache openssh-keygen"
+    assert needs.missing_for("torch_distributed", facts(tools=tools)) == []
+    assert [item.what for item in setup.refusals(request(tmp_path), facts(tools=tools))] == [
+        "ssh-keygen"
+    ]
+    lines = report_lines("img", facts(tools=tools))
+    assert any(line.split() == ["mpi", "missing:"] for line in lines)
+    assert any(line.strip().startswith("- ssh-keygen:") for line in lines)
+
+
 def test_a_framework_distribution_needs_its_framework_in_the_training_python() -> None:
     (missing,) = needs.missing_for("multi_worker_mirrored_strategy", facts())
     assert missing.what == "tensorflow" and "/opt/venv/bin/python" in missing.fix
@@ -141,10 +162,23 @@ def test_setup_writes_the_jobs_ssh_files_settings_and_entry_script(tmp_path: Pat
     assert f'"PATH={path}"' in sshd_config
     assert '"LD_LIBRARY_PATH=/opt/mpi/lib"' in sshd_config
     assert '"OMPI_ALLOW_RUN_AS_ROOT=1"' in sshd_config
-    host_key = (ssh / "ssh_host_ed25519_key.pub").read_text().split()
-    assert (ssh / "known_hosts").read_text() == f"* {host_key[0]} {host_key[1]}\n"
-    assert (ssh / "authorized_keys").read_text() == (ssh / "id_ed25519.pub").read_text()
-    assert "StrictHostKeyChecking yes" in (ssh / "ssh_config").read_text()
+    ssh_config = (ssh / "ssh_config").read_text()
+    assert "IdentityFile /etc/ringleader/ssh/id_ed25519" in ssh_config
+    assert "UserKnownHostsFile /etc/ringleader/ssh/known_hosts" in ssh_config
+    assert "StrictHostKeyChecking yes" in ssh_config
+    # ssh itself reads the file as the job's connections will (-G: resolve, do not connect)
+    resolved = subprocess.run(
+        ["ssh", "-G", "-F", str(ssh / "ssh_config"), "algo-2"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.splitlines()
+    assert "identityfile /etc/ringleader/ssh/id_ed25519" in resolved
+    assert "userknownhostsfile /etc/ringleader/ssh/known_hosts" in resolved
+    assert "stricthostkeychecking true" in resolved
+    # no key in the image: every job makes its own (launch/jobkeys.py)
+    assert sorted(path.name for path in ssh.iterdir()) == ["ssh_config", "sshd_config"]
     settings = load_image_settings(tmp_path / "etc/ringleader")
     assert settings == ImageSettings(
         "/opt/venv/bin/python",
@@ -159,11 +193,34 @@ def test_setup_writes_the_jobs_ssh_files_settings_and_entry_script(tmp_path: Pat
     assert (tmp_path / "opt/ml/output/data").is_dir() and (tmp_path / "run/sshd").is_dir()
 
 
-def test_setup_run_twice_changes_nothing_and_keeps_the_keys(tmp_path: Path) -> None:
+def test_setup_run_twice_changes_nothing(tmp_path: Path) -> None:
     setup.apply(request(tmp_path), facts(), ENVIRON, lambda _: None)
-    key = (tmp_path / "etc/ringleader/ssh/id_ed25519").read_bytes()
     assert setup.apply(request(tmp_path), facts(), ENVIRON, lambda _: None) == []
-    assert (tmp_path / "etc/ringleader/ssh/id_ed25519").read_bytes() == key
+
+
+@pytest.mark.parametrize("with_mpi", [True, False])
+def test_setup_over_an_older_image_removes_the_keys_it_baked(
+    tmp_path: Path, with_mpi: bool
+) -> None:
+    ssh = tmp_path / "etc/ringleader/ssh"
+    ssh.mkdir(parents=True)
+    baked = [
+        "id_ed25519",
+        "id_ed25519.pub",
+        "authorized_keys",
+        "ssh_host_ed25519_key",
+        "ssh_host_ed25519_key.pub",
+        "known_hosts",
+    ]
+    for name in baked:
+        (ssh / name).write_text("baked by an older version\n")
+    said: list[str] = []
+    setup.apply(request(tmp_path, with_mpi), facts(), ENVIRON, said.append)
+    assert [line for line in said if line.startswith("removed ")] == [
+        f"removed /etc/ringleader/ssh/{name} (each job makes its own keys)" for name in baked
+    ]
+    assert not any((ssh / name).exists() for name in baked)
+    assert setup.apply(request(tmp_path, with_mpi), facts(), ENVIRON, lambda _: None) == []
 
 
 def test_setup_without_mpi_writes_no_ssh_files(tmp_path: Path) -> None:

@@ -11,15 +11,16 @@ from ringleader.config.job import (
 )
 from ringleader.tools.image.probe import ImageFacts, PythonFacts
 
-# The tools an mpi job needs: mpirun starts every rank over ssh into each host's sshd.
-MPI_TOOLS = ("sshd", "ssh", "mpirun")
-SETUP_TOOLS = ("ssh-keygen",)  # `image setup` makes the job's keys with it
+# The tools an mpi job needs: mpirun starts every rank over ssh into each host's sshd, with
+# keys every host makes when the job starts.
+MPI_TOOLS = ("sshd", "ssh", "ssh-keygen", "mpirun")
 
 _WHY = {
     "sshd": "mpirun starts the ranks of other hosts over ssh, so every host runs sshd",
     "ssh": "mpirun on the leader connects to every host with ssh",
     "mpirun": "mpi jobs start their ranks with Open MPI's mpirun",
-    "ssh-keygen": "`ringleader image setup` makes the job's ssh keys with it",
+    "ssh-keygen": "every host of an mpi job makes the job's own ssh keys with it when the job "
+    "starts",
 }
 
 # Package names by distribution family, and the install command of each.

@@ -3,13 +3,14 @@
 It writes the job's own sshd and ssh client files under /etc/ringleader/ssh (the image's own
 ssh configuration is left alone), the image settings the entry point reads (the user's
 interpreter among them), a stable /usr/local/bin/ringleader-entrypoint and SageMaker's /opt/ml
-layout. Run again, it changes nothing that is already right and keeps the keys it made.
+layout. No ssh key goes into the image: every job makes its own when it starts
+(launch/jobkeys.py), and keys an older version baked in are removed. Run again, it changes
+nothing that is already right.
 """
 
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,9 +27,15 @@ from ringleader.config.image import (
     SSHD_CONFIG_NAME,
     ImageSettings,
 )
+from ringleader.launch.jobkeys import (
+    AUTHORIZED_KEYS_NAME,
+    BAKED_FILES,
+    CLIENT_KEY_NAME,
+    HOST_KEY_NAME,
+    KNOWN_HOSTS_NAME,
+)
 from ringleader.tools.image.needs import (
     MPI_TOOLS,
-    SETUP_TOOLS,
     Missing,
     missing_tools,
     python_problem,
@@ -52,7 +59,6 @@ SESSION_DEFAULTS = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1",
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
 }
-KEYGEN_TIMEOUT = 30.0
 # sshd's privilege separation directory on Debian and Ubuntu (the entry point makes it too, for
 # a /run emptied at start; an sshd started by hand needs it in the image).
 PRIVSEP_DIR = "run/sshd"
@@ -73,7 +79,7 @@ def refusals(request: SetupRequest, facts: ImageFacts) -> list[Missing]:
     if problem is not None:
         found.append(problem)
     if request.with_mpi:
-        found += missing_tools(facts, (*MPI_TOOLS, *SETUP_TOOLS))
+        found += missing_tools(facts, MPI_TOOLS)
     return found
 
 
@@ -110,25 +116,19 @@ class SetupError(Exception):
     pass
 
 
-def make_key(path: Path, comment: str) -> bool:
-    """An ed25519 key pair at `path` unless one is there; whether one was made."""
-    if path.exists() and path.with_suffix(".pub").exists():
-        return False
-    path.unlink(missing_ok=True)
-    try:
-        made = subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=KEYGEN_TIMEOUT,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise SetupError(f"ssh-keygen for {path} failed: {error}") from None
-    if made.returncode != 0:
-        raise SetupError(f"ssh-keygen for {path} failed: {made.stderr.strip()}")
-    return True
+def remove_baked_keys(ssh_dir: Path) -> list[str]:
+    """The names of the key files an older `image setup` baked into the image, now removed:
+    whoever has the image must not hold a key to its running jobs (each job makes its own)."""
+    removed = []
+    for name in BAKED_FILES:
+        try:
+            (ssh_dir / name).unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise SetupError(f"cannot remove {ssh_dir / name}: {error}") from None
+        removed.append(name)
+    return removed
 
 
 def write_if_changed(path: Path, content: str, mode: int) -> bool:
@@ -157,26 +157,26 @@ def apply(
     ssh_dir = image_dir / SSH_DIR_NAME
     ssh_dir_in_image = IMAGE_DIR / SSH_DIR_NAME
     changed: list[str] = []
+    # an image prepared by an older version may hold keys it baked in, with or without mpi now
+    if ssh_dir.is_dir():
+        for name in remove_baked_keys(ssh_dir):
+            changed.append(f"removed {ssh_dir_in_image / name} (each job makes its own keys)")
     if request.with_mpi:
         ssh_dir.mkdir(parents=True, exist_ok=True)
         ssh_dir.chmod(0o700)
-        for key, comment in (
-            ("ssh_host_ed25519_key", "ringleader host"),
-            ("id_ed25519", "ringleader"),
-        ):
-            if make_key(ssh_dir / key, comment):
-                changed.append(f"made the key {ssh_dir_in_image / key}")
-        host_key = (ssh_dir / "ssh_host_ed25519_key.pub").read_text().split()
-        client_key = (ssh_dir / "id_ed25519.pub").read_text()
         set_env = " ".join(
             f'"{name}={value}"' for name, value in session_environment(request, environ).items()
         )
+        names = {
+            "host_key": HOST_KEY_NAME,
+            "authorized_keys": AUTHORIZED_KEYS_NAME,
+            "client_key": CLIENT_KEY_NAME,
+            "known_hosts": KNOWN_HOSTS_NAME,
+        }
+        ssh_dir_text = str(ssh_dir_in_image)
         files = {
-            SSHD_CONFIG_NAME: render("sshd_config", ssh_dir=str(ssh_dir_in_image), set_env=set_env),
-            SSH_CONFIG_NAME: render("ssh_config", ssh_dir=str(ssh_dir_in_image)),
-            "authorized_keys": client_key,
-            # every host of a job is this image: its host key is the only one to accept
-            "known_hosts": f"* {host_key[0]} {host_key[1]}\n",
+            SSHD_CONFIG_NAME: render("sshd_config", ssh_dir=ssh_dir_text, set_env=set_env, **names),
+            SSH_CONFIG_NAME: render("ssh_config", ssh_dir=ssh_dir_text, **names),
         }
         for name, content in files.items():
             if write_if_changed(ssh_dir / name, content, 0o600):
