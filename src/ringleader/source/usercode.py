@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -104,39 +104,74 @@ def member_of(info: "tarfile.TarInfo") -> Member:
     return Member(info.name, kind, info.linkname)
 
 
+def _components(path: str) -> list[str]:
+    return [part for part in path.split("/") if part not in ("", ".")]
+
+
 def _normal_parts(path: str) -> tuple[str, ...] | str:
     """The path's components without '.' and empty ones, or why it is not a safe member path."""
     if not path:
         return "has an empty name"
     if path.startswith("/"):
         return "is an absolute path"
-    parts = tuple(part for part in path.split("/") if part not in ("", "."))
+    parts = tuple(_components(path))
     if ".." in parts:
         return "has a '..' component"
     return parts
 
 
-def _resolve_link(parent: tuple[str, ...], target: str) -> tuple[str, ...] | None:
-    """Where a relative symlink in `parent` points, or None when it leaves the root."""
-    parts = list(parent)
-    for part in target.split("/"):
-        if part in ("", "."):
-            continue
+MAX_LINK_HOPS = 40  # symlinks followed in one lookup, as Linux allows (then ELOOP)
+
+Links = Mapping[tuple[str, ...], str]  # a symlink's path in the code directory: its target
+
+
+def _follow(parent: tuple[str, ...], target: str, links: Links) -> tuple[str, ...] | str:
+    """Where a relative symlink in `parent` leads once `links` are on disk, followed as the
+    kernel follows them (a '..' after a link goes up from where the link leads, not from where
+    it lies), or how it gets out of the code directory."""
+    location: list[str] = []
+    pending = [*parent, *_components(target)][::-1]
+    followed: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop()
         if part == "..":
-            if not parts:
-                return None
-            parts.pop()
-        else:
-            parts.append(part)
-    return tuple(parts)
+            if not location:
+                through = f" through the symlink {', '.join(followed)}" if followed else ""
+                return f"outside the code{through}"
+            location.pop()
+            continue
+        here = (*location, part)
+        if here not in links:
+            location.append(part)
+            continue
+        name = "/".join(here)
+        if name not in followed:
+            followed.append(name)
+        hops += 1
+        if hops > MAX_LINK_HOPS:
+            return f"a loop of symlinks ({', '.join(followed[:3])})"
+        if links[here].startswith("/"):
+            return f"outside the code through the symlink {', '.join(followed)}"
+        pending += _components(links[here])[::-1]
+    return tuple(location)
+
+
+def _under_link(parts: tuple[str, ...], links: Links) -> str | None:
+    """The symlink among `parts`' parent directories, if any."""
+    return next(("/".join(parts[:n]) for n in range(1, len(parts)) if parts[:n] in links), None)
 
 
 def unsafe_members(members: Sequence[Member]) -> list[tuple[str, str]]:
     """(member name, reason) for every member that could write or point outside the code dir.
 
-    Rules: no absolute names, no '..' components, no device files or FIFOs, symlinks only to
-    places inside the code directory, hard links only to regular files of the same archive, and
-    nothing extracted through a symlink (which is how a chain of links could still escape).
+    Members are taken in archive order, as extraction writes them. Rules: no absolute names, no
+    '..' components, no device files or FIFOs; nothing extracted through a symlink of the
+    archive (a link is a way out that no path check sees); a name used again only by a file
+    after a file or a directory after a directory (a symlink or hard link in the place of an
+    earlier member redirects what is written there); a symlink must lead inside the code
+    directory when followed through the archive's other links, both those extracted before it
+    and all of them; a hard link only to a regular file extracted before it.
     """
     problems: list[tuple[str, str]] = []
     paths: dict[int, tuple[str, ...]] = {}
@@ -146,31 +181,64 @@ def unsafe_members(members: Sequence[Member]) -> list[tuple[str, str]]:
             problems.append((member.name, parts))
         else:
             paths[index] = parts
-    kinds = {index: members[index].kind for index in paths}
-    symlinks = {paths[i] for i, kind in kinds.items() if kind is MemberKind.SYMLINK}
-    files = {paths[i] for i, kind in kinds.items() if kind is MemberKind.FILE}
+    every_link = {
+        paths[i]: members[i].link_target for i in paths if members[i].kind is MemberKind.SYMLINK
+    }
+    earlier_links: dict[tuple[str, ...], str] = {}
+    # What is at each path so far. A name used again keeps its first kind: a file written
+    # over a symlink goes through it (the link stays), and other pairs are refused.
+    kinds: dict[tuple[str, ...], MemberKind] = {}
     for index, member in enumerate(members):
         if index not in paths:
             continue
         parts = paths[index]
-        through = next((parts[:n] for n in range(1, len(parts)) if parts[:n] in symlinks), None)
-        if through is not None:
-            problems.append((member.name, f"lies under the symlink {'/'.join(through)}"))
-        elif member.kind is MemberKind.OTHER:
-            problems.append((member.name, "is a device file or FIFO"))
-        elif member.kind is MemberKind.SYMLINK:
-            target = member.link_target
-            if target.startswith("/"):
-                problems.append((member.name, f"is a symlink to the absolute path {target}"))
-            elif not parts or _resolve_link(parts[:-1], target) is None:
-                problems.append((member.name, f"is a symlink to {target}, outside the code"))
-        elif member.kind is MemberKind.HARDLINK:
-            target_parts = _normal_parts(member.link_target)
-            if isinstance(target_parts, str) or target_parts not in files:
-                problems.append(
-                    (member.name, f"is a hard link to {member.link_target}, not a file of the code")
-                )
+        if member.kind is MemberKind.SYMLINK:
+            earlier_links[parts] = member.link_target
+        problem = _member_problem(member, parts, kinds, earlier_links, every_link)
+        if problem is not None:
+            problems.append((member.name, problem))
+        kinds.setdefault(parts, member.kind)
     return problems
+
+
+def _member_problem(
+    member: Member,
+    parts: tuple[str, ...],
+    kinds: Mapping[tuple[str, ...], MemberKind],
+    earlier_links: Links,
+    every_link: Links,
+) -> str | None:
+    """Why this member is unsafe, given what the members before it made (`kinds`)."""
+    through = _under_link(parts, every_link)
+    if through is not None:
+        return f"lies under the symlink {through}"
+    if member.kind is MemberKind.OTHER:
+        return "is a device file or FIFO"
+    earlier = kinds.get(parts)
+    if earlier is not None and (
+        earlier is not member.kind or member.kind not in (MemberKind.FILE, MemberKind.DIRECTORY)
+    ):
+        return f"is a {member.kind.value} with the same name as an earlier {earlier.value}"
+    if member.kind is MemberKind.SYMLINK:
+        target = member.link_target
+        if target.startswith("/"):
+            return f"is a symlink to the absolute path {target}"
+        if not parts:
+            return f"is a symlink to {target}, outside the code"
+        for links in (earlier_links, every_link):
+            leads = _follow(parts[:-1], target, links)
+            if isinstance(leads, str):
+                return f"is a symlink to {target}, {leads}"
+    elif member.kind is MemberKind.HARDLINK:
+        target_parts = _normal_parts(member.link_target)
+        if isinstance(target_parts, str) or target_parts not in kinds:
+            return f"is a hard link to {member.link_target}, not a file of the code"
+        through = _under_link(target_parts, every_link)
+        if through is not None:
+            return f"is a hard link to {member.link_target}, under the symlink {through}"
+        if kinds[target_parts] is not MemberKind.FILE:
+            return f"is a hard link to the {kinds[target_parts].value} {member.link_target}"
+    return None
 
 
 # ------------------------------------------------------------------------ pure: entry point
@@ -382,9 +450,13 @@ def _s3_error(uri: str, bucket: str, key: str, code: str, status: int, message: 
 
 
 def extract(archive: Path, source: str, code_dir: Path) -> None:
-    """Check every member of the tarball, then extract it into `code_dir`."""
+    """Check every member of the tarball, then extract it into `code_dir`, where each member
+    is checked again against what is on disk just before it is written."""
     import tarfile  # here: only jobs with a source tarball need it
 
+    # Python's own check, where it has one (3.12+, 3.10.12+, 3.11.4+; not Debian bookworm's
+    # 3.11.2): ours run on every Python, its own on top.
+    filter_error = getattr(tarfile, "FilterError", ())
     try:
         with tarfile.open(archive, "r:*") as tar:
             infos = tar.getmembers()
@@ -397,15 +469,19 @@ def extract(archive: Path, source: str, code_dir: Path) -> None:
                     f"{source} has unsafe members, nothing was extracted: {shown}{more}",
                 )
             code_dir.mkdir(parents=True, exist_ok=True)
-            # Safe: every member passed unsafe_members(). Python 3.12+ warns when no filter is
-            # named (3.14 filters by default); "fully_trusted" keeps what the checks allowed.
-            members = _sanitized(infos)
-            if hasattr(tarfile, "fully_trusted_filter"):
-                tar.extractall(code_dir, members=members, filter="fully_trusted")  # noqa: S202
-            else:  # Python before 3.10.12 and 3.11.4 (Debian bookworm's 3.11.2)
-                tar.extractall(code_dir, members=members)  # noqa: S202
+            members = _checked_on_disk(_sanitized(infos), code_dir, source)
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(code_dir, members=members, filter="data")
+            else:
+                tar.extractall(code_dir, members=members)  # noqa: S202 (checked above and on disk)
     except ConfigError:
         raise
+    except filter_error as error:
+        raise ConfigError(
+            SUBMIT_DIRECTORY,
+            f"{source}: Python's tar data filter refused {error.tarinfo.name!r}: {error}; "
+            f"{_STOPPED.format(code_dir=code_dir)}",
+        ) from None
     except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as error:
         raise ConfigError(
             SUBMIT_DIRECTORY,
@@ -413,7 +489,10 @@ def extract(archive: Path, source: str, code_dir: Path) -> None:
         ) from None
 
 
-def _sanitized(infos: Iterable["tarfile.TarInfo"]) -> Iterable["tarfile.TarInfo"]:
+_STOPPED = "extraction stopped there, and {code_dir} may hold the members before it"
+
+
+def _sanitized(infos: Iterable["tarfile.TarInfo"]) -> Iterator["tarfile.TarInfo"]:
     """Owned by us, no setuid/setgid/sticky bits, not writable by others."""
     uid, gid = os.getuid(), os.getgid()
     for info in infos:
@@ -423,6 +502,45 @@ def _sanitized(infos: Iterable["tarfile.TarInfo"]) -> Iterable["tarfile.TarInfo"
         elif not info.issym():
             info.mode = (info.mode & 0o755) | 0o600
         yield info
+
+
+def _checked_on_disk(
+    infos: Iterable["tarfile.TarInfo"], code_dir: Path, source: str
+) -> Iterator["tarfile.TarInfo"]:
+    """Each member just before tarfile writes it (extractall takes one member at a time from
+    this), refused when, with what is on disk by then, it would be written or point outside
+    the code directory: what the standard library's data filter checks, for a Python without
+    it, and for links that were on disk before the archive."""
+    root = os.path.realpath(code_dir)
+    for info in infos:
+        problem = escape_on_disk(root, info.name, info.linkname, info.issym(), info.islnk())
+        if problem is not None:
+            raise ConfigError(
+                SUBMIT_DIRECTORY,
+                f"{source}: {info.name!r} {problem}; {_STOPPED.format(code_dir=code_dir)}",
+            )
+        yield info
+
+
+def escape_on_disk(root: str, name: str, link: str, symlink: bool, hardlink: bool) -> str | None:
+    """Why the member `name` (a link to `link`) would land or lead outside `root` (a real
+    path), with the symlinks now on disk followed; None when it stays inside."""
+    written = os.path.realpath(os.path.join(root, name))
+    if not _inside(written, root):
+        return f"would be written at {written}, outside the code directory"
+    if not (symlink or hardlink):
+        return None
+    if os.path.isabs(link):
+        return f"is a link to the absolute path {link}"
+    base = os.path.join(root, os.path.dirname(name)) if symlink else root
+    leads = os.path.realpath(os.path.join(base, link))
+    if not _inside(leads, root):
+        return f"would be a link to {leads}, outside the code directory"
+    return None
+
+
+def _inside(path: str, root: str) -> bool:
+    return os.path.commonpath([path, root]) == root
 
 
 def install(code_dir: Path, kind: EntryPointKind, timeout: float, stop: Stop, python: str) -> None:
