@@ -59,7 +59,8 @@ pytestmark = pytest.mark.filterwarnings(
 REGION = "us-east-1"
 BUCKET = "ringleader-test-data"
 TEMPLATE = load_template()
-PRIVATE_ROLE_POLICIES = {"ringleader-training", "ringleader-pass-self-to-sagemaker"}
+JOB_ROLE_POLICIES = {"ringleader-training"}
+NOTEBOOK_ROLE_POLICIES = {"ringleader-notebook"}
 
 
 # ---------------------------------------------------------------------------- fixtures
@@ -279,6 +280,8 @@ BASE_OUTPUTS = {
     "SecurityGroupId",
     "EstimatorSecurityGroupIds",
     "ExecutionRoleArn",
+    "NotebookRoleArn",
+    "TrainingJobBaseName",
     "KmsKeyArn",
     "BucketName",
     "NotebookInstanceName",
@@ -366,7 +369,7 @@ def check_role_key_and_notebook(
     trust = policy_document(role["AssumeRolePolicyDocument"])
     assert trust["Statement"][0]["Principal"] == {"Service": "sagemaker.amazonaws.com"}
     policies = set(iam.list_role_policies(RoleName=role_name)["PolicyNames"])
-    assert policies >= PRIVATE_ROLE_POLICIES
+    assert policies >= JOB_ROLE_POLICIES
     training = iam.get_role_policy(RoleName=role_name, PolicyName="ringleader-training")
     document = policy_document(training["PolicyDocument"])
     s3_resources = [s["Resource"] for s in document["Statement"] if s["Sid"].endswith("Bucket")]
@@ -387,7 +390,20 @@ def check_role_key_and_notebook(
         NotebookInstanceName=outputs["NotebookInstanceName"]
     )
     assert notebook["InstanceType"] == instance_type
-    assert notebook["RoleArn"] == outputs["ExecutionRoleArn"]
+    # The notebook has a role of its own; the jobs' role is only passed to SageMaker.
+    assert notebook["RoleArn"] == outputs["NotebookRoleArn"] != outputs["ExecutionRoleArn"]
+    notebook_role = outputs["NotebookRoleArn"].rsplit("/", 1)[1]
+    assert set(iam.list_role_policies(RoleName=notebook_role)["PolicyNames"]) == (
+        NOTEBOOK_ROLE_POLICIES
+    )
+    notebook_policy = policy_document(
+        iam.get_role_policy(RoleName=notebook_role, PolicyName="ringleader-notebook")[
+            "PolicyDocument"
+        ]
+    )
+    [pass_role] = [s for s in notebook_policy["Statement"] if s["Action"] == ["iam:PassRole"]]
+    assert pass_role["Resource"] == outputs["ExecutionRoleArn"]
+    assert outputs["TrainingJobBaseName"] == stack_name
 
 
 def lifecycle_script() -> str:
@@ -559,6 +575,7 @@ def test_create_prints_estimator_arguments_then_status_and_outputs(
     assert sorted(kwargs["subnets"]) == private
     assert kwargs["security_group_ids"] == [outputs["SecurityGroupId"]]
     assert kwargs["role"] == outputs["ExecutionRoleArn"]
+    assert kwargs["base_job_name"] == outputs["TrainingJobBaseName"] == "ringleader-training-vpc"
     assert kwargs["output_path"] == f"s3://{BUCKET}/output"
     assert snippet["efs_input_kwargs"]["file_system_id"] == outputs["EfsFileSystemId"]
     assert "fsx_input_kwargs" not in snippet

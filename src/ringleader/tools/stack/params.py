@@ -29,6 +29,11 @@ REGION_ENV_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION")
 
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")
 _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
+# The notebook role may start only jobs named "<stack name>-...". SageMaker has written job
+# names in ARNs in lower case, and the Python SDK cuts a base_job_name to 63 - 24 characters
+# (a hyphen and a 23-character timestamp follow), so a new stack's name must survive both.
+MAX_NEW_STACK_NAME = 39
+_NEW_STACK_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 _BUCKET_CHARS = re.compile(r"^[a-z0-9.-]+$")
 _IPV4_LIKE = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 _BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
@@ -164,6 +169,19 @@ def parse_stack_name(value: str | None) -> str:
             value,
         )
     return value
+
+
+def check_new_stack_name(name: str) -> str:
+    """A name for a stack about to be created: it also prefixes the names of its jobs."""
+    if len(name) > MAX_NEW_STACK_NAME or not _NEW_STACK_NAME.match(name):
+        raise InvalidInput(
+            "--stack-name",
+            "for a new stack, a lowercase letter, then lowercase letters, digits and hyphens, "
+            f"at most {MAX_NEW_STACK_NAME} characters (it prefixes the names of its training "
+            "jobs, which the notebook role is limited to)",
+            name,
+        )
+    return name
 
 
 def bucket_name_problem(name: str) -> str | None:
@@ -362,6 +380,7 @@ def parse_network(
 def parse_create(raw: RawCreateOptions, env: Mapping[str, str]) -> CreateParams:
     """All of the create command's checks, in the order the options are usually read."""
     target = parse_target(raw.region, raw.stack_name, env)
+    check_new_stack_name(target.stack_name)
     bucket = parse_bucket(raw.bucket)
     existing_efs_id = parse_efs_id(raw.efs_id)
     if existing_efs_id is not None and raw.create_efs:

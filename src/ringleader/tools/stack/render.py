@@ -30,6 +30,8 @@ class StackOutputs:
     kms_key_arn: str
     bucket: str
     notebook_instance: str | None = None
+    # Stacks made before the roles were split have no TrainingJobBaseName output.
+    base_job_name: str | None = None
     efs_id: str | None = None
     fsx_id: str | None = None
     fsx_mount_name: str | None = None
@@ -72,6 +74,7 @@ def parse_outputs(raw: Mapping[str, str]) -> StackOutputs:
         kms_key_arn=raw["KmsKeyArn"],
         bucket=raw["BucketName"],
         notebook_instance=raw.get("NotebookInstanceName") or None,
+        base_job_name=raw.get("TrainingJobBaseName") or None,
         efs_id=raw.get("EfsFileSystemId") or None,
         fsx_id=raw.get("FsxFileSystemId") or None,
         fsx_mount_name=raw.get("FsxMountName") or None,
@@ -85,9 +88,10 @@ def parse_outputs(raw: Mapping[str, str]) -> StackOutputs:
 def estimator_kwargs(outputs: StackOutputs) -> dict[str, str | list[str]]:
     """Keyword arguments of sagemaker.estimator.Estimator (and PyTorch, TensorFlow, ...).
 
-    The execution role may use only the stack's bucket, so the job's output and the uploaded
-    source must go there too (the SDK's default bucket would be refused)."""
-    return {
+    The roles may use only the stack's bucket, so the job's output and the uploaded source must
+    go there too (the SDK's default bucket would be refused); the notebook role may start only
+    jobs named after the stack, hence base_job_name when the stack has that output."""
+    kwargs: dict[str, str | list[str]] = {
         "role": outputs.role_arn,
         "subnets": list(outputs.subnets),
         "security_group_ids": list(outputs.security_group_ids),
@@ -96,6 +100,9 @@ def estimator_kwargs(outputs: StackOutputs) -> dict[str, str | list[str]]:
         "output_path": f"s3://{outputs.bucket}/output",
         "code_location": f"s3://{outputs.bucket}/code",
     }
+    if outputs.base_job_name:
+        kwargs["base_job_name"] = outputs.base_job_name
+    return kwargs
 
 
 def file_system_inputs(outputs: StackOutputs) -> dict[str, dict[str, str]]:
