@@ -17,7 +17,14 @@ from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
 from ringleader.supervise.context import job_identity
 from ringleader.supervise.entrypoint import EntryPoint
-from ringleader.wire.control import ControlServer, LeaderAddress, Liveness, connect_to_leader
+from ringleader.wire.control import (
+    Admission,
+    ControlServer,
+    LeaderAddress,
+    Liveness,
+    connect_to_leader,
+)
+from ringleader.wire.messages import CONTROL_LINK
 from ringleader.wire.ports import PortVisits, await_visits, listen_problem, port_holder
 from tests.unit.test_entrypoint import Rig
 
@@ -43,14 +50,17 @@ def server(port: int, job: str = JOB) -> ControlServer:
         lambda _frame: None,
         WORKERS,
         lambda _line: None,
-        job=job,
+        Admission(job),
         addresses_of=lambda _host: {"127.0.0.1"},
     )
 
 
 def connect(port: int, greeting_timeout: float = 5.0, deadline: float = 5.0, stop=None):
     address = LeaderAddress("127.0.0.1", port, JOB, greeting_timeout)
-    return connect_to_leader(address, time.monotonic() + deadline, stop or threading.Event())
+    joined = connect_to_leader(
+        address, "algo-2", CONTROL_LINK, time.monotonic() + deadline, stop or threading.Event()
+    )
+    return None if joined is None else joined.channel
 
 
 HELD: list[socket.socket] = []  # connections the listeners here hold open
@@ -265,7 +275,9 @@ def taken_port(*args: object) -> ControlServer:
     raise ConfigError("ringleader_control_port", "port 29100 is already in use on this host")
 
 
-def foreign_leader(leader: LeaderAddress, deadline: float, stop: threading.Event) -> None:
+def foreign_leader(
+    leader: LeaderAddress, host: str, link: str, deadline: float, stop: threading.Event
+) -> None:
     raise ConfigError("ringleader_control_port", f"what answers on {leader.host}:{leader.port}")
 
 

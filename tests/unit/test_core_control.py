@@ -8,16 +8,17 @@ import time
 
 import pytest
 
+from ringleader.core.errors import ConfigError
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Mark
 from ringleader.wire.control import (
+    Admission,
     ControlServer,
     LeaderAddress,
     Liveness,
     bye_message,
     connect_to_leader,
     hello_message,
-    pulse_hello,
 )
 from ringleader.wire.events import (
     LeaderLost,
@@ -31,7 +32,19 @@ from ringleader.wire.events import (
 )
 from ringleader.wire.leader_link import LeaderLink
 from ringleader.wire.liveness import Pulse
-from ringleader.wire.messages import Bye, Launched, RankEnd, RankStart, Sigterm, Terminate
+from ringleader.wire.messages import (
+    CONTROL_LINK,
+    PULSE_LINK,
+    Bye,
+    Greeting,
+    Join,
+    Launched,
+    RankEnd,
+    RankStart,
+    Refused,
+    Sigterm,
+    Terminate,
+)
 from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
 from ringleader.wire.pulse_process import PulseHub
 
@@ -43,8 +56,19 @@ JOB = "job-1"  # the job every leader here leads
 GREETING_TIMEOUT = 5.0
 
 
-def address(port: int, job: str = JOB, greeting_timeout: float = GREETING_TIMEOUT):
-    return LeaderAddress("127.0.0.1", port, job, greeting_timeout)
+def address(
+    port: int, job: str = JOB, greeting_timeout: float = GREETING_TIMEOUT, secret=None
+) -> LeaderAddress:
+    return LeaderAddress("127.0.0.1", port, job, greeting_timeout, secret)
+
+
+def join(port: int, host: str, link: str = CONTROL_LINK, deadline: float = 5.0, **where):
+    """A worker's connection, joined."""
+    joined = connect_to_leader(
+        address(port, **where), host, link, time.monotonic() + deadline, threading.Event()
+    )
+    assert joined is not None
+    return joined
 
 
 def free_port() -> int:
@@ -77,11 +101,12 @@ def record_of(rank, host, exit_code=3):
 
 
 class Leader:
-    def __init__(self, liveness=SLOW, addresses=frozenset({"127.0.0.1"})):
+    def __init__(self, liveness=SLOW, addresses=frozenset({"127.0.0.1"}), admission=None):
         self.port = free_port()
         self.events: queue.Queue = queue.Queue()
         self.outputs: list[bytes] = []
         self.logs: queue.Queue[str] = queue.Queue()
+        self.admission = admission or Admission(JOB)
         self.server = ControlServer(
             self.port,
             self.events,
@@ -89,22 +114,19 @@ class Leader:
             self.outputs.append,
             WORKERS,
             self.logs.put,
-            job=JOB,
+            self.admission,
             addresses_of=lambda _host: addresses,
         )
         self.channels: list[Channel] = []
         self.pulses: list[Pulse] = []
 
-    def connect(self, deadline_seconds=5.0) -> Channel:
-        channel = connect_to_leader(
-            address(self.port), time.monotonic() + deadline_seconds, threading.Event()
-        )
-        assert channel is not None
+    def connect(self, host: str, link: str = CONTROL_LINK) -> Channel:
+        channel = join(self.port, host, link, secret=self.admission.secret).channel
         self.channels.append(channel)
         return channel
 
     def join(self, host) -> Channel:
-        channel = self.connect()
+        channel = self.connect(host)
         channel.send(hello_message(host))
         assert next_event(self.events) == WorkerHello(host)
         return channel
@@ -145,7 +167,7 @@ def test_hello_becomes_worker_hello(leader):
 
 
 def test_hello_with_an_error(leader):
-    channel = leader.connect()
+    channel = leader.connect("algo-3")
     channel.send(hello_message("algo-3", (78, "Configuration error in sagemaker_program: x")))
     assert next_event(leader.events) == WorkerHello(
         "algo-3", 78, "Configuration error in sagemaker_program: x"
@@ -250,11 +272,10 @@ def test_garbled_frame_is_worker_lost_by_protocol_error(frame):
         printer.deliver,
         WORKERS,
         logs.put,
-        job=JOB,
+        Admission(JOB),
         addresses_of=lambda _host: {"127.0.0.1"},
     )
-    channel = connect_to_leader(address(port), time.monotonic() + 5.0, threading.Event())
-    assert channel is not None
+    channel = join(port, "algo-2").channel
     try:
         channel.send(hello_message("algo-2"))
         assert next_event(events) == WorkerHello("algo-2")
@@ -289,60 +310,113 @@ def test_rank_event_for_another_host_is_a_protocol_error(leader, message):
     assert leader.events.empty()  # in particular no RankStarted/RankEnded for algo-3
 
 
-def test_non_hello_first_message_is_refused(leader):
-    channel = leader.connect()
+def greeted(port: int) -> tuple[Channel, Greeting]:
+    """A raw connection to the control port, and the leader's greeting on it."""
+    channel = Channel(socket.create_connection(("127.0.0.1", port), timeout=5.0))
+    greeting = channel.receive_message(timeout=5.0)
+    assert isinstance(greeting, Greeting)
+    return channel, greeting
+
+
+def assert_refused(channel: Channel, why: str) -> None:
+    answer = channel.receive_message(timeout=5.0)
+    assert isinstance(answer, Refused) and why in answer.reason, answer
+    assert_closed_by_the_leader(channel)
+
+
+def test_a_connection_that_does_not_join_is_refused(leader):
+    channel, _ = greeted(leader.port)
     channel.send(Bye("algo-2"))
-    assert_closed_by_the_leader(channel)
-    log = leader.next_log()
-    assert "refused" in log
-    assert "expected a hello" in log
+    assert_refused(channel, "expected a join, got 'bye'")
+    assert "refused a connection from 127.0.0.1: expected a join" in leader.next_log()
     assert leader.events.empty()
 
 
-@pytest.mark.parametrize("hello", [hello_message("intruder"), pulse_hello("intruder")])
-def test_hello_from_a_host_that_is_not_a_worker_is_refused(leader, hello):
-    channel = leader.connect()
-    channel.send(hello)
-    assert_closed_by_the_leader(channel)
-    log = leader.next_log()
-    assert "refused a connection from 127.0.0.1" in log
-    assert "'intruder' is not one of the job's worker hosts" in log
+def test_something_else_than_a_hello_after_the_welcome_is_a_protocol_error(leader):
+    channel = leader.connect("algo-2")
+    channel.send(Bye("algo-2"))
+    event = next_event(leader.events)
+    assert isinstance(event, WorkerLost) and event.protocol_error
+    assert "expected a hello from algo-2, got 'bye'" in event.reason
+
+
+@pytest.mark.parametrize("link", [CONTROL_LINK, PULSE_LINK])
+def test_a_join_for_another_job_is_refused(leader, link):
+    channel, _ = greeted(leader.port)
+    channel.send(Join("algo-2", "another-job", link, "n"))
+    assert_refused(channel, "it joins another job, 'another-job'")
+    assert leader.events.empty()
+    leader.join("algo-2")  # the job's own worker is not held up by it
+
+
+def test_a_join_from_a_host_that_is_not_a_worker_is_refused(leader):
+    channel, _ = greeted(leader.port)
+    channel.send(Join("intruder", JOB, PULSE_LINK, "n"))
+    assert_refused(channel, "'intruder' is not one of the job's worker hosts")
+    assert "refused a connection from 127.0.0.1" in leader.next_log()
     assert leader.events.empty()
 
 
-@pytest.mark.parametrize("hello", [hello_message("algo-2"), pulse_hello("algo-2")])
-def test_hello_from_an_address_that_is_not_the_workers_is_refused(hello):
+def test_a_worker_whose_name_is_wrong_reports_its_error(leader):
+    """Its own name is not in the job's host list: it is known by its address, for its
+    error's sake."""
+    reporting = leader.connect("algo-99")
+    reporting.send(hello_message("algo-99", (78, "Configuration error in current_host: x")))
+    assert next_event(leader.events) == WorkerHello(
+        "algo-2", 78, "Configuration error in current_host: x"
+    )
+
+
+def test_a_host_not_in_the_job_may_report_nothing_but_an_error(leader):
+    posing = leader.connect("algo-98")  # from a worker's address (every one is 127.0.0.1)
+    posing.send(hello_message("algo-98"))
+    assert_closed_by_the_leader(posing)
+    assert any("may report only its error" in line for line in drain(leader.logs))
+    assert leader.events.empty()
+
+
+def drain(lines: queue.Queue) -> list[str]:
+    found = []
+    while True:
+        try:
+            found.append(lines.get(timeout=QUIET))
+        except queue.Empty:
+            return found
+
+
+@pytest.mark.parametrize("link", [CONTROL_LINK, PULSE_LINK])
+def test_a_join_from_an_address_that_is_not_the_workers_is_refused(link):
     impostor_target = Leader(addresses=frozenset({"10.9.9.9"}))
     try:
-        channel = impostor_target.connect()
-        channel.send(hello)
-        assert_closed_by_the_leader(channel)
-        log = impostor_target.next_log()
-        assert "refused a connection from 127.0.0.1" in log
-        assert "claims to be algo-2" in log
-        assert "10.9.9.9" in log
+        channel, _ = greeted(impostor_target.port)
+        channel.send(Join("algo-2", JOB, link, "n"))
+        assert_refused(channel, "claims to be algo-2, but algo-2 resolves to 10.9.9.9")
+        assert "refused a connection from 127.0.0.1" in impostor_target.next_log()
         assert impostor_target.events.empty()
     finally:
         impostor_target.close()
 
 
-def test_a_second_hello_from_the_same_host_replaces_the_first(leader):
-    old = leader.join("algo-2")
-    new = leader.connect()
-    new.send(hello_message("algo-2"))
-    # The new hello and the old connection's loss come from two threads: either order.
-    first, second = next_event(leader.events), next_event(leader.events)
-    lost = next(event for event in (first, second) if isinstance(event, WorkerLost))
-    assert {first, second} - {lost} == {WorkerHello("algo-2")}
-    assert lost.host == "algo-2"
-    assert "connected again" in lost.reason
-    assert lost.protocol_error is False
-    assert "algo-2 connected again" in leader.next_log()
-    assert_closed_by_the_leader(old)
+@pytest.mark.parametrize("link", [CONTROL_LINK, PULSE_LINK])
+def test_a_second_join_never_replaces_a_live_link(leader, link):
+    """Issue 26: a second hello for a live worker replaced its link, and the job died."""
+    first = leader.join("algo-2")
+    if link == PULSE_LINK:
+        leader.connect("algo-2", PULSE_LINK)
+    with pytest.raises(ConfigError, match="refused this host: algo-2 joined already"):
+        join(leader.port, "algo-2", link)
     leader.server.broadcast(Launched())
-    assert new.receive(timeout=5.0) == {"type": "launched"}
-    new.send(Bye("algo-2"))
+    assert first.receive(timeout=5.0) == {"type": "launched"}  # the first link lives on
+    first.send(Bye("algo-2"))
     assert next_event(leader.events) == WorkerBye("algo-2")
+
+
+def test_a_worker_that_left_cannot_join_again(leader):
+    leader.join("algo-2").close()
+    event = next_event(leader.events)
+    assert isinstance(event, WorkerLost) and event.host == "algo-2"
+    with pytest.raises(ConfigError, match="an entry point that restarted is a lost host"):
+        join(leader.port, "algo-2")
 
 
 def test_server_close_disconnects_workers(leader):
@@ -361,9 +435,7 @@ def test_server_close_stops_accepting(leader):
 
 
 def open_pulse(leader: Leader, host: str) -> Channel:
-    channel = leader.connect()
-    channel.send(pulse_hello(host))
-    return channel
+    return leader.connect(host, PULSE_LINK)
 
 
 def test_a_silent_pulse_connection_is_worker_lost(fast_leader):
@@ -427,8 +499,8 @@ class Worker:
         self.link = LeaderLink(
             host,
             "algo-1",
-            leader.connect(),
-            pulse if pulse is not None else leader.connect(),
+            leader.connect(host),
+            pulse if pulse is not None else leader.connect(host, PULSE_LINK),
             liveness,
             self.events,
         )
@@ -497,9 +569,11 @@ def test_leader_whose_pulses_stop_is_leader_lost():
 def test_connect_gives_up_at_the_deadline():
     port = free_port()
     started = time.monotonic()
-    channel = connect_to_leader(address(port), started + 0.3, threading.Event())
+    joined = connect_to_leader(
+        address(port), "algo-2", CONTROL_LINK, started + 0.3, threading.Event()
+    )
     elapsed = time.monotonic() - started
-    assert channel is None
+    assert joined is None
     assert 0.25 <= elapsed < 2.0
 
 
@@ -507,7 +581,9 @@ def test_connect_stops_when_told():
     stop = threading.Event()
     stop.set()
     started = time.monotonic()
-    assert connect_to_leader(address(free_port()), started + 30, stop) is None
+    assert (
+        connect_to_leader(address(free_port()), "algo-2", CONTROL_LINK, started + 30, stop) is None
+    )
     assert time.monotonic() - started < 1.0
 
 
@@ -525,7 +601,7 @@ def test_connect_retries_until_the_leader_is_up():
                 lambda _frame: None,
                 ["algo-9"],
                 lambda _line: None,
-                job=JOB,
+                Admission(JOB),
                 addresses_of=lambda _host: {"127.0.0.1"},
             )
         )
@@ -533,8 +609,7 @@ def test_connect_retries_until_the_leader_is_up():
     timer = threading.Timer(0.2, start_leader)
     timer.start()
     try:
-        channel = connect_to_leader(address(port), time.monotonic() + 5.0, threading.Event())
-        assert channel is not None
+        channel = join(port, "algo-9").channel
         channel.send(hello_message("algo-9"))
         assert next_event(events) == WorkerHello("algo-9")
         channel.close()

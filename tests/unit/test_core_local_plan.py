@@ -91,7 +91,7 @@ def test_plan_hosts(source):
         env_overrides={"algo-2": {"X": "1"}},
     )
     names = ["algo-1", "algo-2", "algo-3"]
-    plans = plan_hosts(spec, "rl-abc123", names, cpus=64)
+    plans = plan_hosts(spec, "rl-abc123", names, cpus=64, secret="5ec2e7")
     assert [plan.name for plan in plans] == names
     assert [plan.container_name for plan in plans] == [f"rl-abc123-{n}" for n in names]
     for plan in plans:
@@ -105,8 +105,10 @@ def test_plan_hosts(source):
         assert plan.hyperparameters == sagemaker_hyperparameters(spec, cpus=64)
         # Each host's resource config is a valid topology with itself as current host.
         assert parse_topology({}, plan.resource_config).current_host == plan.name
-    assert plans[1].environment == {"X": "1"}
-    assert plans[0].environment == {}
+    # The job's identity and secret on every host (wire.auth), the overrides on theirs.
+    own = {"TRAINING_JOB_NAME": "rl-abc123", "RINGLEADER_JOB_SECRET": "5ec2e7"}
+    assert plans[1].environment == {**own, "X": "1"}
+    assert plans[0].environment == own
 
 
 def test_parse_script_args():

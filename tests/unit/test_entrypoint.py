@@ -21,14 +21,14 @@ from ringleader.core.timeline import Mark
 from ringleader.launch.hostprep import CommandShape
 from ringleader.launch.select import HostFacts
 from ringleader.launch.spawn import SpawnSpec
-from ringleader.launch.strategy import LaunchPlan, NoSetup, SshCheck
+from ringleader.launch.strategy import LaunchPlan, NoSetup
 from ringleader.source.usercode import PreparationStopped
 from ringleader.supervise.entrypoint import EntryPoint
 from ringleader.supervise.eventloop import EventQueue
 from ringleader.supervise.parts import RootParts
 from ringleader.supervise.verdict import ResultFiles
 from ringleader.wire import messages
-from ringleader.wire.control import LeaderAddress
+from ringleader.wire.control import Admission, Joined, LeaderAddress
 from ringleader.wire.events import (
     LauncherExited,
     LeaderMessage,
@@ -163,19 +163,11 @@ class FakeStrategy:
 
 
 @dataclass(frozen=True)
-class FailingSetup:
+class FailingSetup(NoSetup):
     """sshd that does not come up."""
-
-    check_worker: SshCheck | None = None
 
     def start(self, timeout: float) -> bool:
         raise StartupError("sshd exited with code 255 before it was ready")
-
-    def launcher_killed(self) -> None:
-        pass
-
-    def close(self, log: Callable[[str], None]) -> None:
-        pass
 
 
 class Rig:
@@ -236,19 +228,19 @@ class Rig:
         timeouts: Timeouts,
         workers: Sequence[str],
         on_output: OutputHandler,
-        job: str,
+        admission: Admission,
     ) -> FakeServer:
-        self.jobs.append(job)
+        self.jobs.append(admission.job)
         server = FakeServer(events, workers, self.hello_errors)
         self.servers.append(server)
         return server
 
     def connect(
-        self, leader: LeaderAddress, deadline: float, stop: threading.Event
-    ) -> FakeChannel | None:
+        self, leader: LeaderAddress, host: str, link: str, deadline: float, stop: threading.Event
+    ) -> Joined | None:
         self.connects.append(leader.host)
         self.jobs.append(leader.job)
-        return self.channel if self.leader_answers else None
+        return Joined(self.channel, None) if self.leader_answers else None  # type: ignore[arg-type]
 
     def leader_link(
         self,
@@ -259,6 +251,7 @@ class Rig:
         timeouts: Timeouts,
         events: EventQueue,
         marks: Sequence[Mark],
+        host_key: str | None,
     ) -> FakeLink:
         self.link = FakeLink(control, events)
         events.put(LeaderMessage(messages.Exit(0, None)))
@@ -496,13 +489,13 @@ def test_a_worker_stopped_while_it_connects_still_tells_the_leader(tmp_path: Pat
     attempts: list[bool] = []
 
     def connect(
-        leader: LeaderAddress, deadline: float, stop: threading.Event
-    ) -> FakeChannel | None:
+        leader: LeaderAddress, host: str, link: str, deadline: float, stop: threading.Event
+    ) -> Joined | None:
         attempts.append(stop.is_set())
         if len(attempts) == 1:  # SIGTERM while the leader is not up yet
             entry.on_signal(15, None)
             return None
-        return rig.channel
+        return Joined(rig.channel, None)  # type: ignore[arg-type]
 
     entry = EntryPoint(replace(rig.parts, connect=connect))
     outcome = entry.run()

@@ -157,7 +157,7 @@ class LeaderRig:
             events=self.events,
             clock=self.clock,
             start_launcher=start,
-            check_ssh=lambda host, timeout: None,
+            check_ssh=lambda host, host_key, timeout: None,
             post=lambda event: self.events.at(0.0, event),
             in_background=lambda work: work(),  # the check ends before the next event
             log=self.logs.append,
@@ -1010,7 +1010,7 @@ def test_a_worker_lost_while_ssh_checks_run_ends_the_start_at_once() -> None:
 def test_a_failed_ssh_check_names_the_host_and_launches_nothing() -> None:
     rig = LeaderRig()
 
-    def check(host: str, timeout: float) -> str | None:
+    def check(host: str, host_key: str | None, timeout: float) -> str | None:
         return f"{host}: Permission denied (publickey)" if host == "algo-3" else None
 
     rig.leader = Leader(HOSTS[0], HOSTS[1:], TIMEOUTS, replace(rig.leader_parts, check_ssh=check))

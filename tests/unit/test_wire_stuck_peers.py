@@ -9,10 +9,10 @@ import socket
 import threading
 import time
 
-from ringleader.wire.control import Liveness, pulse_hello
+from ringleader.wire.control import Liveness
 from ringleader.wire.events import LeaderLost, LeaderMessage, WorkerLost
 from ringleader.wire.leader_link import LeaderLink
-from ringleader.wire.messages import Bye, Exit, Launched
+from ringleader.wire.messages import PULSE_LINK, Bye, Exit, Launched
 from ringleader.wire.protocol import Channel, output_frame
 from tests.unit.test_core_control import FAST, Leader, next_event
 
@@ -80,8 +80,7 @@ def test_the_leaders_close_does_not_linger_after_the_verdict() -> None:
     leader = Leader(FAST)
     try:
         silent = leader.join("algo-2")
-        pulse = leader.connect()
-        pulse.send(pulse_hello("algo-2"))  # and then never a pulse: lost after a while
+        leader.connect("algo-2", PULSE_LINK)  # and then never a pulse: lost after a while
         alive = leader.join("algo-3")
         lost = next_event(leader.events, timeout=ROOM)
         assert isinstance(lost, WorkerLost) and lost.host == "algo-2", lost
@@ -156,9 +155,9 @@ class UnreadUntil(Channel):
         super().__init__(sock)
         self._ready = ready
 
-    def receive_frame(self, timeout: float | None) -> bytes:
+    def receive_frame(self, timeout: float | None, limit: int | None = None) -> bytes:
         self._ready.wait(ROOM)
-        return super().receive_frame(timeout)
+        return super().receive_frame(timeout, limit)
 
 
 def test_what_the_leader_sent_before_it_went_comes_before_its_loss(monkeypatch) -> None:

@@ -2,13 +2,18 @@
 runs sshd for it first, and the leader checks ssh to each worker as it says hello."""
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from ringleader.config.image import ImageSettings
 from ringleader.config.job import JobConfig
 from ringleader.config.mpi_options import forwarded_variables, sagemaker_nccl_options
 from ringleader.core import paths
+from ringleader.core.errors import StartupError
+from ringleader.launch import jobkeys
 from ringleader.launch.mpirun import (
     MPIRUN_OUTPUT,
     MpiPlan,
@@ -40,15 +45,55 @@ class SshSetup:
     own_sshd: bool
     masters: SshMasters | None  # the leader's
     image: ImageSettings | None = None  # where the container's own sshd finds its files
+    host_key: str | None = None  # made by start(), for this job only
+    _pinned: dict[str, str] = field(default_factory=dict)  # the workers' host keys
+    _pin_lock: threading.Lock = field(default_factory=threading.Lock)  # checks run at once
 
     def start(self, timeout: float) -> bool:
         if self.own_sshd:
-            start_sshd(sshd_command(self.image), paths.SSHD_NOTIFY_SOCKET, timeout)
+            command = sshd_command(self.image)
+            self.host_key = _with_keys(jobkeys.make_host_key, self._ssh_dir)
+            start_sshd(command, paths.SSHD_NOTIFY_SOCKET, timeout)
         return self.own_sshd
+
+    def client_key(self, job: str) -> str | None:
+        if not self.own_sshd or self.image is None:
+            return None  # a cluster machine's ssh uses the user's own keys
+        public = _with_keys(jobkeys.make_client_key, self._ssh_dir, job)
+        # The leader's own sshd too: no key left in an image set up by an older version
+        # lets anyone in.
+        _with_keys(jobkeys.authorize, self._ssh_dir, public)
+        return public
+
+    def authorize(self, client_key: str | None) -> None:
+        if not self.own_sshd:
+            return
+        if client_key is None:
+            raise StartupError("the leader handed over no ssh key for this job")
+        _with_keys(jobkeys.authorize, self._ssh_dir, client_key)
 
     @property
     def check_worker(self) -> SshCheck | None:
-        return self.masters.check if self.masters is not None else None
+        return self._check if self.masters is not None else None
+
+    def _check(self, host: str, host_key: str | None, timeout: float) -> str | None:
+        assert self.masters is not None
+        if self.own_sshd:
+            if host_key is None:
+                return f"{host}: its hello carried no ssh host key"
+            try:
+                with self._pin_lock:  # each write holds every key pinned so far
+                    self._pinned[host] = host_key
+                    jobkeys.pin_hosts(self._ssh_dir, dict(self._pinned))
+            except (OSError, ValueError) as error:
+                return f"{host}: its host key cannot be pinned ({error})"
+        return self.masters.check(host, timeout)
+
+    @property
+    def _ssh_dir(self) -> Path:
+        if self.image is None:  # sshd_command() refused such an image already
+            raise StartupError("this image was not prepared for mpi jobs")
+        return Path(self.image.ssh_dir)
 
     def launcher_killed(self) -> None:
         if self.masters is not None:
@@ -58,6 +103,18 @@ class SshSetup:
         # A container's end takes its masters with it; a cluster machine outlives the job.
         if self.masters is not None and not self.own_sshd:
             self.masters.close(log)
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _with_keys(step: "Callable[_P, _R]", *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    """A step with the job's ssh keys; an OSError or a bad key in it is a StartupError."""
+    try:
+        return step(*args, **kwargs)
+    except (OSError, ValueError) as error:
+        raise StartupError(f"ssh keys of this job: {error}") from error
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from ringleader.launch.process import PLAIN_OUTPUT, OutputReader
 from ringleader.launch.spawn import SpawnSpec, spawn_argv
 
 Logger = Callable[[str], None]
-SshCheck = Callable[[str, float], str | None]  # (host, timeout) -> problem or None
+# (host, its sshd's public key from its hello, timeout) -> problem or None
+SshCheck = Callable[[str, str | None, float], str | None]
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,17 @@ class HostSetup(Protocol):
         """Start it (raises JobError); True when something was started."""
 
     @property
+    def host_key(self) -> str | None:
+        """This host's sshd's public key, made by `start` for this job; None: no sshd of ours."""
+
+    def client_key(self, job: str) -> str | None:
+        """On the leader: make the ssh key pair of `job`; its public key for every worker
+        (None: the launch needs none)."""
+
+    def authorize(self, client_key: str | None) -> None:
+        """On a worker: let the leader's key (from its welcome) in; raises JobError."""
+
+    @property
     def check_worker(self) -> SshCheck | None:
         """The leader's check that it can reach a worker; None: nothing to check."""
 
@@ -109,9 +121,16 @@ class NoSetup:
     """Ranks started by each host itself need nothing running first."""
 
     check_worker: SshCheck | None = None
+    host_key: str | None = None
 
     def start(self, timeout: float) -> bool:
         return False
+
+    def client_key(self, job: str) -> str | None:
+        return None
+
+    def authorize(self, client_key: str | None) -> None:
+        pass
 
     def launcher_killed(self) -> None:
         pass

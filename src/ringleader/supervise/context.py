@@ -5,6 +5,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ringleader.config.job import Timeouts
 from ringleader.core import paths
 from ringleader.core.outcome import Outcome
 from ringleader.core.timeline import Timeline
@@ -13,6 +14,7 @@ from ringleader.supervise.common import RunningLauncher, StartLauncher
 from ringleader.supervise.eventloop import EventQueue
 from ringleader.supervise.parts import RootParts
 from ringleader.supervise.verdict import write_outcome
+from ringleader.wire.control import Admission, LeaderAddress
 
 
 @dataclass
@@ -32,6 +34,16 @@ class HostContext:
     def job(self, leader: str) -> str:
         """The job's identity, the same on every host (job_identity)."""
         return job_identity(self.parts.environ, leader)
+
+    def leader_address(self, leader: str, port: int, timeouts: Timeouts) -> LeaderAddress:
+        """Where this worker finds its leader, and how it knows it."""
+        return LeaderAddress(
+            leader, port, self.job(leader), timeouts.leader_loss, self.parts.secret
+        )
+
+    def admission(self, ssh_key: str | None = None) -> Admission:
+        """Whom this leader admits: its own job's workers, who hold its secret."""
+        return Admission(self.job(self.host), self.parts.secret, ssh_key)
 
     def write(self, outcome: Outcome) -> None:
         """This host's result file, best-effort: a full disk never changes the exit code."""

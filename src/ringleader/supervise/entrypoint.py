@@ -34,6 +34,7 @@ from ringleader.supervise.parts import RootParts, real_parts
 from ringleader.supervise.pid1 import run_as_init
 from ringleader.supervise.report import early_leader, report_error, send_to_leader
 from ringleader.supervise.roles import Role, choose_role
+from ringleader.wire import auth
 from ringleader.wire.events import SigtermReceived, StacksRequested
 
 
@@ -148,7 +149,16 @@ def main(argv: Sequence[str] | None = None, own_sshd: bool = True) -> int:
             os.environ.setdefault(name, "1")
     if args[:1] == ["train"]:
         args = args[1:]
-    entry = EntryPoint(real_parts(ConfigFiles(), own_sshd, socket.gethostname()))
+    # Out of the environment before anything starts: no rank, sshd session or tool of the
+    # user's inherits the job's secret.
+    try:
+        secret = auth.read_secret(os.environ.pop(auth.JOB_SECRET_VARIABLE, None))
+    except auth.BadSecret as error:
+        message = f"Configuration error in {auth.JOB_SECRET_VARIABLE}: {error}"
+        log.log(message)
+        write_result(exitcodes.CONFIG_ERROR, message + "\n")
+        return exitcodes.CONFIG_ERROR
+    entry = EntryPoint(real_parts(ConfigFiles(), own_sshd, socket.gethostname(), secret))
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, entry.on_signal)
     signal.signal(signal.SIGQUIT, entry.on_quit)

@@ -12,11 +12,11 @@ from ringleader.core.outcome import Outcome, truncate
 from ringleader.launch.strategy import LaunchStrategy
 from ringleader.output.printer import OutputRelay
 from ringleader.supervise.context import HostContext
-from ringleader.supervise.report import report_error, send_to_leader
+from ringleader.supervise.report import report_error, report_on, send_to_leader
 from ringleader.supervise.stack_files import keep_rank_stacks
 from ringleader.supervise.worker import Worker, WorkerParts
-from ringleader.wire.control import LeaderAddress
-from ringleader.wire.protocol import Channel
+from ringleader.wire.control import Joined, LeaderAddress
+from ringleader.wire.messages import CONTROL_LINK, PULSE_LINK
 
 
 def follow(
@@ -34,22 +34,29 @@ def follow(
         settings = ReportingSettings(timeouts, config.control_port)
         return report_error(context, topology.leader, settings, error)
     deadline = time.monotonic() + timeouts.startup
-    leader = LeaderAddress(
-        topology.leader, config.control_port, context.job(topology.leader), timeouts.leader_loss
-    )
+    leader = context.leader_address(topology.leader, config.control_port, timeouts)
     connected = _connect(context, config, leader, deadline)
     if isinstance(connected, Outcome):
         return connected
     control, pulse = connected
     context.timeline.mark(context.host, phases.CONNECTED)
+    try:
+        strategy.setup.authorize(control.ssh_key)
+    except JobError as error:  # told on the connection the leader admitted
+        outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
+        context.write(outcome)
+        pulse.channel.close()
+        report_on(context.host, control.channel, timeouts, outcome)
+        return outcome
     link = parts.leader_link(
         context.host,
         topology.leader,
-        control,
-        pulse,
+        control.channel,
+        pulse.channel,
         timeouts,
         context.events,
         context.timeline.marks(),
+        strategy.setup.host_key,
     )
     relay = OutputRelay()
     relay.attach(link.channel)
@@ -75,24 +82,24 @@ def follow(
 
 def _connect(
     context: HostContext, config: JobConfig, leader: LeaderAddress, deadline: float
-) -> tuple[Channel, Channel] | Outcome:
+) -> tuple[Joined, Joined] | Outcome:
     """The control and the pulse connection to this job's leader, or the outcome without them
     (written to this host's result file)."""
-    connected: list[Channel] = []
+    connected: list[Joined] = []
     try:
-        while len(connected) < 2:
-            channel = context.parts.connect(leader, deadline, context.stop)
-            if channel is None:
+        for link in (CONTROL_LINK, PULSE_LINK):
+            joined = context.parts.connect(leader, context.host, link, deadline, context.stop)
+            if joined is None:
                 break
-            connected.append(channel)
+            connected.append(joined)
     except ConfigError as error:  # another process answers on the leader's control port
         outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
     else:
         if len(connected) == 2:
             return connected[0], connected[1]
         outcome = _no_leader(context, config)
-    for channel in connected:
-        channel.close()
+    for joined in connected:
+        joined.channel.close()
     context.write(outcome)
     if context.stop.is_set():  # stopped while starting: the leader must not wait for us
         settings = ReportingSettings(config.timeouts, config.control_port)

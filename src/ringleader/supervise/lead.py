@@ -33,10 +33,23 @@ def lead(
     workers = topology.workers if with_workers else ()
     server = None
     if with_workers:
-        job = context.job(topology.leader)
+        try:
+            ssh_key = strategy.setup.client_key(context.job(topology.leader))
+        except JobError as error:  # no key for the job: its workers are told why
+            outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
+            context.write(outcome)
+            tell_workers(
+                context, workers, ReportingSettings(timeouts, config.control_port), outcome
+            )
+            return outcome
         try:
             server = parts.control_server(
-                config.control_port, context.events, timeouts, workers, printer.deliver, job
+                config.control_port,
+                context.events,
+                timeouts,
+                workers,
+                printer.deliver,
+                context.admission(ssh_key),
             )
         except ConfigError as error:  # the control port is taken: the workers see that too
             outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
@@ -106,7 +119,7 @@ def tell_workers(
             settings.timeouts,
             workers,
             _no_output,
-            context.job(context.host),
+            context.admission(),
         )
     except ConfigError as error:  # the workers see that another process holds the port
         context.log(f"could not tell the workers: {error}")

@@ -264,7 +264,7 @@ class Leader:
                         raise _HostError(hello.host, hello.error_code, hello.error_message or "")
                     if self._parts.check_ssh is not None:
                         checks.add(hello.host)
-                        self._start_ssh_check(hello.host, timeout)
+                        self._start_ssh_check(hello.host, hello.host_key, timeout)
                 case SshChecked() as checked if checked.host in checks:
                     checks.discard(checked.host)
                     if checked.problem is not None:
@@ -281,14 +281,14 @@ class Leader:
         self._log("all workers are up")
         self.timeline.mark(self._host, phases.WORKERS_UP, self._clock.time())
 
-    def _start_ssh_check(self, host: str, timeout: float) -> None:
+    def _start_ssh_check(self, host: str, host_key: str | None, timeout: float) -> None:
         """One check in the background (each is bounded by `timeout`); its end is an event."""
         check = self._parts.check_ssh
         assert check is not None
 
         def run() -> None:
             with self._ssh_slots:
-                problem = check(host, timeout)
+                problem = check(host, host_key, timeout)
             if problem is None:
                 self.timeline.mark(host, phases.SSH_CHECKED, self._clock.time())
             self._parts.post(SshChecked(host, problem))

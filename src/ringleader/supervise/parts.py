@@ -27,7 +27,14 @@ from ringleader.supervise.leader import WorkerLink
 from ringleader.supervise.verdict import ResultFiles
 from ringleader.supervise.worker import LeaderLink as LinkToLeader
 from ringleader.wire.agent import HostAgent
-from ringleader.wire.control import ControlServer, LeaderAddress, Liveness, connect_to_leader
+from ringleader.wire.control import (
+    Admission,
+    ControlServer,
+    Joined,
+    LeaderAddress,
+    Liveness,
+    connect_to_leader,
+)
 from ringleader.wire.events import LauncherExited
 from ringleader.wire.leader_link import LeaderLink
 from ringleader.wire.protocol import Channel, OutputHandler
@@ -58,11 +65,15 @@ class Leader(LinkToLeader, Protocol):
         """Stop watching; how the pulses went, for the log."""
 
 
-Connect = Callable[[LeaderAddress, float, threading.Event], Channel | None]  # deadline, stop
+# leader, this host, which link, deadline, stop
+Connect = Callable[[LeaderAddress, str, str, float, threading.Event], Joined | None]
 MakeAgent = Callable[[EventQueue, OutputHandler], HostRanks]
-# port, events, timeouts, workers, output handler, the job's identity
-MakeServer = Callable[[int, EventQueue, Timeouts, Sequence[str], OutputHandler, str], Workers]
-MakeLink = Callable[[str, str, Channel, Channel, Timeouts, EventQueue, Sequence[Mark]], Leader]
+# port, events, timeouts, workers, output handler, whom to admit
+MakeServer = Callable[[int, EventQueue, Timeouts, Sequence[str], OutputHandler, Admission], Workers]
+# host, leader, control, pulse, timeouts, events, marks so far, this host's sshd's public key
+MakeLink = Callable[
+    [str, str, Channel, Channel, Timeouts, EventQueue, Sequence[Mark], str | None], Leader
+]
 StartLauncher = Callable[[LaunchPlan, EventQueue, HostSetup], RunningLauncher]
 SelectStrategy = Callable[[JobConfig, HostFacts, Callable[[], Sequence[str]]], LaunchStrategy]
 
@@ -77,10 +88,10 @@ def _control_server(
     timeouts: Timeouts,
     workers: Sequence[str],
     on_output: OutputHandler,
-    job: str,
+    admission: Admission,
 ) -> ControlServer:
     liveness = Liveness(timeouts.pulse_interval, timeouts.leader_loss)
-    return ControlServer(port, events, liveness, on_output, workers, log.log, job=job)
+    return ControlServer(port, events, liveness, on_output, workers, log.log, admission)
 
 
 def _leader_link(
@@ -91,9 +102,10 @@ def _leader_link(
     timeouts: Timeouts,
     events: EventQueue,
     marks: Sequence[Mark],
+    host_key: str | None,
 ) -> LeaderLink:
     liveness = Liveness(timeouts.pulse_interval, timeouts.leader_loss)
-    return LeaderLink(host, leader, control, pulse, liveness, events, marks)
+    return LeaderLink(host, leader, control, pulse, liveness, events, marks, host_key)
 
 
 def _start_launcher(plan: LaunchPlan, events: EventQueue, setup: HostSetup) -> Launcher:
@@ -136,6 +148,7 @@ class RootParts:
     own_sshd: bool  # a container starts its own sshd; a cluster machine has one running
     hostname: str
     prepare_host: Callable[[JobConfig, CommandShape], list[str]]
+    secret: bytes | None = None  # the job's, from its launcher (ringleader.wire.auth)
     prepare_code: Callable[[JobConfig, threading.Event], None] = _prepare_code
     select: SelectStrategy = select_strategy
     agent: MakeAgent = _agent
@@ -150,11 +163,14 @@ class RootParts:
     logger: Callable[[str], None] = log.log
 
 
-def real_parts(files: ConfigFiles, own_sshd: bool, hostname: str) -> RootParts:
+def real_parts(
+    files: ConfigFiles, own_sshd: bool, hostname: str, secret: bytes | None = None
+) -> RootParts:
     return RootParts(
         files=files,
         environ=os.environ,
         own_sshd=own_sshd,
         hostname=hostname,
         prepare_host=functools.partial(prepare_host, files),
+        secret=secret,
     )

@@ -10,13 +10,14 @@ import threading
 import time
 from collections.abc import Mapping
 
-from ringleader.config.job import ConfigFiles, ReportingSettings
+from ringleader.config.job import ConfigFiles, ReportingSettings, Timeouts
 from ringleader.config.topology import leader_hint
 from ringleader.core.errors import ConfigError, JobError
 from ringleader.core.outcome import Outcome, truncate
 from ringleader.supervise.context import HostContext
-from ringleader.wire.control import LeaderAddress, hello_message
-from ringleader.wire.protocol import ChannelClosed
+from ringleader.wire.control import hello_message
+from ringleader.wire.messages import CONTROL_LINK
+from ringleader.wire.protocol import Channel, ChannelClosed
 
 STOPPING_REPORT_SECONDS = 5.0  # reporting an error after SIGTERM: how long to try
 
@@ -39,17 +40,25 @@ def send_to_leader(
     # Still try for a short while when SIGTERM already arrived: the report is the point.
     timeout = STOPPING_REPORT_SECONDS if context.stop.is_set() else timeouts.startup
     deadline = time.monotonic() + timeout
-    address = LeaderAddress(leader, port, context.job(leader), timeouts.leader_loss)
+    address = context.leader_address(leader, port, timeouts)
     try:
-        channel = context.parts.connect(address, deadline, threading.Event())
+        joined = context.parts.connect(
+            address, context.host, CONTROL_LINK, deadline, threading.Event()
+        )
     except ConfigError as error:  # another process answers on the leader's control port
         context.log(f"could not report the error to the leader {leader}: {error}")
         return
-    if channel is None:
+    if joined is None:
         context.log(f"could not report the error to the leader {leader} within {timeout:g} s")
         return
+    report_on(context.host, joined.channel, timeouts, outcome)
+
+
+def report_on(host: str, channel: Channel, timeouts: Timeouts, outcome: Outcome) -> None:
+    """Say hello with this host's error on a joined control connection, then read until the
+    leader closes it (bounded)."""
     try:
-        channel.send(hello_message(context.host, (outcome.exit_code, outcome.failure or "")))
+        channel.send(hello_message(host, (outcome.exit_code, outcome.failure or "")))
         deadline = time.monotonic() + timeouts.finish + timeouts.leader_loss
         while (remaining := deadline - time.monotonic()) > 0:
             channel.receive_frame(timeout=remaining)

@@ -8,13 +8,20 @@ terminate (stop your ranks, with the grace to give them), exit (the job's exit c
 failure text; reply bye, then exit). The pulse connection carries only pulses, both ways
 (ringleader.wire.liveness), served on the leader by one pulse process for all workers.
 
-The leader greets every connection first with the job's identity (Greeting): a worker that
-gets another job's identity, something else, or nothing within ringleader_leader_timeout has not
-reached its leader (another process holds the port) and ends with a configuration error naming
-the port. A connection is believed only when its first message names one of the job's workers
-and it comes from that worker's own address; anything else is refused and logged.
+Every connection starts with a handshake. The leader greets it with the job's identity and a
+nonce; a worker that gets another job's identity, something else, or nothing within
+ringleader_leader_timeout has not reached its leader (another process holds the port) and ends
+with a configuration error naming the port. The worker joins: its name, the job, which of its
+two connections this is, and, when the job has a secret, its proof (ringleader.wire.auth); the
+leader welcomes it with its own proof (and, on the control connection, the job's ssh key) or
+refuses it. A join is admitted only for this job, from one of its workers' own addresses, with
+the right proof, and only once per worker and connection: a live link is never replaced. At most
+MAX_UNIDENTIFIED connections wait to join at once, each at most JOIN_TIMEOUT seconds and with a
+first frame of at most JOIN_FRAME_BYTES; more are closed at once.
 """
 
+import contextlib
+import errno
 import queue
 import socket
 import threading
@@ -24,7 +31,7 @@ from dataclasses import dataclass
 
 from ringleader.core.errors import ConfigError
 from ringleader.core.timeline import Mark
-from ringleader.wire import messages
+from ringleader.wire import auth, messages
 from ringleader.wire.events import (
     Event,
     RankEnded,
@@ -40,21 +47,25 @@ from ringleader.wire.events import (
 )
 from ringleader.wire.liveness import bound_sends, close_at_once
 from ringleader.wire.messages import (
+    CONTROL_LINK,
+    PULSE_LINK,
     Bye,
     ErrorReport,
     Exit,
     Greeting,
     Hello,
+    Join,
     Message,
     Progress,
-    PulseHello,
     RankEnd,
     RanksExit,
     RankStart,
+    Refused,
     Sigterm,
     Stacks,
     StacksWanted,
     UnknownMessage,
+    Welcome,
 )
 from ringleader.wire.ports import listen_problem
 from ringleader.wire.protocol import (
@@ -64,16 +75,19 @@ from ringleader.wire.protocol import (
     ProtocolError,
     close_listener,
     is_output,
-    serve_connections,
 )
 from ringleader.wire.pulse_process import PulseHub
 
-HELLO_TIMEOUT = 30.0  # a connection that says nothing for this long is dropped
+JOIN_TIMEOUT = 10.0  # a connection that has not joined this long after its greeting is dropped
+MAX_UNIDENTIFIED = 64  # connections waiting to join at once; more are closed at once
+JOIN_FRAME_BYTES = 16 << 10  # a join is a few hundred bytes
 LEADER_TIMEOUT_SETTING = "ringleader_leader_timeout"
 CONTROL_PORT_SETTING = "ringleader_control_port"
 _GREETING_CHECK_SECONDS = 0.5  # how often a worker waiting for a greeting looks at its stop
+_ACCEPT_RETRY_SECONDS = 0.1  # after accept() failed for want of descriptors or memory
+_PROBE_SECONDS = 1.0  # asking what holds a taken control port for its greeting
 
-# The addresses a host name stands for (resolved when its hello arrives).
+# The addresses a host name stands for (resolved when its join arrives).
 AddressesOf = Callable[[str], Collection[str]]
 Logger = Callable[[str], None]
 
@@ -94,8 +108,17 @@ def resolved_addresses(host: str) -> set[str]:
     return {str(info[4][0]) for info in infos}
 
 
+@dataclass(frozen=True)
+class Admission:
+    """Whom a leader admits, and what it hands them."""
+
+    job: str  # the identity every connection is greeted with, and every join must name
+    secret: bytes | None = None  # every join must prove it knows it (when there is one)
+    ssh_key: str | None = None  # the job's public ssh key, for each control connection
+
+
 class ControlServer:
-    """Runs on the leader: accepts workers, turns what they send into events, broadcasts."""
+    """Runs on the leader: admits workers, turns what they send into events, broadcasts."""
 
     def __init__(
         self,
@@ -105,13 +128,14 @@ class ControlServer:
         on_output: OutputHandler,
         workers: Collection[str],
         log: Logger,
-        *,
-        job: str,
+        admission: "Admission",
         addresses_of: AddressesOf = resolved_addresses,
     ) -> None:
-        """Listen on `port` for the workers of `job` (the identity every connection is greeted
-        with); a port that cannot be listened on is a ConfigError naming what holds it."""
-        self._job = job
+        """Listen on `port` for the workers of the job `admission` names. A port that cannot be
+        listened on is a ConfigError naming what holds it."""
+        self._job = admission.job
+        self._secret = admission.secret
+        self._ssh_key = admission.ssh_key
         self._events = events
         self._liveness = liveness
         self._on_output = on_output
@@ -120,19 +144,23 @@ class ControlServer:
         self._addresses_of = addresses_of
         self._lock = threading.Lock()
         self._workers: dict[str, Channel] = {}
-        self._replaced: set[int] = set()  # id() of control channels a reconnect replaced
+        self._joined: set[tuple[str, str]] = set()  # (host, link): admitted once, never again
         self._final: Exit | None = None
+        self._unidentified = threading.BoundedSemaphore(MAX_UNIDENTIFIED)
+        self._turned_away = 0
+        self._closing = threading.Event()
         try:
             self._server = socket.create_server(("", port), backlog=256)
         except OSError as error:
+            problem = listen_problem(port, error)
+            holder = job_at(port)
+            if holder is not None:
+                problem += f": the leader of the job {holder[:100]!r} is running there"
             raise ConfigError(
-                CONTROL_PORT_SETTING,
-                f"{listen_problem(port, error)}; choose another port or stop that process",
+                CONTROL_PORT_SETTING, f"{problem}; choose another port or stop that process"
             ) from None
         self._pulses = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
-        threading.Thread(
-            target=serve_connections, args=(self._server, self._serve), daemon=True
-        ).start()
+        threading.Thread(target=self._accept, name="control-accept", daemon=True).start()
 
     def broadcast(self, message: Message) -> None:
         with self._lock:
@@ -153,6 +181,7 @@ class ControlServer:
         self.broadcast(message)
 
     def close(self) -> None:
+        self._closing.set()
         close_listener(self._server)
         with self._lock:
             channels = list(self._workers.values())
@@ -166,54 +195,131 @@ class ControlServer:
         for host, summary in sorted(self._pulses.stop().items()):
             self._log(f"pulses from {host}: {summary}")
 
+    def _accept(self) -> None:
+        """Accept until closed; nothing a peer does ends this loop."""
+        while not self._closing.is_set():
+            try:
+                connection, _ = self._server.accept()
+            except OSError as error:
+                if self._closing.is_set() or error.errno in (errno.EBADF, errno.EINVAL):
+                    return
+                # Out of descriptors or memory for now: what is queued waits in the backlog.
+                self._turn_away(f"accept failed ({error.strerror or error})")
+                self._closing.wait(_ACCEPT_RETRY_SECONDS)
+                continue
+            if not self._unidentified.acquire(blocking=False):
+                connection.close()
+                self._turn_away(f"{MAX_UNIDENTIFIED} connections are waiting to join already")
+                continue
+            try:
+                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                channel = Channel(connection)
+                threading.Thread(target=self._serve, args=(channel,), daemon=True).start()
+            except (OSError, RuntimeError) as error:  # no thread to be had: refuse this one
+                self._unidentified.release()
+                connection.close()
+                self._turn_away(f"could not serve it ({error})")
+
+    def _turn_away(self, why: str) -> None:
+        """Log the first connection turned away, then every hundredth."""
+        self._turned_away += 1
+        if self._turned_away % 100 == 1:
+            self._log(f"turned a connection away: {why} ({self._turned_away} so far)")
+
     def _serve(self, channel: Channel) -> None:
+        try:
+            admitted = self._handshake(channel)
+        finally:
+            self._unidentified.release()
+        if admitted is None:
+            channel.close()
+        elif admitted.link == PULSE_LINK:
+            self._watch(admitted.host, channel)
+        else:
+            self._serve_worker(admitted, channel)
+
+    def _handshake(self, channel: Channel) -> "_Admitted | None":
+        """Greet, read the join, answer it: the join admitted (its host the worker it comes
+        from), or None when refused (logged)."""
         address = channel.peer_address or "?"
+        nonce = auth.new_nonce()
         try:
-            channel.send(Greeting(self._job))
-        except ChannelClosed:
-            channel.close()
-            return
-        hello, problem = self._receive_hello(channel)
-        host = None
-        if hello is not None:
-            host, problem = self._identify(hello, address)
-        if host is None:
-            self._log(f"refused a connection from {address}: {problem}")
-            channel.close()
-        elif isinstance(hello, PulseHello):
-            self._watch(host, channel)
-        elif isinstance(hello, Hello):
-            self._serve_worker(host, hello, channel)
-
-    @staticmethod
-    def _receive_hello(channel: Channel) -> tuple[Hello | PulseHello | None, str]:
-        """A connection's first message, or None and why it is not a hello."""
-        try:
-            message = channel.receive_message(timeout=HELLO_TIMEOUT)
+            channel.send(Greeting(self._job, nonce))
+            join = channel.receive_message(timeout=JOIN_TIMEOUT, limit=JOIN_FRAME_BYTES)
         except UnknownMessage as error:
-            return None, f"expected a hello, got {error.kind[:50]!r}"
-        except (ChannelClosed, TimeoutError) as error:
-            return None, f"no hello ({error or 'timeout'})"
-        if isinstance(message, Hello | PulseHello):
-            return message, ""
-        return None, f"expected a hello, got {message.kind!r}"
+            problem = f"expected a join, got {error.kind[:50]!r}"
+        except TimeoutError:
+            problem = f"no join within {JOIN_TIMEOUT:g} s"
+        except ChannelClosed as error:  # ProtocolError included
+            problem = f"no join ({error or type(error).__name__})"
+        else:
+            if isinstance(join, Join):
+                admitted, problem = self._identify(join, address, nonce)
+                if admitted is not None:
+                    return self._welcome(channel, join, nonce, admitted)
+            else:
+                problem = f"expected a join, got {join.kind!r}"
+        self._log(f"refused a connection from {address}: {problem}")
+        with contextlib.suppress(ChannelClosed):
+            channel.send(Refused(problem))
+        return None
 
-    def _identify(self, hello: Hello | PulseHello, address: str) -> tuple[str | None, str]:
-        """The worker a hello comes from, or None and why it is refused."""
-        host = hello.host
-        if host in self._workers_allowed:
-            known = self._addresses_of(host)
+    def _welcome(
+        self, channel: Channel, join: Join, nonce: str, admitted: "_Admitted"
+    ) -> "_Admitted | None":
+        ssh_key = self._ssh_key if join.link == CONTROL_LINK else None
+        proof = None
+        if self._secret is not None:
+            proof = auth.welcome_proof(
+                self._secret, self._job, join.host, join.link, join.nonce, nonce, ssh_key or ""
+            )
+        try:
+            channel.send(Welcome(proof, ssh_key))
+        except ChannelClosed:
+            return None
+        return admitted
+
+    def _identify(self, join: Join, address: str, nonce: str) -> "tuple[_Admitted | None, str]":
+        """The worker a join comes from, or None and why it is refused."""
+        if join.job != self._job:
+            return None, f"it joins another job, {join.job[:100]!r}"
+        if join.link not in (CONTROL_LINK, PULSE_LINK):
+            return None, f"unknown link {join.link[:50]!r}"
+        if self._secret is None and join.proof is not None:
+            return None, "it proves a job secret, and this job has none"
+        if self._secret is not None:
+            expected = auth.join_proof(
+                self._secret, self._job, join.host, join.link, nonce, join.nonce
+            )
+            if not auth.proofs_match(expected, join.proof):
+                return None, f"its proof for {join.host[:100]!r} does not match this job's secret"
+        admitted, problem = self._by_address(join, address)
+        if admitted is None:
+            return None, problem
+        with self._lock:
+            if (admitted.host, join.link) in self._joined:
+                return None, (
+                    f"{admitted.host} joined already: a second {join.link} connection never "
+                    "replaces the first (an entry point that restarted is a lost host)"
+                )
+            self._joined.add((admitted.host, join.link))
+        return admitted, ""
+
+    def _by_address(self, join: Join, address: str) -> "tuple[_Admitted | None, str]":
+        """The worker whose address the join comes from: the one it names, or, on a control
+        connection, the one whose address it is, to report its error only (a worker whose
+        own name is wrong)."""
+        if join.host in self._workers_allowed:
+            known = self._addresses_of(join.host)
             if address in known:
-                return host, ""
+                return _Admitted(join.host, join.link), ""
             shown = ", ".join(sorted(known)) or "nothing"
-            return None, f"it claims to be {host}, but {host} resolves to {shown}"
-        if isinstance(hello, Hello) and hello.error is not None:
-            # A worker whose own name is misconfigured still reports its error: it is known
-            # by its address.
+            return None, f"it claims to be {join.host}, but {join.host} resolves to {shown}"
+        if join.link == CONTROL_LINK:
             for worker in sorted(self._workers_allowed):
                 if address in self._addresses_of(worker):
-                    return worker, ""
-        return None, f"{host[:100]!r} is not one of the job's worker hosts"
+                    return _Admitted(worker, join.link, error_only=True), ""
+        return None, f"{join.host[:100]!r} is not one of the job's worker hosts"
 
     def _watch(self, host: str, channel: Channel) -> None:
         def lost(reason: str, last_heard: float) -> None:
@@ -221,24 +327,30 @@ class ControlServer:
 
         self._pulses.watch(host, channel, lost)
 
-    def _serve_worker(self, host: str, hello: Hello, channel: Channel) -> None:
+    def _serve_worker(self, admitted: "_Admitted", channel: Channel) -> None:
+        host = admitted.host
         bound_sends(channel, self._liveness.timeout)  # a worker that stopped reading
-        with self._lock:
-            previous = self._workers.get(host)
-            if previous is not None:
-                self._replaced.add(id(previous))
-            self._workers[host] = channel
-            final = self._final
-        if previous is not None:
-            self._log(f"{host} connected again: its entry point restarted; dropping the old link")
-            previous.close()
-        error = hello.error
         try:
-            if error is not None:
-                self._events.put(WorkerHello(host, error.code, error.message))
+            hello = self._receive_hello(host, channel)
+            if admitted.error_only and hello.error is None:
+                self._log(
+                    f"refused {hello.host[:100]!r} from {host}'s address: a host not in the "
+                    "job may report only its error"
+                )
+                channel.close()
+                return
+            with self._lock:
+                self._workers[host] = channel
+                final = self._final
+            if hello.error is not None:
+                self._events.put(WorkerHello(host, hello.error.code, hello.error.message))
             else:
                 offset = 0.0 if hello.sent_at is None else time.time() - hello.sent_at
-                self._events.put(WorkerHello(host, marks=hello.timeline, clock_offset=offset))
+                self._events.put(
+                    WorkerHello(
+                        host, marks=hello.timeline, clock_offset=offset, host_key=hello.host_key
+                    )
+                )
             if final is not None:
                 channel.send(final)
             while True:
@@ -249,19 +361,26 @@ class ControlServer:
             self._log(f"protocol error from {host}: {error}")
             self._events.put(WorkerLost(host, f"protocol error: {error}", time.time(), True))
         except ChannelClosed as error:
-            with self._lock:
-                replaced = id(channel) in self._replaced
-            reason = (
-                "its entry point connected again (restarted) while the job ran"
-                if replaced
-                else f"control connection closed ({error or type(error).__name__})"
-            )
+            reason = f"control connection closed ({error or type(error).__name__})"
             self._events.put(WorkerLost(host, reason, time.time()))
         finally:
             with self._lock:
                 if self._workers.get(host) is channel:
                     del self._workers[host]
             channel.close()
+
+    def _receive_hello(self, host: str, channel: Channel) -> Hello:
+        """A welcomed worker's first message: its hello (ProtocolError when it is not one,
+        ChannelClosed when it does not come within ringleader_leader_timeout)."""
+        try:
+            message = channel.receive_message(timeout=self._liveness.timeout)
+        except TimeoutError:
+            raise ChannelClosed(
+                f"no hello within {self._liveness.timeout:g} s ({LEADER_TIMEOUT_SETTING})"
+            ) from None
+        if not isinstance(message, Hello):
+            raise ProtocolError(f"expected a hello from {host}, got {message.kind!r}")
+        return message
 
     def _dispatch(self, host: str, frame: bytes) -> None:
         if is_output(frame):
@@ -307,42 +426,75 @@ class ControlServer:
 
 
 @dataclass(frozen=True)
+class _Admitted:
+    host: str  # the worker it is
+    link: str  # which of its connections
+    error_only: bool = False  # named itself wrongly: known by its address, for its error
+
+
+def job_at(port: int) -> str | None:
+    """The job whose leader holds `port` on this host, from its greeting; None when what
+    holds it does not greet like one (within _PROBE_SECONDS)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=_PROBE_SECONDS) as sock:
+            message = Channel(sock).receive_message(timeout=_PROBE_SECONDS, limit=4096)
+    except (OSError, ProtocolError, ChannelClosed):
+        return None
+    return message.job if isinstance(message, Greeting) else None
+
+
+@dataclass(frozen=True)
 class LeaderAddress:
     """Where a worker finds its leader, and how it knows the leader is its own."""
 
     host: str
     port: int
     job: str  # the job's identity, which the leader's greeting must carry
-    greeting_timeout: float  # how long the leader may take to greet (ringleader_leader_timeout)
+    greeting_timeout: float  # how long the leader may take to answer (ringleader_leader_timeout)
+    secret: bytes | None = None  # the job's, when its launcher handed one out
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A connection the leader admitted, and what it handed over."""
+
+    channel: Channel
+    ssh_key: str | None  # the job's public ssh key (control connection of an mpi job)
 
 
 def connect_to_leader(
-    leader: LeaderAddress, deadline: float, stop: threading.Event
-) -> Channel | None:
-    """Connect to this job's leader, retrying while its container or server is not up yet.
+    leader: LeaderAddress, host: str, link: str, deadline: float, stop: threading.Event
+) -> Joined | None:
+    """Connect to this job's leader as `host`'s `link` connection, retrying while its
+    container or server is not up yet.
 
     Returns None when `deadline` (a time.monotonic() value) passes or `stop` is set. The retry
     delay grows from 50 ms to 1 s: fast when hosts start together, cheap when one is late. A
     connection closed before its greeting is retried like a refused one (a leader going down,
     or not up yet). Raises ConfigError (ringleader_control_port) when what answers is not this
-    job's leader: another job's greeting, something else, or nothing within the greeting
-    timeout.
+    job's leader (another job's greeting, something else, nothing within the greeting
+    timeout, a proof that does not match the job's secret) or when the leader refuses this
+    host.
     """
     delay = 0.05
     while not stop.is_set() and time.monotonic() < deadline:
-        channel = _greeted_connection(leader, deadline, stop)
-        if channel is not None:
-            return channel
+        try:
+            joined = _join(leader, host, link, deadline, stop)
+        except (NotTheLeader, NotAdmitted) as error:
+            raise ConfigError(CONTROL_PORT_SETTING, _not_joined(leader, error)) from None
+        if joined is not None:
+            return joined
         stop.wait(min(delay, max(deadline - time.monotonic(), 0)))
         delay = min(delay * 2, 1.0)
     return None
 
 
-def _greeted_connection(
-    leader: LeaderAddress, deadline: float, stop: threading.Event
-) -> Channel | None:
-    """One try: a connection this job's leader greeted, or None (refused, closed before its
-    greeting, `stop` set or `deadline` passed); ConfigError when another process answers."""
+def _join(
+    leader: LeaderAddress, host: str, link: str, deadline: float, stop: threading.Event
+) -> Joined | None:
+    """One try: a connection this job's leader admitted, or None (refused, closed before its
+    greeting or welcome, `stop` set or `deadline` passed); NotTheLeader when another process
+    answers, NotAdmitted when the leader refuses this host."""
     try:
         sock = socket.create_connection(
             (leader.host, leader.port), timeout=min(max(deadline - time.monotonic(), 0.01), 5)
@@ -352,38 +504,67 @@ def _greeted_connection(
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     channel = Channel(sock)
     try:
-        greeting = _receive_greeting(channel, leader.greeting_timeout, deadline, stop)
-        if greeting is not None and greeting.job != leader.job:
+        greeting = _from_leader(channel, "greeting", leader.greeting_timeout, deadline, stop)
+        if greeting is None:
+            channel.close()
+            return None
+        if not isinstance(greeting, Greeting):
+            raise NotTheLeader(f"it sent a {greeting.kind!r} message instead of a greeting")
+        if greeting.job != leader.job:
             raise NotTheLeader(f"the leader of another job, {greeting.job[:100]!r}, answers there")
-    except ChannelClosed:
-        greeting = None
-    except NotTheLeader as error:
-        channel.close()
-        raise ConfigError(CONTROL_PORT_SETTING, _not_the_leader(leader, str(error))) from None
-    if greeting is None:
+        nonce = auth.new_nonce()
+        proof = None
+        if leader.secret is not None:
+            proof = auth.join_proof(leader.secret, leader.job, host, link, greeting.nonce, nonce)
+        channel.send(Join(host, leader.job, link, nonce, proof))
+        answer = _from_leader(channel, "welcome", leader.greeting_timeout, deadline, stop)
+    except ChannelClosed:  # gone before it answered: not up yet, or going down
         channel.close()
         return None
-    return channel
+    except NotTheLeader:
+        channel.close()
+        raise
+    if answer is None:
+        channel.close()
+        return None
+    if isinstance(answer, Refused):
+        channel.close()
+        raise NotAdmitted(answer.reason)
+    if not isinstance(answer, Welcome):
+        channel.close()
+        raise NotTheLeader(f"it answered the join with a {answer.kind!r} message")
+    if leader.secret is not None:
+        expected = auth.welcome_proof(
+            leader.secret, leader.job, host, link, nonce, greeting.nonce, answer.ssh_key or ""
+        )
+        if not auth.proofs_match(expected, answer.proof):
+            channel.close()
+            raise NotTheLeader("its proof does not match this job's secret")
+    return Joined(channel, answer.ssh_key)
 
 
 class NotTheLeader(Exception):
-    """What answered on the control port sent no greeting: why."""
+    """What answered on the control port is not this job's leader: why."""
 
 
-def _receive_greeting(
-    channel: Channel, timeout: float, deadline: float, stop: threading.Event
-) -> Greeting | None:
-    """The leader's greeting; None when `stop` was set or `deadline` (the whole connect's)
-    passed first. NotTheLeader when something else or nothing came within `timeout`;
-    ChannelClosed when the connection closed first."""
-    greeting_deadline = time.monotonic() + timeout
+class NotAdmitted(Exception):
+    """This job's leader refused the connection: why."""
+
+
+def _from_leader(
+    channel: Channel, expected: str, timeout: float, deadline: float, stop: threading.Event
+) -> Message | None:
+    """The leader's next message (`expected`: which, for errors); None when `stop` was set
+    or `deadline` (the whole connect's) passed first. NotTheLeader when something else or
+    nothing came within `timeout`; ChannelClosed when the connection closed first."""
+    answer_deadline = time.monotonic() + timeout
     while not stop.is_set():
         now = time.monotonic()
-        if now >= greeting_deadline:
-            raise NotTheLeader(f"no greeting within {timeout:g} s ({LEADER_TIMEOUT_SETTING})")
+        if now >= answer_deadline:
+            raise NotTheLeader(f"no {expected} within {timeout:g} s ({LEADER_TIMEOUT_SETTING})")
         if now >= deadline:
             return None
-        wait = min(greeting_deadline, deadline) - now
+        wait = min(answer_deadline, deadline) - now
         try:
             frame = channel.receive_frame(timeout=min(wait, _GREETING_CHECK_SECONDS))
         except TimeoutError:
@@ -391,35 +572,40 @@ def _receive_greeting(
         except ProtocolError as error:  # a line longer than any frame of ours
             raise NotTheLeader(f"it sent something else ({error})") from None
         try:
-            message = messages.decode(frame)
+            return messages.decode(frame)
         except ProtocolError:
-            message = None
-        if isinstance(message, Greeting):
-            return message
-        raise NotTheLeader(f"it sent {frame[:60]!r} instead of a greeting")
+            raise NotTheLeader(f"it sent {frame[:60]!r} instead of a {expected}") from None
     return None
 
 
-def _not_the_leader(leader: LeaderAddress, problem: str) -> str:
+def _not_joined(leader: LeaderAddress, error: Exception) -> str:
+    where = f"{leader.host}:{leader.port}"
+    if isinstance(error, NotAdmitted):
+        return f"the leader on {where} refused this host: {error}"
     return (
-        f"what answers on {leader.host}:{leader.port} is not this job's leader: {problem}. "
-        f"Another process holds the port on {leader.host} (the leader's failure file names "
-        "it); choose another port"
+        f"what answers on {where} is not this job's leader: {error}. Another process holds "
+        f"the port on {leader.host} (the leader's failure file names it); choose another port"
     )
 
 
 def hello_message(
-    host: str, error: tuple[int, str] | None = None, marks: Sequence[Mark] = ()
+    host: str,
+    error: tuple[int, str] | None = None,
+    marks: Sequence[Mark] = (),
+    host_key: str | None = None,
 ) -> Hello:
-    """A worker's first message; `error`: (exit code, message); `marks`: its timeline so far.
-    It carries the worker's clock, from which the leader measures the offset to its own."""
-    return Hello(host, None if error is None else ErrorReport(*error), tuple(marks), time.time())
+    """A worker's first message after its welcome; `error`: (exit code, message); `marks`: its
+    timeline so far; `host_key`: its sshd's public key. It carries the worker's clock, from
+    which the leader measures the offset to its own."""
+    return Hello(
+        host,
+        None if error is None else ErrorReport(*error),
+        tuple(marks),
+        time.time(),
+        host_key,
+    )
 
 
 def bye_message(host: str, marks: Sequence[Mark]) -> Bye:
     """A worker's last message: it has the verdict; `marks`: its timeline since the hello."""
     return Bye(host, tuple(marks))
-
-
-def pulse_hello(host: str) -> PulseHello:
-    return PulseHello(host)

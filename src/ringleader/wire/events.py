@@ -46,6 +46,7 @@ class WorkerHello:
     # The leader's clock minus the worker's, as the hello travelled (its transit included:
     # on one network, well under the gaps between failures that decide the cause).
     clock_offset: float = field(default=0.0, compare=False)  # a measurement, not identity
+    host_key: str | None = None  # the worker's sshd's public key, made for this job
 
 
 @dataclass(frozen=True)

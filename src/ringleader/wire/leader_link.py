@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 
 from ringleader.core.timeline import Mark
-from ringleader.wire.control import LEADER_TIMEOUT_SETTING, Liveness, hello_message, pulse_hello
+from ringleader.wire.control import LEADER_TIMEOUT_SETTING, Liveness, hello_message
 from ringleader.wire.events import Event, LeaderLost, LeaderMessage
 from ringleader.wire.liveness import close_at_once
 from ringleader.wire.messages import Message, UnknownMessage
@@ -32,8 +32,10 @@ class LeaderLink:
         liveness: Liveness,
         events: "queue.Queue[Event]",
         marks: Sequence[Mark] = (),
+        host_key: str | None = None,
     ) -> None:
-        """Say hello on both connections and start watching the leader."""
+        """Say hello on the control connection (both are joined already: wire.control) and
+        start watching the leader; `host_key`: this host's sshd's public key."""
         self.channel = control
         self._events = events
         self._liveness = liveness
@@ -41,10 +43,8 @@ class LeaderLink:
         self._closed = threading.Event()
         self._reader_done = threading.Event()
         self._outbox: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
-        self.send(hello_message(host, marks=marks))
+        self.send(hello_message(host, marks=marks, host_key=host_key))
         threading.Thread(target=self._send_loop, name="leader-sender", daemon=True).start()
-        with contextlib.suppress(ChannelClosed):
-            pulse.send(pulse_hello(host))
         self._leader = leader
         self._pulse = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
         self._pulse.watch(leader, pulse, lambda reason, _last_heard: self._pulse_lost(reason))

@@ -6,10 +6,13 @@ is a ProtocolError, and so is a kind this version does not know (UnknownMessage,
 that tolerates newer peers may skip).
 
 Who sends what:
+- the leader, first on every connection to its control port: Greeting (the job it leads, and a
+  nonce); the worker answers Join (who it is, for which job, which of its two connections this
+  is, with its proof and nonce: ringleader.wire.auth), the leader Welcome (its own proof, and
+  on the control connection the job's ssh key) or Refused (why, and nothing more follows).
 - a worker to the leader, on its control connection: Hello, then RankStart, RankEnd (relayed
   from its host agent), RanksExit (its own launcher exited), Sigterm, and Bye once it has the
-  job's exit code; on its pulse connection: PulseHello, then only Pulse (both ways).
-- the leader, first on every connection to its control port: Greeting (the job it leads).
+  job's exit code; on its pulse connection, after the Welcome, only Pulse (both ways).
 - the leader to its workers: Launched, Terminate, Exit.
 - a rank wrapper to its host agent: RankStart (with the user process's PID), RankEnd; the
   agent answers Terminate (stop your rank) and Ack (the record arrived).
@@ -59,6 +62,41 @@ class Greeting:
 
     kind: ClassVar[str] = "greeting"
     job: str
+    nonce: str  # fresh for this connection: the worker's proof covers it
+
+
+# The two connections a worker opens to its leader.
+CONTROL_LINK = "control"
+PULSE_LINK = "pulse"
+
+
+@dataclass(frozen=True)
+class Join:
+    """A worker's answer to the greeting: who it is, in which job, on which of its links."""
+
+    kind: ClassVar[str] = "join"
+    host: str
+    job: str
+    link: str  # CONTROL_LINK or PULSE_LINK
+    nonce: str  # fresh for this connection: the leader's proof covers it
+    proof: str | None = None  # None: this job has no secret
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """The leader admits a worker's connection."""
+
+    kind: ClassVar[str] = "welcome"
+    proof: str | None = None
+    ssh_key: str | None = None  # the job's public ssh key, for this host's authorized_keys
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The leader does not admit a connection; it closes it next."""
+
+    kind: ClassVar[str] = "refused"
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -71,6 +109,7 @@ class Hello:
     timeline: tuple[Mark, ...] = ()  # the worker's timeline until it said hello
     # The worker's time.time() as it sent this: the leader takes its clock's offset from it.
     sent_at: float | None = None
+    host_key: str | None = None  # this host's sshd's public key, made for this job
 
 
 @dataclass(frozen=True)
@@ -80,14 +119,6 @@ class Bye:
     kind: ClassVar[str] = "bye"
     host: str
     timeline: tuple[Mark, ...] = ()  # the worker's timeline since its hello (verdict, exited)
-
-
-@dataclass(frozen=True)
-class PulseHello:
-    """The first message on a worker's pulse connection."""
-
-    kind: ClassVar[str] = "pulse-hello"
-    host: str
 
 
 @dataclass(frozen=True)
@@ -205,9 +236,11 @@ class StacksWanted:
 
 Message = (
     Greeting
+    | Join
+    | Welcome
+    | Refused
     | Hello
     | Bye
-    | PulseHello
     | Pulse
     | Launched
     | Terminate
@@ -235,14 +268,30 @@ def decode(frame: bytes) -> Message:
     kind: str = data["type"]
     read = _Fields(data, f"{kind} message")
     if kind == Greeting.kind:
-        return Greeting(read.text("job"))
+        return Greeting(read.text("job"), read.text("nonce"))
+    if kind == Join.kind:
+        return Join(
+            read.text("host"),
+            read.text("job"),
+            read.text("link"),
+            read.text("nonce"),
+            read.optional_text("proof"),
+        )
+    if kind == Welcome.kind:
+        return Welcome(read.optional_text("proof"), read.optional_text("ssh_key"))
+    if kind == Refused.kind:
+        return Refused(read.text("reason"))
     if kind == Hello.kind:
         sent_at = None if data.get("sent_at") is None else read.number("sent_at")
-        return Hello(read.text("host"), _error_report(read), _timeline(read), sent_at)
+        return Hello(
+            read.text("host"),
+            _error_report(read),
+            _timeline(read),
+            sent_at,
+            read.optional_text("host_key"),
+        )
     if kind == Bye.kind:
         return Bye(read.text("host"), _timeline(read))
-    if kind == PulseHello.kind:
-        return PulseHello(read.text("host"))
     if kind == Pulse.kind:
         return Pulse()
     if kind == Launched.kind:
@@ -278,19 +327,24 @@ def decode(frame: bytes) -> Message:
 def _fields(message: Message) -> JsonObject:
     """`message`'s fields as JSON (its type apart); optional ones only when they are set."""
     if isinstance(message, Greeting):
-        return {"job": message.job}
+        return {"job": message.job, "nonce": message.nonce}
+    if isinstance(message, Join):
+        who = {"host": message.host, "job": message.job, "link": message.link}
+        return _set({**who, "nonce": message.nonce}, proof=message.proof)
+    if isinstance(message, Welcome):
+        return _set({}, proof=message.proof, ssh_key=message.ssh_key)
+    if isinstance(message, Refused):
+        return {"reason": message.reason}
     if isinstance(message, Hello):
         fields: JsonObject = {"host": message.host}
         if message.timeline:
             fields["timeline"] = [mark.to_json() for mark in message.timeline]
         if message.error is not None:
             fields["error"] = {"code": message.error.code, "message": message.error.message}
-        if message.sent_at is not None:
-            fields["sent_at"] = message.sent_at
-        return fields
+        return _set(fields, sent_at=message.sent_at, host_key=message.host_key)
     if isinstance(message, Bye):
         return {"host": message.host, "timeline": [mark.to_json() for mark in message.timeline]}
-    if isinstance(message, PulseHello | Sigterm | StacksWanted):
+    if isinstance(message, Sigterm | StacksWanted):
         return {"host": message.host}
     if isinstance(message, Pulse | Ack):
         return {}
@@ -301,10 +355,7 @@ def _fields(message: Message) -> JsonObject:
     if isinstance(message, Exit):
         return {"code": message.code, "failure": message.failure}
     if isinstance(message, RankStart):
-        fields = {"rank": message.rank, "host": message.host}
-        if message.pid is not None:
-            fields["pid"] = message.pid
-        return fields
+        return _set({"rank": message.rank, "host": message.host}, pid=message.pid)
     if isinstance(message, RankEnd):
         return {"record": message.record.to_json()}
     if isinstance(message, RanksExit):
@@ -316,6 +367,11 @@ def _fields(message: Message) -> JsonObject:
     if isinstance(message, Stacks):
         return {"reason": message.reason, "stacks": message.stacks.to_json()}
     raise TypeError(f"not a wire message: {message!r}")  # typing.assert_never is 3.11+
+
+
+def _set(fields: JsonObject, **optional: object) -> JsonObject:
+    """`fields` with each optional field that is set."""
+    return {**fields, **{name: value for name, value in optional.items() if value is not None}}
 
 
 def _error_report(read: "_Fields") -> ErrorReport | None:

@@ -8,6 +8,7 @@ import contextlib
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 
 from ringleader.wire import messages
@@ -76,28 +77,33 @@ class Channel:
             except OSError as error:
                 raise ChannelClosed(str(error)) from error
 
-    def receive_message(self, timeout: float | None) -> messages.Message:
+    def receive_message(self, timeout: float | None, limit: int | None = None) -> messages.Message:
         """The next control message; TimeoutError when no frame came in `timeout` seconds,
         ProtocolError when it is not a message (UnknownMessage: one of an unknown type)."""
-        return messages.decode(self.receive_frame(timeout))
+        return messages.decode(self.receive_frame(timeout, limit))
 
     def receive(self, timeout: float | None) -> JsonObject:
         """The next control frame's JSON object, its fields unchecked (receive_message reads
         them); TimeoutError when no frame came in `timeout` seconds."""
         return decode(self.receive_frame(timeout))
 
-    def receive_frame(self, timeout: float | None) -> bytes:
-        """The next frame still encoded; TimeoutError when none came in `timeout` seconds."""
-        try:
-            self._sock.settimeout(timeout)
-        except OSError as error:  # closed meanwhile by another thread
-            raise ChannelClosed(str(error)) from error
+    def receive_frame(self, timeout: float | None, limit: int | None = None) -> bytes:
+        """The next frame still encoded; TimeoutError when it was not all there within
+        `timeout` seconds (a peer sending a byte at a time gets no longer), ProtocolError when
+        it is longer than `limit` bytes (MAX_FRAME_BYTES when None)."""
+        limit = MAX_FRAME_BYTES if limit is None else limit
+        deadline = None if timeout is None else time.monotonic() + timeout
         while (end := self._buffer.find(b"\n", self._scanned)) < 0:
             self._scanned = len(self._buffer)
-            if self._scanned > MAX_FRAME_BYTES:
-                raise ProtocolError(f"frame longer than {MAX_FRAME_BYTES} bytes")
+            if self._scanned > limit:
+                raise ProtocolError(f"frame longer than {limit} bytes")
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                raise TimeoutError("timed out")
             try:
-                chunk = self._sock.recv(_RECEIVE_BYTES)
+                self._sock.settimeout(wait)
+                # never more than the limit allows: what a peer makes us hold stays bounded
+                chunk = self._sock.recv(min(_RECEIVE_BYTES, limit + 1 - self._scanned))
             except TimeoutError:
                 raise
             except OSError as error:

@@ -17,6 +17,7 @@ from ringleader.config.job import (
 from ringleader.config.topology import elect_leader
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.local.options import DEFAULT_SHM, Channel, parse_size
+from ringleader.wire.auth import JOB_SECRET_VARIABLE
 
 # Each runs fixed tasks per host (TensorFlow's or MXNet's), not a number of processes.
 _FIXED_TASKS = (PARAMETER_SERVER, MULTI_WORKER_MIRRORED)
@@ -203,7 +204,13 @@ def sagemaker_hyperparameters(spec: LocalJobSpec, cpus: int) -> dict[str, str]:
     return {key: json.dumps(value) for key, value in values.items()}
 
 
-def plan_hosts(spec: LocalJobSpec, job_id: str, names: Sequence[str], cpus: int) -> list[HostPlan]:
+def plan_hosts(
+    spec: LocalJobSpec, job_id: str, names: Sequence[str], cpus: int, secret: str | None = None
+) -> list[HostPlan]:
+    """Each host's container; `secret`: the job's, which every host gets (wire.auth)."""
+    own = {"TRAINING_JOB_NAME": job_id}  # the job's identity, as SageMaker names a job
+    if secret is not None:
+        own[JOB_SECRET_VARIABLE] = secret
     hyperparameters = sagemaker_hyperparameters(spec, cpus)
     groups = group_hosts(spec.instance_groups, names)
     plans = []
@@ -227,6 +234,7 @@ def plan_hosts(spec: LocalJobSpec, job_id: str, names: Sequence[str], cpus: int)
                 resource_config=resource_config,
                 hyperparameters=hyperparameters,
                 environment={
+                    **own,
                     **spec.env,
                     **spec.host_env.get(f"algo-{index}", {}),  # named without a suffix
                     **spec.env_overrides.get(name, {}),

@@ -44,6 +44,7 @@ from ringleader.tools.local.plan import (
     plan_hosts,
     validate,
 )
+from ringleader.wire.auth import new_secret
 
 STOP_TIMEOUT_MARGIN = 15  # seconds docker waits after our grace period before SIGKILL
 # After the containers exit, their logs are read to the end for as long as lines keep coming;
@@ -91,7 +92,7 @@ class LocalJob:
         machine_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         for warning in resource_warnings(spec.hosts, spec.cpus, memory, cpus, machine_memory):
             self._note(f"warning: {warning}")
-        self.hosts = plan_hosts(spec, self.job_id, names, cpus)
+        self.hosts = plan_hosts(spec, self.job_id, names, cpus, new_secret())
         self._width = max(len(name) for name in names)
         self._containers: dict[str, str] = {}  # host -> container id
         self._started_at: dict[str, float] = {}
