@@ -91,7 +91,7 @@ def test_run_parses_mpi_options_env_and_detach():
 )
 def test_attach_stop_status_arguments(argv, job, timeout):
     args = cli.build_parser().parse_args(argv)
-    assert args.job == job and args.remote_dir == "/tmp/ringleader-jobs"
+    assert args.job == job and args.remote_dir == f"/tmp/ringleader-jobs-{os.getuid()}"
     assert getattr(args, "timeout", None) == timeout
 
 

@@ -29,6 +29,7 @@ from ringleader.core import paths
 from ringleader.core.files import write_atomically
 from ringleader.core.processes import stop_processes
 from ringleader.rank.tree import become_subreaper
+from ringleader.tools.cluster.jobroot import make_job_dir
 
 STOP = "stop"
 STACKS = "stacks"  # Ctrl-\ on the machine that runs the job: every rank's stacks, job goes on
@@ -82,8 +83,9 @@ def job_environment(job: AgentJob, base: Mapping[str, str]) -> dict[str, str]:
 
 
 def lay_out(job: AgentJob) -> None:
-    """The job's directory on this host, like a SageMaker container's /opt/ml."""
-    root = Path(job.job_dir)
+    """The job's directory on this host, like a SageMaker container's /opt/ml, made 0700 in a
+    job root that only this user can change (jobroot.UnsafeJobRoot when it is not)."""
+    root = make_job_dir(job.job_dir)
     config = root / "ml" / "input" / "config"
     for directory in (config, root / "ml" / "output" / "data", root / "ml" / "model", root / "run"):
         directory.mkdir(parents=True, exist_ok=True)

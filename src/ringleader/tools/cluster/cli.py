@@ -19,6 +19,7 @@ from ringleader.tools.cluster.hostfile import (
     parse_hostfile,
     processes_per_host,
 )
+from ringleader.tools.cluster.jobroot import default_root
 from ringleader.tools.cluster.registry import NO_SUCH_JOB, WAIT_TIMED_OUT, check_job_id
 from ringleader.tools.cluster.ssh import SshOptions
 from ringleader.tools.local.errors import UsageError
@@ -57,8 +58,9 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     )
     run.add_argument(
         "--remote-dir",
-        default="/tmp/ringleader-jobs",
-        help="each host's job directory is REMOTE_DIR/<job> (default /tmp/ringleader-jobs)",
+        default=default_root(),
+        help=f"each host's job directory is REMOTE_DIR/<job> (default {default_root()}, with "
+        "your user id; it must be yours with mode 0700 on every host, and is made so)",
     )
     run.add_argument(
         "--bootstrap",
@@ -193,8 +195,8 @@ def _add_job(parser: argparse.ArgumentParser, optional: bool = False) -> None:
     )
     parser.add_argument(
         "--remote-dir",
-        default="/tmp/ringleader-jobs",
-        help="the --remote-dir the job was started with (default /tmp/ringleader-jobs)",
+        default=default_root(),
+        help=f"the --remote-dir the job was started with (default {default_root()})",
     )
 
 

@@ -28,6 +28,7 @@ from ringleader.core.errors import ConfigError
 from ringleader.core.files import write_atomically
 from ringleader.tools.cluster import registry
 from ringleader.tools.cluster.follow import DirectoryWatch
+from ringleader.tools.cluster.jobroot import UnsafeJobRoot, check_root, make_job_dir
 from ringleader.tools.cluster.jobspec import job_from_json, results_on_leader
 from ringleader.tools.cluster.registry import JobRecord, JobStatus
 from ringleader.tools.cluster.run import STOP_SIGNALS, ClusterRun
@@ -43,7 +44,8 @@ def start(root: str, leader: str, request: str) -> int:
     spec, _, preamble = request.partition("\n")
     job = job_from_json(spec)
     console = registry.job_console(root, job.job_id)
-    console.mkdir(parents=True, exist_ok=False)
+    make_job_dir(str(console.parent))  # ROOT checked first: the runner's log, record, Python
+    console.mkdir(exist_ok=False)
     log = console / "output.log"
     log.write_text(preamble)
     # A stop that comes before the runner can handle it waits (blocked, inherited across exec)
@@ -117,6 +119,7 @@ class NoSuchJob(Exception):
 
 
 def _console_of(root: str, job: str) -> tuple[Path, JobStatus]:
+    check_root(root)  # another user's record could name any of our processes for `stop`
     console = registry.job_console(root, job)
     status = status_of(console)
     if status is None:
@@ -192,6 +195,7 @@ def list_jobs(root: str, job: str | None, out: IO[bytes]) -> int:
         _, found = _console_of(root, job)
         _say(out, found.summary())
         return 0
+    check_root(root)
     consoles = sorted(Path(root).glob("*/console")) if Path(root).is_dir() else []
     statuses = [each for console in consoles if (each := status_of(console)) is not None]
     if not statuses:
@@ -258,6 +262,9 @@ def dispatch(args: argparse.Namespace) -> int:
     except NoSuchJob as error:
         print(f"ringleader cluster {args.verb}: {error}", file=sys.stderr)
         return registry.NO_SUCH_JOB
+    except UnsafeJobRoot as error:
+        print(f"ringleader cluster {args.verb}: {error}", file=sys.stderr)
+        return exitcodes.CONFIG_ERROR
     except ConfigError as error:
         print(f"ringleader cluster {args.verb}: {error}", file=sys.stderr)
         return registry.NO_SUCH_JOB

@@ -6,13 +6,14 @@ import inspect
 import json
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ringleader import __version__
 from ringleader.config.image import python_range, supported_python
 from ringleader.tools.cluster import probe
 from ringleader.tools.cluster.hostfile import ClusterHost
+from ringleader.tools.cluster.jobroot import PathEntry, default_root, root_problem
 from ringleader.tools.cluster.ssh import SshOptions
 
 HOST_KEY_ADDED = "Permanently added"
@@ -54,6 +55,12 @@ class HostFacts:
     cwd_exists: bool
     mpirun: bool
     site_packages: tuple[str, ...]
+    # The job root's real path and lstat of it and of what is on the way to it (the probe
+    # always says; nothing known is nothing refused)
+    uid: int = -1
+    user: str = ""
+    job_root_real: str = ""
+    job_root_entries: tuple[PathEntry, ...] = ()
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "HostFacts":
@@ -70,6 +77,10 @@ class HostFacts:
             cwd_exists=bool(data["cwd_exists"]),
             mpirun=bool(data["mpirun"]),
             site_packages=tuple(data["site_packages"]),
+            uid=int(data["uid"]),
+            user=str(data["user"]),
+            job_root_real=str(data["job_root_real"]),
+            job_root_entries=tuple(PathEntry.from_json(item) for item in data["job_root_entries"]),
         )
 
 
@@ -90,7 +101,7 @@ class Needs:
     min_free_bytes: int = 1 << 30
     mpirun: bool = True
     cwd: str = "/"
-    job_root: str = "/tmp/ringleader-jobs"
+    job_root: str = field(default_factory=default_root)
 
 
 def problems(result: Probe, needs: Needs) -> list[str]:
@@ -112,6 +123,11 @@ def problems(result: Probe, needs: Needs) -> list[str]:
         found.append(
             f"the working directory {needs.cwd} does not exist (ringleader cluster sync copies it)"
         )
+    root = root_problem(
+        needs.job_root, facts.job_root_real, facts.job_root_entries, facts.uid, facts.user
+    )
+    if root is not None:
+        found.append(root)
     if facts.free_bytes < needs.min_free_bytes:
         found.append(
             f"{_gib(facts.free_bytes)} free where the job writes ({needs.job_root}); "

@@ -13,6 +13,7 @@ from ringleader.config.topology import elect_leader
 from ringleader.core import exitcodes
 from ringleader.tools.cluster import registry
 from ringleader.tools.cluster.hostfile import ClusterHost
+from ringleader.tools.cluster.jobroot import default_root
 from ringleader.tools.cluster.jobspec import job_to_json
 from ringleader.tools.cluster.run import SSH_FAILED, ClusterJob
 from ringleader.tools.cluster.ssh import SshOptions
@@ -49,7 +50,9 @@ def start_detached(job: ClusterJob, preamble: Sequence[str], timeout: float, out
             f"error: the leader {host.address} could not start job {job.job_id}: "
             f"{problem[-1] if problem else f'ssh exit {done.returncode}'}\n"
         )
-        return exitcodes.HOST_UNREACHABLE if code is None else exitcodes.INTERNAL_ERROR
+        if code is None:
+            return exitcodes.HOST_UNREACHABLE
+        return code if code == exitcodes.CONFIG_ERROR else exitcodes.INTERNAL_ERROR
     where = _where_flags(job)
     out.write(
         f"==> job {job.job_id} runs detached on {host.address} "
@@ -66,7 +69,7 @@ def start_detached(job: ClusterJob, preamble: Sequence[str], timeout: float, out
 def _where_flags(job: ClusterJob) -> str:
     hosts = ",".join(f"{host.address}:{host.slots}" for host in job.hosts)
     flags = f"-H {hosts} "
-    if job.remote_dir != "/tmp/ringleader-jobs":
+    if job.remote_dir != default_root():
         flags += f"--remote-dir {job.remote_dir} "
     if job.ssh.remote_python is not None:
         flags += f"--python {shlex.quote(job.ssh.remote_python)} "

@@ -26,6 +26,7 @@ from ringleader.output.console import LinePrinter
 from ringleader.tools.cluster import install_remote, preflight, wheels
 from ringleader.tools.cluster.agent import STACKS, STOP, AgentJob
 from ringleader.tools.cluster.hostfile import ClusterHost
+from ringleader.tools.cluster.jobroot import default_root
 from ringleader.tools.cluster.preflight import Needs, Probe
 from ringleader.tools.cluster.ssh import SshOptions, bootstrap_venv
 from ringleader.tools.cluster.stream import ProgressNote, copy_while_flowing
@@ -44,7 +45,7 @@ class ClusterJob:
     settings: Mapping[str, str] = field(default_factory=dict)  # ringleader_* without the prefix
     job_id: str = ""
     output_dir: Path | None = None
-    remote_dir: str = "/tmp/ringleader-jobs"
+    remote_dir: str = field(default_factory=default_root)  # per user, 0700: see jobroot
     ssh: SshOptions = field(default_factory=SshOptions)
     preflight_timeout: float = 30.0
     bootstrap: bool = False
@@ -425,7 +426,13 @@ UNIX_SOCKET_PATH_MAX = 107  # bytes of sun_path on Linux, less the terminating N
 
 def check_remote_dir(job: ClusterJob) -> None:
     """The job's run directory holds the host's Unix sockets (the agent's, sshd's readiness),
-    whose paths Linux limits to 107 bytes: a long --remote-dir made every host exit 70."""
+    whose paths Linux limits to 107 bytes: a long --remote-dir made every host exit 70. It
+    must be absolute: a relative one would be taken from each host's home directory, which
+    may be shared, and its ownership is checked on the way from /."""
+    if not job.remote_dir.startswith("/"):
+        raise ConfigError(
+            "--remote-dir", f"{job.remote_dir!r} is not an absolute path (e.g. /tmp/my-jobs)"
+        )
     longest = max(paths.AGENT_SOCKET.name, paths.SSHD_NOTIFY_SOCKET.name, key=len)
     socket_path = f"{job.job_dir}/run/{longest}"
     excess = len(socket_path.encode()) - UNIX_SOCKET_PATH_MAX
