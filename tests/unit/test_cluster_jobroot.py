@@ -1,9 +1,11 @@
 """The cluster job directory root (--remote-dir): per user, made 0700, refused when another
-user could change it (jobroot)."""
+user could change it (jobroot); results fetched without their remote owners and
+setuid/setgid bits (run.receive_argv)."""
 
 import io
 import os
 import stat
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -252,3 +254,44 @@ def test_a_detached_start_in_an_unsafe_root_starts_nothing(tmp_path, capsys, mon
     assert jobs.dispatch(args) == exitcodes.CONFIG_ERROR
     assert "is open to group or others" in capsys.readouterr().err
     assert list(root.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------- fetch
+
+
+def test_results_are_received_without_owners_or_permissions_from_the_archive():
+    assert run.receive_argv(Path("/out/algo-1")) == [
+        "tar",
+        "--no-same-owner",
+        "--no-same-permissions",
+        "-xf",
+        "-",
+        "-C",
+        "/out/algo-1",
+    ]
+
+
+def test_a_fetched_setuid_file_and_setgid_directory_lose_those_bits(tmp_path):
+    """A real round trip: the job's side packs as the fetch does, ours unpacks with
+    receive_argv. As root (where tar keeps owners and modes by default) the owner is
+    someone else's uid too."""
+    source = tmp_path / "job" / "ml"
+    (source / "output" / "shared").mkdir(parents=True)
+    (source / "model").mkdir()
+    tool = source / "output" / "tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o6755)
+    (source / "output" / "shared").chmod(0o2775)
+    if os.getuid() == 0:
+        os.chown(tool, 4242, 4242)
+    packed = subprocess.run(
+        ["tar", "-C", str(source), "-cf", "-", "output", "model"], capture_output=True, check=True
+    ).stdout
+    destination = tmp_path / "results"
+    destination.mkdir()
+    subprocess.run(run.receive_argv(destination), input=packed, check=True)
+    got = destination / "output" / "tool"
+    assert got.read_text() == "#!/bin/sh\n"
+    assert stat.S_IMODE(got.stat().st_mode) & 0o7000 == 0
+    assert got.stat().st_uid == os.getuid()
+    assert stat.S_IMODE((destination / "output" / "shared").stat().st_mode) & 0o7000 == 0

@@ -380,7 +380,7 @@ class ClusterRun:
             stderr=subprocess.PIPE,
         )
         receiver = subprocess.Popen(
-            ["tar", "-xf", "-", "-C", str(destination)],
+            receive_argv(destination),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -405,6 +405,14 @@ class ClusterRun:
             text = (sender_err + receiver_err).decode(errors="replace").strip()
             return text.splitlines()[-1] if text else "tar failed"
         return None
+
+
+def receive_argv(destination: Path) -> list[str]:
+    """tar extracting a host's results here. What a job wrote is not trusted: run as root, tar
+    would keep its files' owners (any uid of that host) and setuid/setgid bits; here they
+    belong to whoever fetches them, with modes as that user's umask allows and no
+    setuid/setgid (GNU tar and bsdtar both drop those bits without --same-permissions)."""
+    return ["tar", "--no-same-owner", "--no-same-permissions", "-xf", "-", "-C", str(destination)]
 
 
 def _result_line(host_dir: Path) -> str:
