@@ -359,7 +359,9 @@ def test_mpirun_passes_the_job_locations_to_every_rank():
 
 
 def test_agent_job_round_trip_and_layout(tmp_path):
-    job = agent.AgentJob("j1", str(tmp_path / "j1"), ("a", "b"), "b", {"x": '"1"'}, 5.0)
+    job = agent.AgentJob(
+        "j1", str(tmp_path / "j1"), ("a", "b"), "b", {"x": '"1"'}, 5.0, secret="5e"
+    )
     assert agent.AgentJob.from_json(job.to_json()) == job
     agent.lay_out(job)
     config = tmp_path / "j1" / "ml" / "input" / "config"
@@ -375,6 +377,7 @@ def test_agent_job_round_trip_and_layout(tmp_path):
     assert env[paths.ML_ROOT_VARIABLE] == str(tmp_path / "j1" / "ml")
     assert env[paths.JOB_MARK_VARIABLE] == "j1"
     assert env["HOME"] == "/root"
+    assert env["RINGLEADER_JOB_SECRET"] == "5e"  # the host's entry point takes it out at once
 
 
 def test_sweep_ends_every_process_with_the_mark_and_nothing_else():

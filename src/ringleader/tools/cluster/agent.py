@@ -30,6 +30,7 @@ from ringleader.core.files import write_atomically
 from ringleader.core.processes import stop_processes
 from ringleader.rank.tree import become_subreaper
 from ringleader.tools.cluster.jobroot import make_job_dir
+from ringleader.wire.auth import JOB_SECRET_VARIABLE
 
 STOP = "stop"
 STACKS = "stacks"  # Ctrl-\ on the machine that runs the job: every rank's stacks, job goes on
@@ -45,6 +46,7 @@ class AgentJob:
     hyperparameters: Mapping[str, str]  # JSON-encoded values, as in hyperparameters.json
     grace: float  # after a stop: SIGTERM to SIGKILL of everything left
     env: Mapping[str, str] = field(default_factory=dict)  # --env: for every rank (secret)
+    secret: str = ""  # the job's, for its control channel (wire.auth); the entry point's only
 
     def to_json(self) -> str:
         return json.dumps(
@@ -67,6 +69,7 @@ class AgentJob:
             hyperparameters=dict(data["hyperparameters"]),
             grace=float(data["grace"]),
             env={str(key): str(value) for key, value in data.get("env", {}).items()},
+            secret=str(data.get("secret", "")),
         )
 
 
@@ -79,6 +82,7 @@ def job_environment(job: AgentJob, base: Mapping[str, str]) -> dict[str, str]:
         paths.RUN_DIR_VARIABLE: str(root / "run"),
         paths.RANK_PYTHON_VARIABLE: str(root / "run" / "python"),
         paths.JOB_MARK_VARIABLE: job.job,
+        JOB_SECRET_VARIABLE: job.secret,
     }
 
 

@@ -30,6 +30,7 @@ from ringleader.tools.cluster.jobroot import default_root
 from ringleader.tools.cluster.preflight import Needs, Probe
 from ringleader.tools.cluster.ssh import SshOptions, bootstrap_venv
 from ringleader.tools.cluster.stream import ProgressNote, copy_while_flowing
+from ringleader.wire.auth import new_secret
 
 SSH_FAILED = 255  # ssh's own exit code: the connection, not the command
 FETCH_STALL_SECONDS = 60.0  # a results fetch is given up after this long without data
@@ -256,6 +257,7 @@ class ClusterRun:
         job = self.job
         hyperparameters = cluster_hyperparameters(job)
         grace = stop_grace(job.settings)
+        secret = new_secret()  # every host of this job, and only them (over ssh's stdin)
         pumps = []
         for host in job.hosts:
             spec = AgentJob(
@@ -266,6 +268,7 @@ class ClusterRun:
                 hyperparameters=hyperparameters,
                 grace=grace,
                 env=job.env,
+                secret=secret,
             )
             agent = subprocess.Popen(
                 self._agent_argv(host),
