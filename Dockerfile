@@ -50,8 +50,9 @@ ENV PATH=/opt/ringleader/venv/bin:$PATH \
 
 # The package itself, last: a change to it rebuilds only this layer. Its dependencies come from
 # the venv above (no index); if they no longer match, this fails loudly instead of going online.
-# `ringleader image setup` writes the job's own ssh files (keys made here, once per image build,
-# never stored in the repository), /etc/ringleader/image.json, the entry script and /opt/ml.
+# `ringleader image setup` writes the job's own ssh files (configs only: no ssh key in the
+# image, every job makes its own when it starts), /etc/ringleader/image.json, the entry script
+# and /opt/ml.
 COPY build/wheelhouse/ringleader/ /tmp/wheels/
 RUN pip install --no-index --find-links /tmp/wheels --no-cache-dir --disable-pip-version-check \
         /tmp/wheels/ringleader-*.whl \

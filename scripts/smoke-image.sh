@@ -7,18 +7,37 @@ image=${1:-${IMAGE:-ringleader:latest}}
 tag=rl-smoke-$$
 ssh=/etc/ringleader/ssh # the job's own ssh files, written by `ringleader image setup`
 net=$tag
+keys=$(mktemp -d)
 cleanup() {
     docker rm -f "$tag-algo-1" "$tag-algo-2" >/dev/null 2>&1 || true
     docker network rm "$net" >/dev/null 2>&1 || true
+    rm -rf "$keys"
 }
 trap cleanup EXIT
+command -v ssh-keygen >/dev/null || { echo "smoke: needs ssh-keygen (openssh-client)" >&2; exit 1; }
 
 echo "==> Image $image: $(docker run --rm --entrypoint /bin/sh "$image" -c \
     'python --version; mpirun --version | head -n 1' | paste -sd ' ')"
+# The image holds no ssh key (every ringleader job makes its own), so this test makes them as a
+# job would: one client pair authorized on both hosts, a host key per host pinned by its name.
+umask 077 # private keys and the files ssh checks stay the owner's only
+ssh-keygen -q -t ed25519 -N '' -C smoke -f "$keys/id_ed25519"
+for h in algo-1 algo-2; do
+    mkdir "$keys/$h"
+    ssh-keygen -q -t ed25519 -N '' -C "$h" -f "$keys/$h/ssh_host_ed25519_key"
+    cp "$keys/id_ed25519" "$keys/id_ed25519.pub" "$keys/$h/"
+    cp "$keys/id_ed25519.pub" "$keys/$h/authorized_keys"
+    read -r kind body _ <"$keys/$h/ssh_host_ed25519_key.pub"
+    echo "$h $kind $body" >>"$keys/known_hosts"
+done
 docker network create "$net" >/dev/null
 for h in algo-1 algo-2; do
-    docker run -d --name "$tag-$h" --hostname "$h" --network "$net" --network-alias "$h" \
+    cp "$keys/known_hosts" "$keys/$h/"
+    docker create --name "$tag-$h" --hostname "$h" --network "$net" --network-alias "$h" \
         --entrypoint /bin/sh "$image" -c "exec /usr/sbin/sshd -D -e -f $ssh/sshd_config" >/dev/null
+    # before the start: sshd needs its host key; docker cp makes the files root's
+    docker cp "$keys/$h/." "$tag-$h:$ssh/"
+    docker start "$tag-$h" >/dev/null
 done
 # sshd needs a moment to listen: bounded wait until algo-2 accepts an ssh session.
 deadline=$((SECONDS + 30))

@@ -4,23 +4,64 @@ network, started with only their sshd (no SageMaker environment), reaching each 
 import io
 import subprocess
 import tarfile
+import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import docker
 
-# A cluster machine's ssh, as an administrator sets it up: sshd running, and root's ssh client
-# holding the key every machine trusts. The image's job-scoped files (`ringleader image setup`,
-# /etc/ringleader/ssh) stand in for them; the image's own ssh configuration is not the job's.
+from ringleader.launch import jobkeys
+
+# A cluster machine's ssh, as an administrator sets it up: sshd running with the machine's own
+# host key, and root's ssh client holding the key pair every machine shares (any may lead),
+# authorized on every machine, each machine's host key pinned under its name. The image's
+# job-scoped files (`ringleader image setup`, /etc/ringleader/ssh) give sshd's and the client's
+# settings and say where those keys go; the image holds no key (issue 26), so the test makes
+# them when it starts: the shared pair on this host, each host key in its own container.
 SSH_DIR = "/etc/ringleader/ssh"
+HOST_KEY = f"{SSH_DIR}/{jobkeys.HOST_KEY_NAME}"
 MACHINE_SSH = [
     "/bin/sh",
     "-c",
+    # rm first: ssh-keygen would ask before replacing a key (an image an older setup prepared);
+    # the public line on stdout is how the test learns the key to pin
+    f"rm -f {HOST_KEY} {HOST_KEY}.pub && ssh-keygen -q -t ed25519 -N '' -f {HOST_KEY} && "
+    f"cat {HOST_KEY}.pub && "
     f"install -d -m 700 /root/.ssh && cp {SSH_DIR}/ssh_config /root/.ssh/config && "
     f"exec /usr/sbin/sshd -D -e -f {SSH_DIR}/sshd_config",
 ]
+
+
+def archive(files: Mapping[str, tuple[bytes, int]]) -> bytes:
+    """A tar of `files` (name: content and mode), owned by root, for put_archive."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def client_files(directory: Path) -> bytes:
+    """The key pair every machine shares and its authorized_keys, made in `directory`, as the
+    archive to put into each machine's SSH_DIR."""
+    private = directory / jobkeys.CLIENT_KEY_NAME
+    jobkeys.keygen(private, "ringleader cluster test")
+    public = private.with_name(f"{private.name}.pub")
+    jobkeys.authorize(directory, public.read_text(encoding="ascii"))
+    authorized = directory / jobkeys.AUTHORIZED_KEYS_NAME
+    # ssh refuses a private key others can read, sshd authorized_keys others can write
+    return archive(
+        {
+            private.name: (private.read_bytes(), 0o600),
+            public.name: (public.read_bytes(), 0o644),
+            authorized.name: (authorized.read_bytes(), 0o600),
+        }
+    )
 
 
 class Instances:
@@ -43,21 +84,43 @@ class Instances:
         self, image: str, count: int, without_sshd: Sequence[str], labels: dict[str, str]
     ) -> None:
         client = self.client
-        for index in range(1, count + 1):
-            name = f"node{index}"
-            self.nodes[name] = client.containers.run(
-                image,
-                name=f"rlc-{self.tag}-{name}",
-                hostname=name,
-                entrypoint=["sleep", "infinity"] if name in without_sshd else MACHINE_SSH,
-                detach=True,
-                labels=labels,
-                network=self.network.name,
-            )
-            self.network.disconnect(self.nodes[name])
-            self.network.connect(self.nodes[name], aliases=[name])
+        with tempfile.TemporaryDirectory(prefix="rlc-keys-") as keys:
+            shared = client_files(Path(keys))
+            for index in range(1, count + 1):
+                name = f"node{index}"
+                self.nodes[name] = container = client.containers.create(
+                    image,
+                    name=f"rlc-{self.tag}-{name}",
+                    hostname=name,
+                    entrypoint=["sleep", "infinity"] if name in without_sshd else MACHINE_SSH,
+                    detach=True,
+                    labels=labels,
+                    network=self.network.name,
+                )
+                self.network.disconnect(container)
+                self.network.connect(container, aliases=[name])
+                # before the start: sshd finds the client's key authorized from its first session
+                container.put_archive(SSH_DIR, shared)
+                container.start()
+            host_keys = {
+                name: self._host_key(name) for name in self.nodes if name not in without_sshd
+            }
+            jobkeys.pin_hosts(Path(keys), host_keys)
+            known_hosts = (Path(keys) / jobkeys.KNOWN_HOSTS_NAME).read_bytes()
         for name in self.nodes:
-            self.put(name, "/work/hosts", self.hostfile(self.nodes).encode())
+            self.put(name, f"{SSH_DIR}/{jobkeys.KNOWN_HOSTS_NAME}", known_hosts, 0o600)
+            self.put(name, "/work/hosts", self.hostfile(list(self.nodes)).encode())
+
+    def _host_key(self, name: str) -> str:
+        """The public line of the host key the node made as it started: its first line out
+        (read as it comes: sshd starts right after it)."""
+        container, output = self.nodes[name], bytearray()
+        for chunk in container.logs(stdout=True, stderr=False, stream=True, follow=True):
+            output += chunk
+            if b"\n" in output:
+                return bytes(output).partition(b"\n")[0].decode("ascii")
+        logs = container.logs().decode(errors="replace").strip()
+        raise RuntimeError(f"{name} stopped before it made its ssh host key: {logs}")
 
     def put_everywhere(self, path: str, data: bytes) -> None:
         for name in self.nodes:
@@ -66,15 +129,10 @@ class Instances:
     def hostfile(self, names: Sequence[str], slots: int = 2) -> str:
         return "# test cluster\n" + "".join(f"{name} slots={slots}\n" for name in names)
 
-    def put(self, name: str, path: str, data: bytes) -> None:
+    def put(self, name: str, path: str, data: bytes, mode: int = 0o644) -> None:
         directory, _, file_name = path.rpartition("/")
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as archive:
-            info = tarfile.TarInfo(file_name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
         self.nodes[name].exec_run(["mkdir", "-p", directory])
-        self.nodes[name].put_archive(directory, buffer.getvalue())
+        self.nodes[name].put_archive(directory, archive({file_name: (data, mode)}))
 
     def sh(self, name: str, script: str) -> tuple[int, str]:
         code, output = self.nodes[name].exec_run(["sh", "-c", script], workdir="/work")

@@ -30,11 +30,12 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     prepare = commands.add_parser(
         "setup",
         help="prepare this image (run as root in its Dockerfile after pip install ringleader)",
-        description="Write the job's own sshd and ssh client files (/etc/ringleader/ssh, keys "
-        "made once per image build; the image's own ssh configuration is left alone), the "
+        description="Write the job's own sshd and ssh client files (/etc/ringleader/ssh, no "
+        "ssh key in the image: every job makes its own when it starts, and keys an older "
+        "version baked in are removed; the image's own ssh configuration is left alone), the "
         "image settings (/etc/ringleader/image.json), /usr/local/bin/ringleader-entrypoint and "
-        "SageMaker's /opt/ml layout. Idempotent. Refuses, naming the package, when sshd, ssh "
-        "or mpirun is missing (unless --without-mpi).",
+        "SageMaker's /opt/ml layout. Idempotent. Refuses, naming the package, when sshd, ssh, "
+        "ssh-keygen or mpirun is missing (unless --without-mpi).",
     )
     prepare.add_argument(
         "--python",
