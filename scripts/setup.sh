@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Prepare everything ringleader's tests and demo need, idempotently (fast when all is in place).
 #
-#   scripts/setup.sh              all steps: docker, base, wheelhouse, build, browser, venv
+#   scripts/setup.sh              all steps: docker, base, wheelhouse, build, browser, sshkeygen,
+#                                 sdk3, venv
 #   scripts/setup.sh image        the image only (docker + base + wheelhouse + build)
 #   scripts/setup.sh venv         the host virtualenv .venv only
-#   scripts/setup.sh STEP...      any of: docker base wheelhouse wheel build browser sdk3 venv
+#   scripts/setup.sh STEP...      any of: docker base wheelhouse wheel build browser sshkeygen
+#                                 sdk3 venv
 #                                 image all (wheel: only the ringleader wheel, in
 #                                 build/wheelhouse/ringleader)
 #   (browser: Debian's chromium, for the report's screenshot test; sdk3: build/sdk3-venv with
@@ -170,6 +172,15 @@ step_browser() {
     apt_install chromium fonts-liberation
 }
 
+step_sshkeygen() {
+    # The cluster tests make the stand-in machines' shared ssh key on this host (the image has
+    # none: every job makes its own).
+    if have ssh-keygen; then
+        return 0
+    fi
+    apt_install openssh-client
+}
+
 step_sdk3() {
     # SageMaker Python SDK v3 cannot share a virtualenv with v2 (both are `sagemaker`): the
     # v3 local-mode tests run their jobs with this interpreter (RINGLEADER_SDK3_PYTHON).
@@ -215,7 +226,7 @@ step_venv() {
 
 # ----------------------------------------------------------------------------------------- main
 declare -A STEP_ALIASES=(
-    [all]="docker base wheelhouse build browser sdk3 venv"
+    [all]="docker base wheelhouse build browser sshkeygen sdk3 venv"
     [image]="docker base wheelhouse build"
     [build]="docker base build"
     [base]="docker base"
