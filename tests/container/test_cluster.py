@@ -199,7 +199,7 @@ def check_unreachable(instances: Instances) -> None:
     assert "error: node3 (hosts:4): unreachable over ssh" in output
     assert "nothing was launched" in output
     for name in ("node1", "node2"):
-        assert instances.sh(name, "test -e /tmp/ringleader-jobs")[0] != 0
+        assert instances.sh(name, "ls -d /tmp/ringleader-jobs*")[0] != 0
 
 
 def test_host_without_ringleader_is_named_and_bootstrap_fixes_it(instances: Instances) -> None:
@@ -505,7 +505,7 @@ def test_stop_of_a_detached_job_is_a_ctrl_c(instances: Instances) -> None:
 def test_attach_to_a_job_that_does_not_exist(instances: Instances) -> None:
     code, output = instances.ringleader(["cluster", "attach", "--hostfile", "hosts", "cluster-x"])
     assert code == 66, output
-    assert "no job 'cluster-x' in /tmp/ringleader-jobs" in output
+    assert "no job 'cluster-x' in /tmp/ringleader-jobs-0 on this leader" in output
     assert "ringleader-exit-code" not in output
 
 
@@ -522,4 +522,6 @@ def test_mpi_options_and_env_reach_every_rank(instances: Instances) -> None:
     assert output.count("hush-42") == 6, output  # only where the job printed it
     # never in what the job writes to disk as its configuration
     for name in instances.nodes:
-        assert instances.sh(name, "grep -rl hush-42 /tmp/ringleader-jobs/*/ml/input")[0] == 1
+        assert instances.sh(name, "grep -rl hush-42 /tmp/ringleader-jobs-0/*/ml/input")[0] == 1
+        # root's own job root (the tests' ssh user), closed to everyone else
+        assert instances.sh(name, "stat -c %a:%u /tmp/ringleader-jobs-0") == (0, "700:0\n")
