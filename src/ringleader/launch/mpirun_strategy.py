@@ -66,11 +66,10 @@ class SshSetup:
         return public
 
     def authorize(self, client_key: str | None) -> None:
-        if not self.own_sshd:
-            return
-        if client_key is None:
-            raise StartupError("the leader handed over no ssh key for this job")
-        _with_keys(jobkeys.authorize, self._ssh_dir, client_key)
+        # No key: a leader that only tells the job's result (it launches nothing), or a
+        # cluster machine's own ssh. Nothing is let in then.
+        if self.own_sshd and client_key is not None:
+            _with_keys(jobkeys.authorize, self._ssh_dir, client_key)
 
     @property
     def check_worker(self) -> SshCheck | None:

@@ -89,7 +89,8 @@ class HostSetup(Protocol):
         (None: the launch needs none)."""
 
     def authorize(self, client_key: str | None) -> None:
-        """On a worker: let the leader's key (from its welcome) in; raises JobError."""
+        """On a worker: let the leader's key (from its welcome; None: no key) in; raises
+        JobError."""
 
     @property
     def check_worker(self) -> SshCheck | None:
