@@ -196,3 +196,28 @@ def test_proofs_differ_by_every_field():
     assert len(proofs) == len(base) + 2
     assert auth.proofs_match(auth.join_proof(SECRET, *base), auth.join_proof(SECRET, *base))
     assert not auth.proofs_match(auth.join_proof(SECRET, *base), None)
+
+
+def test_the_accept_loop_survives_a_connection_it_cannot_serve(monkeypatch):
+    """No thread to be had for one connection (a full process table): that connection is
+    turned away, the next one is served."""
+    refusals = []
+    real_thread = threading.Thread
+
+    class ScarceThread(real_thread):  # type: ignore[misc,valid-type]
+        def start(self) -> None:
+            serving = getattr(getattr(self, "_target", None), "__name__", "") == "_serve"
+            if serving and not refusals:
+                refusals.append(self.name)
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(control.threading, "Thread", ScarceThread)
+    target = Leader()
+    try:
+        first = Channel(socket.create_connection(("127.0.0.1", target.port)))
+        assert_closed_by_the_leader(first)
+        assert "could not serve it (can't start new thread)" in target.next_log()
+        target.join("algo-2")
+    finally:
+        target.close()

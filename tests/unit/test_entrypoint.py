@@ -190,7 +190,7 @@ class Rig:
         self.hello_errors: dict[str, tuple[int, str]] = {}
         self.launched: list[LaunchPlan] = []
         self.leader_answers = True
-        self.setup: NoSetup | FailingSetup = NoSetup()
+        self.setup: NoSetup = NoSetup()
         self.parts = RootParts(
             files=ConfigFiles(self.config_dir),
             environ={},
@@ -346,6 +346,27 @@ def test_a_configuration_error_on_the_leader_is_told_to_every_worker(tmp_path: P
     rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True, ringleader_log_ranks="many")
     code, failure = rig.run()
     assert code == exitcodes.CONFIG_ERROR
+    (server,) = rig.servers
+    assert server.final == (code, failure)
+    assert rig.launched == []
+
+
+@dataclass(frozen=True)
+class KeylessSetup(NoSetup):
+    """ssh-keygen that fails on the leader."""
+
+    def client_key(self, job: str) -> str | None:
+        raise StartupError("ssh keys of this job: ssh-keygen exited with code 1")
+
+
+def test_a_leader_without_the_jobs_ssh_key_tells_every_worker_and_launches_nothing(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True)
+    rig.setup = KeylessSetup()
+    code, failure = rig.run()
+    assert code == exitcodes.HOST_UNREACHABLE
+    assert failure == "Host algo-1: ssh keys of this job: ssh-keygen exited with code 1\n"
     (server,) = rig.servers
     assert server.final == (code, failure)
     assert rig.launched == []
