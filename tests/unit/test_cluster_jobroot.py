@@ -295,3 +295,22 @@ def test_a_fetched_setuid_file_and_setgid_directory_lose_those_bits(tmp_path):
     assert stat.S_IMODE(got.stat().st_mode) & 0o7000 == 0
     assert got.stat().st_uid == os.getuid()
     assert stat.S_IMODE((destination / "output" / "shared").stat().st_mode) & 0o7000 == 0
+
+
+def test_an_agent_whose_job_root_turned_unsafe_exits_78_naming_it(tmp_path):
+    """Another user may make the root between the preflight and the agent's start."""
+    root = tmp_path / "jobs"
+    root.mkdir()
+    root.chmod(0o777)
+    spec = agent.AgentJob("cluster-1", str(root / "cluster-1"), ("a",), "a", {}, 1.0)
+    ended = subprocess.run(
+        [sys.executable, "-m", "ringleader.tools.cluster.agent"],
+        input=spec.to_json() + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ended.returncode == 78, ended
+    assert str(root) in ended.stdout and "Configuration error" in ended.stdout, ended
+    assert not (root / "cluster-1").exists()

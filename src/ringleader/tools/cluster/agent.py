@@ -26,6 +26,7 @@ from typing import IO, Any
 import psutil
 
 from ringleader.core import paths
+from ringleader.core.errors import ConfigError
 from ringleader.core.files import write_atomically
 from ringleader.core.processes import stop_processes
 from ringleader.rank.tree import become_subreaper
@@ -219,7 +220,11 @@ def main() -> int:
     line = sys.stdin.readline()
     if not line:
         return 2
-    return Agent(AgentJob.from_json(line), sys.stdin, sys.stdout.buffer).run()
+    try:
+        return Agent(AgentJob.from_json(line), sys.stdin, sys.stdout.buffer).run()
+    except ConfigError as error:  # the job's directory turned unsafe since the preflight
+        print(f"[ringleader] {error}", flush=True)
+        return error.exit_code
 
 
 if __name__ == "__main__":
