@@ -18,6 +18,7 @@ from ringleader.tools.cluster import agent, jobroot, jobs, preflight, probe, run
 from ringleader.tools.cluster.hostfile import ClusterHost
 from ringleader.tools.cluster.jobroot import PathEntry, UnsafeJobRoot
 from ringleader.tools.cluster.jobspec import job_to_json
+from tests.unit.test_cluster import facts as host_facts
 
 ME, OTHER = 1000, 1001
 DIR, LINK, FILE = stat.S_IFDIR, stat.S_IFLNK, stat.S_IFREG
@@ -129,19 +130,8 @@ def test_a_sticky_directory_open_to_all_is_fine_on_the_way():
 
 
 def test_preflight_names_the_host_s_unsafe_root():
-    facts = preflight.HostFacts(
+    facts = host_facts(
         hostname="b",
-        python="/usr/bin/python3",
-        python_version="3.12.1",
-        implementation="cpython",
-        machine="x86_64",
-        ringleader=preflight.Needs().ringleader,
-        versions={},
-        gpus=0,
-        free_bytes=10 << 30,
-        cwd_exists=True,
-        mpirun=True,
-        site_packages=(),
         uid=ME,
         user="alice",
         job_root_real=ROOT,

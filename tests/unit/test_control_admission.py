@@ -31,17 +31,27 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHvz3A9ouL0AZdbTYLTZlcrh7EfzJ4Jy8yiH8
 
 
 @pytest.fixture
-def leader():
-    running = Leader()
-    yield running
-    running.close()
+def leaders():
+    """Makes leaders (whom each admits: `admission`), closed after the test."""
+    made: list[Leader] = []
+
+    def make(admission: Admission | None = None) -> Leader:
+        made.append(Leader(admission=admission))
+        return made[-1]
+
+    yield make
+    for leader in made:
+        leader.close()
 
 
 @pytest.fixture
-def guarded():
-    running = Leader(admission=Admission(JOB, SECRET, KEY))
-    yield running
-    running.close()
+def leader(leaders):
+    return leaders()
+
+
+@pytest.fixture
+def guarded(leaders):
+    return leaders(Admission(JOB, SECRET, KEY))
 
 
 def test_a_worker_with_the_jobs_secret_joins_and_gets_the_ssh_key(guarded):
