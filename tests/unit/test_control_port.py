@@ -19,6 +19,7 @@ from ringleader.supervise.context import job_identity
 from ringleader.supervise.entrypoint import EntryPoint
 from ringleader.wire.control import (
     Admission,
+    ControlPortTaken,
     ControlServer,
     LeaderAddress,
     Liveness,
@@ -293,6 +294,36 @@ def test_a_leader_whose_control_port_is_taken_exits_78_without_launching(tmp_pat
     assert rig.result_file() == outcome.failure
     # it waited for its workers to find the port taken (here they never come)
     assert "not seen at port 29100: algo-2, algo-3" in rig.logs
+
+
+def another_jobs_leader(*args: object) -> ControlServer:
+    raise ControlPortTaken("port 29100 is already in use on this host, by python", "cluster-1")
+
+
+@pytest.mark.parametrize("in_container", [False, True])
+def test_a_cluster_leader_whose_port_another_jobs_leader_holds_ends_at_once(
+    tmp_path: Path, in_container: bool
+):
+    """Issue 26: two `ringleader cluster run` on one hostfile. The first job's leader outlives
+    the second's and greets its workers with its own job: nothing to wait for. In a container
+    the holder ends with it, so it waits for the workers' visits as before."""
+    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True, ringleader_startup_timeout="30")
+    parts = replace(rig.parts, control_server=another_jobs_leader, own_sshd=in_container)
+    started = time.monotonic()
+    stop_early = threading.Timer(1.0, lambda: entry.on_signal(15, None))
+    entry = EntryPoint(parts)
+    stop_early.start()  # a container's wait (for workers that never come here) is cut short
+    try:
+        outcome = entry.run()
+    finally:
+        stop_early.cancel()
+    assert outcome.exit_code == exitcodes.CONFIG_ERROR
+    assert outcome.failure is not None
+    assert "the leader of the job 'cluster-1' is running there" in outcome.failure
+    learnt = "the workers learn from the leader of 'cluster-1' that 29100 is taken"
+    assert (learnt in rig.logs) is not in_container
+    if not in_container:
+        assert time.monotonic() - started < 1.0
 
 
 def test_a_worker_reached_by_another_process_exits_78_naming_the_port(tmp_path: Path):

@@ -18,7 +18,7 @@ from ringleader.supervise.context import HostContext
 from ringleader.supervise.leader import Leader, LeaderParts
 from ringleader.supervise.stack_files import keep_report
 from ringleader.supervise.verdict import conclude
-from ringleader.wire.control import resolved_addresses
+from ringleader.wire.control import ControlPortTaken, resolved_addresses
 from ringleader.wire.ports import await_visits
 
 
@@ -54,7 +54,9 @@ def lead(
         except ConfigError as error:  # the control port is taken: the workers see that too
             outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
             context.write(outcome)
-            _let_workers_see_the_port(context, workers, config.control_port, timeouts.startup)
+            _let_workers_see_the_port(
+                context, workers, config.control_port, timeouts.startup, error
+            )
             return outcome
     agent = parts.agent(context.events, printer.deliver)
     leader_parts = LeaderParts(
@@ -124,7 +126,7 @@ def tell_workers(
     except ConfigError as error:  # the workers see that another process holds the port
         context.log(f"could not tell the workers: {error}")
         _let_workers_see_the_port(
-            context, workers, settings.control_port, settings.timeouts.startup
+            context, workers, settings.control_port, settings.timeouts.startup, error
         )
         return
     parts = LeaderParts(
@@ -142,11 +144,18 @@ def tell_workers(
 
 
 def _let_workers_see_the_port(
-    context: HostContext, workers: Sequence[str], port: int, startup: float
+    context: HostContext, workers: Sequence[str], port: int, startup: float, error: ConfigError
 ) -> None:
     """The control port is taken: no worker can be told. Each finds that out when what holds
-    the port does not greet it; stay until every worker has been there (a holder in this
-    container goes when it does), at most `startup` s."""
+    the port does not greet it as its job's leader; stay until every worker has been there (a
+    holder in this container goes when it does), at most `startup` s. Not on a cluster
+    machine whose port another job's leader holds: that leader outlives this one, and its
+    greeting tells each worker, whenever it comes, that it has reached another job."""
+    if isinstance(error, ControlPortTaken) and error.running_job and not context.parts.own_sshd:
+        context.log(
+            f"the workers learn from the leader of {error.running_job!r} that {port} is taken"
+        )
+        return
     context.log(
         f"waiting up to {startup:g} s (ringleader_startup_timeout) for {', '.join(workers)} to "
         f"find port {port} taken"

@@ -108,6 +108,19 @@ def resolved_addresses(host: str) -> set[str]:
     return {str(info[4][0]) for info in infos}
 
 
+class ControlPortTaken(ConfigError):
+    """The leader cannot listen on its control port; `running_job`: the job whose leader
+    holds it (from its greeting), else None."""
+
+    def __init__(self, problem: str, running_job: str | None) -> None:
+        if running_job is not None:
+            problem += f": the leader of the job {running_job[:100]!r} is running there"
+        super().__init__(
+            CONTROL_PORT_SETTING, f"{problem}; choose another port or stop that process"
+        )
+        self.running_job = running_job
+
+
 @dataclass(frozen=True)
 class Admission:
     """Whom a leader admits, and what it hands them."""
@@ -152,13 +165,7 @@ class ControlServer:
         try:
             self._server = socket.create_server(("", port), backlog=256)
         except OSError as error:
-            problem = listen_problem(port, error)
-            holder = job_at(port)
-            if holder is not None:
-                problem += f": the leader of the job {holder[:100]!r} is running there"
-            raise ConfigError(
-                CONTROL_PORT_SETTING, f"{problem}; choose another port or stop that process"
-            ) from None
+            raise ControlPortTaken(listen_problem(port, error), job_at(port)) from None
         self._pulses = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
         threading.Thread(target=self._accept, name="control-accept", daemon=True).start()
 
