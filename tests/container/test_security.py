@@ -167,6 +167,8 @@ def test_a_second_cluster_job_on_the_same_hosts_fails_fast_and_leaves_the_first_
         assert f"port {CONTROL_PORT} is already in use" in second, second
         assert f"the leader of the job {job_id!r} is running there" in second, second
         assert f"the leader of another job, {job_id!r}, answers there" in second, second
+        # it does not wait for its workers' visits (the startup timeout): they learn it at once
+        assert f"the workers learn from the leader of {job_id!r}" in second, second
         print(f"the second job failed in {took:.1f} s")
         for name in instances.nodes:
             assert instances.sh(name, "touch /work/go")[0] == 0
