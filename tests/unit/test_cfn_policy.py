@@ -670,6 +670,8 @@ def test_parameters_validate_and_default_like_the_command() -> None:
     assert parameters["PrivateSubnetBCidr"]["Default"] == params.DEFAULT_PRIVATE_SUBNET_B_CIDR
     assert parameters["NotebookInstanceType"]["Default"] == params.DEFAULT_NOTEBOOK_INSTANCE_TYPE
     assert parameters["FsxS3Prefix"]["Default"] == params.DEFAULT_FSX_S3_PREFIX
+    assert parameters["EcrRepositoryName"]["Default"] == params.DEFAULT_ECR_REPOSITORY
+    assert parameters["EcrRepositoryName"]["AllowedPattern"] == params.ECR_REPOSITORY_PATTERN
 
 
 @pytest.mark.parametrize(

@@ -110,6 +110,15 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
             ["create", "--region", "us-east-1", "--bucket", "data", "--fsx", "1000"],
             "--fsx: expected an FSx for Lustre size in GiB: 1200 or a multiple of 2400",
         ),
+        (
+            ["create", "--region", "us-east-1", "--bucket", "data", "--export-deletions"],
+            "--fsx is required: expected an FSx for Lustre size in GiB (not 0) when "
+            "--export-deletions is given",
+        ),
+        (
+            ["create", "--region", "us-east-1", "--bucket", "data", "--ecr-repository", "Repo"],
+            "--ecr-repository: expected the name of an ECR repository",
+        ),
         (["delete", "--region", "us-east-1", "--wait-timeout", "soon"], "--wait-timeout"),
         (["status", "--region", "Virginia"], "--region: expected an AWS region"),
         (["outputs", "--region", "us-east-1", "--stack-name", "my_stack"], "--stack-name"),

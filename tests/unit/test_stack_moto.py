@@ -554,6 +554,8 @@ def test_create_prints_estimator_arguments_then_status_and_outputs(
     assert parameters["BucketName"] == BUCKET
     assert parameters["CreateEfsFileSystem"] == "true"
     assert parameters["GitRepository"] == "https://github.com/org/repo.git"
+    assert parameters["EcrRepositoryName"] == "ringleader"
+    assert parameters["ExportDeletions"] == "false"
     [request] = [params for operation, params in api_calls if operation == "CreateStack"]
     assert request["Capabilities"] == ["CAPABILITY_IAM"]
     assert request["OnFailure"] == "ROLLBACK"
@@ -599,9 +601,25 @@ def test_create_with_fsx_and_region_from_the_environment(
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     code, out, err = run(
         capsys, "create", "--stack-name", "fsx-vpc", "--bucket", BUCKET, "--fsx", "1200",
-        "--fsx-s3-prefix", "datasets/train",
+        "--fsx-s3-prefix", "datasets/train", "--export-deletions",
+        "--ecr-repository", "team/ringleader-gpu",
     )  # fmt: skip
     assert code == 0, err
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    [stack] = cfn.describe_stacks(StackName="fsx-vpc")["Stacks"]
+    parameters = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
+    assert parameters["ExportDeletions"] == "true"
+    assert parameters["EcrRepositoryName"] == "team/ringleader-gpu"
+    # The job role pulls from the named repository only.
+    role_name = outputs_from_api(stack["Outputs"])["ExecutionRoleArn"].rsplit("/", 1)[1]
+    iam = boto3.client("iam", region_name=REGION)
+    training = iam.get_role_policy(RoleName=role_name, PolicyName="ringleader-training")
+    [pull] = [
+        s
+        for s in policy_document(training["PolicyDocument"])["Statement"]
+        if s["Sid"] == "PullTheStackRepository"
+    ]
+    assert pull["Resource"] == f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/team/ringleader-gpu"
     [file_system] = boto3.client("fsx", region_name=REGION).describe_file_systems()["FileSystems"]
     mount = FsxLustreOnMoto.mount_name(file_system["FileSystemId"])
     assert f'"directory_path": "/{mount}/s3"' in out

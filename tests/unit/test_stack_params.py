@@ -36,6 +36,8 @@ def test_defaults() -> None:
         "ExistingEfsId": "",
         "FsxStorageCapacity": "0",
         "FsxS3Prefix": "fsx",
+        "ExportDeletions": "false",
+        "EcrRepositoryName": "ringleader",
         "NotebookInstanceType": "ml.t3.medium",
         "GitRepository": "",
     }
@@ -49,6 +51,8 @@ def test_every_option_reaches_the_parameters() -> None:
             efs_id="fs-0123456789abcdef0",
             fsx="4800",
             fsx_s3_prefix="/datasets/imagenet/",
+            export_deletions=True,
+            ecr_repository="team/ringleader-gpu",
             git_repository="https://github.com/org/repo.git",
             vpc_cidr="172.31.0.0/16",
             public_subnet_cidr="172.31.255.0/24",
@@ -70,6 +74,8 @@ def test_every_option_reaches_the_parameters() -> None:
         "ExistingEfsId": "fs-0123456789abcdef0",
         "FsxStorageCapacity": "4800",
         "FsxS3Prefix": "datasets/imagenet",
+        "ExportDeletions": "true",
+        "EcrRepositoryName": "team/ringleader-gpu",
         "NotebookInstanceType": "ml.m5.xlarge",
         "GitRepository": "https://github.com/org/repo.git",
     }
@@ -224,6 +230,77 @@ def test_invalid_fsx_prefixes(prefix: str) -> None:
 def test_fsx_prefix_without_fsx() -> None:
     error = invalid(raw(fsx_s3_prefix="data"))
     assert error.option == "--fsx"
+
+
+def test_export_deletions_with_fsx() -> None:
+    created = parse_create(raw(fsx="1200", export_deletions=True), NO_ENV)
+    assert created.export_deletions
+    assert created.cfn_parameters()["ExportDeletions"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("fsx", "message"),
+    [
+        (
+            None,
+            "--fsx is required: expected an FSx for Lustre size in GiB (not 0) when "
+            "--export-deletions is given: deletions are exported from FSx to S3",
+        ),
+        (
+            "0",
+            "--fsx: expected an FSx for Lustre size in GiB (not 0) when --export-deletions is "
+            "given: deletions are exported from FSx to S3; got '0'",
+        ),
+    ],
+)
+def test_export_deletions_without_fsx_names_both_options(fsx: str | None, message: str) -> None:
+    error = invalid(raw(fsx=fsx, export_deletions=True))
+    assert (error.option, error.got) == ("--fsx", fsx)
+    assert str(error) == message
+
+
+# ---------------------------------------------------------------------------- ECR repository
+@pytest.mark.parametrize(
+    "repository", ["ringleader", "team/ringleader-gpu_2.1", "a/b/c", "r2", "my.repo"]
+)
+def test_ecr_repositories(repository: str) -> None:
+    created = parse_create(raw(ecr_repository=repository), NO_ENV)
+    assert created.ecr_repository == repository
+    assert created.cfn_parameters()["EcrRepositoryName"] == repository
+
+
+@pytest.mark.parametrize(
+    "repository",
+    [
+        "Ringleader",
+        "team//ringleader",
+        "ringleader-",
+        "/ringleader",
+        "ringleader/",
+        "ring--leader",
+        "ringleader:0.1.0",
+        "ringleader@sha256:0123",
+        "*",
+        "",
+        "ringleader\n",
+    ],
+)
+def test_invalid_ecr_repositories(repository: str) -> None:
+    error = invalid(raw(ecr_repository=repository))
+    assert (error.option, error.got) == ("--ecr-repository", repository)
+    assert str(error).startswith(
+        "--ecr-repository: expected the name of an ECR repository in the stack's account and "
+        "region, such as ringleader or team/ringleader: lowercase letters and digits, "
+        "separated by single '.', '_', '-' or '/' (no tag or digest); got "
+    )
+
+
+def test_an_ecr_repository_uri_asks_for_the_name() -> None:
+    # What `docker push` and the ECR console show; the pattern alone would accept it.
+    uri = "123456789012.dkr.ecr.us-east-1.amazonaws.com/ringleader"
+    error = invalid(raw(ecr_repository=uri))
+    assert (error.option, error.got) == ("--ecr-repository", uri)
+    assert "(the name only, without the registry host)" in str(error)
 
 
 # ---------------------------------------------------------------------------- network

@@ -47,6 +47,8 @@ def test_the_default_template_is_the_repositorys() -> None:
             efs_id="fs-0123abcd",
             fsx="2400",
             fsx_s3_prefix="a/b_c/d-e.f",
+            export_deletions=True,
+            ecr_repository="team/ringleader-gpu_2.1",
             git_repository="https://git.example.com:8443/team/repo",
             vpc_cidr="192.168.0.0/20",
             notebook_instance_type="ml.p4de.24xlarge",

@@ -51,6 +51,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="PREFIX",
         help=f"bucket prefix FSx imports from and exports to (default {p.DEFAULT_FSX_S3_PREFIX})",
     )
+    create.add_argument(
+        "--export-deletions",
+        action="store_true",
+        help="a file deleted on FSx also deletes its object in S3 (needs --fsx; default: kept)",
+    )
+    create.add_argument(
+        "--ecr-repository",
+        metavar="NAME",
+        help="the only ECR repository (in this account and region) training jobs may pull from "
+        f"(default {p.DEFAULT_ECR_REPOSITORY})",
+    )
     create.add_argument("--git-repository", help="notebook's default https:// Git repository")
     create.add_argument("--vpc-cidr", help=f"VPC CIDR (default {p.DEFAULT_VPC_CIDR})")
     create.add_argument("--public-subnet-cidr", help="NAT gateway subnet CIDR")
@@ -108,6 +119,8 @@ def cmd_create(args: argparse.Namespace) -> int:
                 create_efs=args.create_efs,
                 fsx=args.fsx,
                 fsx_s3_prefix=args.fsx_s3_prefix,
+                export_deletions=args.export_deletions,
+                ecr_repository=args.ecr_repository,
                 git_repository=args.git_repository,
                 vpc_cidr=args.vpc_cidr,
                 public_subnet_cidr=args.public_subnet_cidr,

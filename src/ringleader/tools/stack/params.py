@@ -20,6 +20,7 @@ DEFAULT_PRIVATE_SUBNET_A_CIDR = "10.20.16.0/20"
 DEFAULT_PRIVATE_SUBNET_B_CIDR = "10.20.32.0/20"
 DEFAULT_NOTEBOOK_INSTANCE_TYPE = "ml.t3.medium"
 DEFAULT_FSX_S3_PREFIX = "fsx"
+DEFAULT_ECR_REPOSITORY = "ringleader"
 DEFAULT_CREATE_TIMEOUT = 3600  # seconds: NAT gateway, notebook and FSx each take minutes
 DEFAULT_DELETE_TIMEOUT = 1800
 DEFAULT_POLL_DELAY = 10  # seconds between two DescribeStacks calls of a waiter
@@ -42,6 +43,10 @@ _EFS_ID = re.compile(r"^fs-([0-9a-f]{8}|[0-9a-f]{17})$")
 _FSX_SIZE = re.compile(r"^(0|[1-9][0-9]{3,7})$")
 _S3_PREFIX_SEGMENT = re.compile(r"^[A-Za-z0-9_.-]{1,255}$")
 _INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
+# The template's AllowedPattern for EcrRepositoryName, character for character (a test holds
+# them equal), so that create refuses here what CloudFormation would refuse later.
+ECR_REPOSITORY_PATTERN = r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$"
+_ECR_REPOSITORY = re.compile(ECR_REPOSITORY_PATTERN)
 _CODE_REPOSITORY_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 _WHOLE_NUMBER = re.compile(r"^[0-9]{1,9}$")
 _MIN_PREFIX, _MAX_PREFIX = 16, 28
@@ -99,6 +104,8 @@ class CreateParams:
     existing_efs_id: str | None
     fsx_storage_gib: int  # 0: no FSx file system
     fsx_s3_prefix: str
+    export_deletions: bool  # only with FSx
+    ecr_repository: str
     git_repository: str | None
     notebook_instance_type: str
     wait_timeout: int
@@ -115,6 +122,8 @@ class CreateParams:
             "ExistingEfsId": self.existing_efs_id or "",
             "FsxStorageCapacity": str(self.fsx_storage_gib),
             "FsxS3Prefix": self.fsx_s3_prefix,
+            "ExportDeletions": "true" if self.export_deletions else "false",
+            "EcrRepositoryName": self.ecr_repository,
             "NotebookInstanceType": self.notebook_instance_type,
             "GitRepository": self.git_repository or "",
         }
@@ -131,6 +140,8 @@ class RawCreateOptions:
     create_efs: bool = False
     fsx: str | None = None
     fsx_s3_prefix: str | None = None
+    export_deletions: bool = False
+    ecr_repository: str | None = None
     git_repository: str | None = None
     vpc_cidr: str | None = None
     public_subnet_cidr: str | None = None
@@ -257,6 +268,26 @@ def parse_s3_prefix(value: str | None) -> str:
         if not _S3_PREFIX_SEGMENT.match(segment) or segment in (".", ".."):
             raise InvalidInput("--fsx-s3-prefix", expected, value)
     return stripped
+
+
+def parse_ecr_repository(value: str | None) -> str:
+    if value is None:
+        return DEFAULT_ECR_REPOSITORY
+    expected = (
+        "the name of an ECR repository in the stack's account and region, such as ringleader "
+        "or team/ringleader: lowercase letters and digits, separated by single '.', '_', '-' "
+        "or '/'"
+    )
+    # A registry host also fits the pattern, and the job role would then name a repository
+    # that does not exist: jobs would fail only when they pull.
+    if ".dkr.ecr." in value.split("/", 1)[0]:
+        raise InvalidInput(
+            "--ecr-repository", f"{expected} (the name only, without the registry host)", value
+        )
+    # fullmatch: re.match's "$" also matches before a trailing newline.
+    if not _ECR_REPOSITORY.fullmatch(value):
+        raise InvalidInput("--ecr-repository", f"{expected} (no tag or digest)", value)
+    return value
 
 
 def parse_git_repository(value: str | None) -> str | None:
@@ -391,6 +422,14 @@ def parse_create(raw: RawCreateOptions, env: Mapping[str, str]) -> CreateParams:
     fsx_prefix = parse_s3_prefix(raw.fsx_s3_prefix)
     if raw.fsx_s3_prefix is not None and fsx_size == 0:
         raise InvalidInput("--fsx", "a size when --fsx-s3-prefix is given")
+    if raw.export_deletions and fsx_size == 0:
+        # Without FSx there is no data repository association to export anything.
+        raise InvalidInput(
+            "--fsx",
+            "an FSx for Lustre size in GiB (not 0) when --export-deletions is given: "
+            "deletions are exported from FSx to S3",
+            raw.fsx,
+        )
     return CreateParams(
         target=target,
         bucket=bucket,
@@ -404,6 +443,8 @@ def parse_create(raw: RawCreateOptions, env: Mapping[str, str]) -> CreateParams:
         existing_efs_id=existing_efs_id,
         fsx_storage_gib=fsx_size,
         fsx_s3_prefix=fsx_prefix,
+        export_deletions=raw.export_deletions,
+        ecr_repository=parse_ecr_repository(raw.ecr_repository),
         git_repository=parse_git_repository(raw.git_repository),
         notebook_instance_type=parse_instance_type(raw.notebook_instance_type),
         wait_timeout=parse_timeout(raw.wait_timeout, DEFAULT_CREATE_TIMEOUT),
