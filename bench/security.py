@@ -33,7 +33,6 @@ Usage: .venv/bin/python bench/security.py [--hosts 3 16] [--per-host 2] [--round
 
 import argparse
 import contextlib
-import io
 import re
 import socket
 import statistics
@@ -41,7 +40,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +50,9 @@ from startup import Measurement, fmt, median_of, run
 from ringleader.core import timeline as phases
 from ringleader.tools.local.plan import LocalJobSpec, host_names, leader_host
 from ringleader.tools.local.run import LocalJob, LocalJobResult
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.container.conftest import Capture  # the job output sink the container tests wait on
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CONTROL_PORT = 29100
@@ -213,30 +214,6 @@ def print_startup(args: argparse.Namespace, runs: dict[tuple[int, str], list[Mea
 # ------------------------------------------------------------------------------------ memory
 
 
-class Sink(io.StringIO):
-    """The job's output, thread-safe, that this thread can wait on."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._changed = threading.Condition()
-
-    def write(self, text: str) -> int:
-        with self._changed:
-            written = super().write(text)
-            self._changed.notify_all()
-            return written
-
-    def wait_for(self, predicate: Callable[[str], bool], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not predicate(self.getvalue()):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-            return True
-
-
 @dataclass(frozen=True)
 class LeaderStatus:
     pid: int
@@ -294,7 +271,7 @@ def idle_connections(
         hyperparameters={"rounds": "20", "sleep": "1"},
         settings={"startup_timeout": "60"},
     )
-    out = Sink()
+    out = Capture()
     job = LocalJob(spec, out, client)
     leader = leader_host(spec, host_names(spec.hosts, spec.random_suffix))
     results: list[LocalJobResult] = []
@@ -306,7 +283,9 @@ def idle_connections(
     note = ""
     idle: list[socket.socket] = []
     try:
-        if not out.wait_for(lambda text: "round 1:" in text, timeout=120):
+        try:
+            out.wait_for(lambda text: "round 1:" in text, timeout=120)
+        except AssertionError:
             note = "no rank reached round 1 within 120 s"
         else:
             container = job.container_ids[leader]
