@@ -141,7 +141,7 @@ class ControlServer:
         on_output: OutputHandler,
         workers: Collection[str],
         log: Logger,
-        admission: "Admission",
+        admission: Admission,
         addresses_of: AddressesOf = resolved_addresses,
     ) -> None:
         """Listen on `port` for the workers of the job `admission` names. A port that cannot be
