@@ -402,7 +402,8 @@ def test_sync_a_thousand_files_resumes_after_an_interruption(instances: Instance
     )
     assert instances.sh("node1", make)[0] == 0
     sync = ["cluster", "sync", "--hostfile", "hosts", "/work/data", "/data"]
-    process = instances.start(sync)
+    # 300 MB at 20 MiB/s takes 14 s: the kill lands mid-transfer however fast the network is
+    process = instances.start([*sync[:4], "--bwlimit", "20M", *sync[4:]])
     wait_for_line(process, "%", 120)
     instances.sh("node1", "pkill -9 -f '[r]ingleader cluster sync'; pkill -9 -x rsync")
     process.wait(timeout=30)

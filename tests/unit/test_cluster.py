@@ -724,6 +724,24 @@ def test_rsync_sends_the_directory_contents_resumably():
     assert "--partial" in argv
     assert argv[-2:] == ["data/", "node:/data"]
     assert argv[argv.index("-e") + 1].startswith("ssh -o BatchMode=yes")
+    assert not [arg for arg in argv if arg.startswith("--bwlimit")]
+    limited = fanout.rsync_argv(SshOptions(), "data", "node", "/data", "20M")
+    assert limited[:2] == ["rsync", "--bwlimit=20M"]
+
+
+@pytest.mark.parametrize(
+    ("source", "rate", "expected"),
+    [
+        ("DIR", "fast", "--bwlimit: a rate such as 800K or 20M, not 'fast'"),
+        ("DIR", "-5", "--bwlimit: a rate such as 800K or 20M, not '-5'"),
+        ("s3://b/p", "20M", "--bwlimit: rsync's limit; it does not apply to an s3:// source"),
+    ],
+)
+def test_a_bad_sync_bwlimit_exits_78(tmp_path, capsys, source, rate, expected):
+    source = str(tmp_path) if source == "DIR" else source
+    args = cluster_args("sync", "-H", "localhost", "--bwlimit", rate, source, "/data")
+    assert args.func(args) == exitcodes.CONFIG_ERROR
+    assert expected in capsys.readouterr().err
 
 
 def test_s3_sync_copies_only_what_is_missing_or_replaced(tmp_path):

@@ -3,6 +3,7 @@ bad-input handling."""
 
 import argparse
 import io
+import re
 import socket
 import sys
 from collections.abc import Callable
@@ -24,6 +25,8 @@ from ringleader.tools.cluster.registry import NO_SUCH_JOB, WAIT_TIMED_OUT, check
 from ringleader.tools.cluster.ssh import SshOptions
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.local.options import parse_env
+
+_BWLIMIT = re.compile(r"\d+(\.\d+)?[KMGkmg]?")  # rsync's --bwlimit: KiB/s, or a unit
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -180,6 +183,11 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     _add_hosts(sync)
     _add_python(sync)
     sync.add_argument("--timeout", type=float, help="seconds per host (default: none)")
+    sync.add_argument(
+        "--bwlimit",
+        metavar="RATE",
+        help="cap each host's transfer, as rsync's --bwlimit (20M: 20 MiB/s; a directory only)",
+    )
     sync.add_argument("source", help="a local directory or s3://bucket/prefix")
     sync.add_argument("destination", help="the directory on every host")
     sync.set_defaults(func=_guarded(_sync))
@@ -386,8 +394,13 @@ def _sync(args: argparse.Namespace) -> int:
 
     if not args.source.startswith("s3://") and not Path(args.source).is_dir():
         raise ConfigError("SRC", f"{args.source!r} is not a directory (or an s3:// prefix)")
+    if args.bwlimit is not None:
+        if args.source.startswith("s3://"):
+            raise ConfigError("--bwlimit", "rsync's limit; it does not apply to an s3:// source")
+        if not _BWLIMIT.fullmatch(args.bwlimit):
+            raise ConfigError("--bwlimit", f"a rate such as 800K or 20M, not {args.bwlimit!r}")
     fanout = Fanout(read_hosts(args), _ssh(args), sys.stdout)
-    return overall_exit_code(fanout.sync(args.source, args.destination, args.timeout))
+    return overall_exit_code(fanout.sync(args.source, args.destination, args.timeout, args.bwlimit))
 
 
 def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -101,9 +101,11 @@ class Fanout:
 
         return self.each(work)
 
-    def sync(self, source: str, destination: str, timeout: float | None) -> list[HostResult]:
+    def sync(
+        self, source: str, destination: str, timeout: float | None, bwlimit: str | None = None
+    ) -> list[HostResult]:
         """rsync over ssh (only what is missing or changed is sent; a re-run resumes), or from
-        s3:// on each host with its own credentials."""
+        s3:// on each host with its own credentials. `bwlimit` caps each host's rsync."""
 
         def work(host: ClusterHost) -> HostResult:
             started = time.monotonic()
@@ -112,7 +114,7 @@ class Fanout:
                     host.address, ["-m", "ringleader.tools.cluster.s3sync", source, destination]
                 )
             else:
-                argv = rsync_argv(self.ssh, source, host.address, destination)
+                argv = rsync_argv(self.ssh, source, host.address, destination, bwlimit)
             shown = [0.0]
             summary: list[str] = []
 
@@ -132,12 +134,16 @@ class Fanout:
         return self.each(work)
 
 
-def rsync_argv(ssh: SshOptions, source: str, address: str, destination: str) -> list[str]:
+def rsync_argv(
+    ssh: SshOptions, source: str, address: str, destination: str, bwlimit: str | None = None
+) -> list[str]:
     """A directory's contents (trailing slash) into `destination`, created if missing;
     --partial keeps half-sent files so an interrupted sync resumes."""
     src = source if source.endswith("/") else source + "/"
+    limit = [f"--bwlimit={bwlimit}"] if bwlimit else []
     return [
         "rsync",
+        *limit,
         "--archive",
         "--partial",
         "--mkpath",
