@@ -58,6 +58,33 @@ def as_positive_int(field: str, value: Any) -> int:
     return number
 
 
+def as_count(field: str, value: Any) -> int:
+    """A whole number of at least 0 (a count that may be none)."""
+    expected = f"expected a whole number of at least 0, got {value!r}"
+    if isinstance(value, str) and _WHOLE_NUMBER.fullmatch(value.strip()):
+        value = int(value.strip())
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(field, expected)
+    return value
+
+
+def as_seconds(field: str, value: Any) -> float:
+    """A number of seconds from 0 (none) to MAX_SECONDS."""
+    if not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            pass
+        else:
+            if 0 <= seconds <= MAX_SECONDS:
+                return seconds
+    raise ConfigError(
+        field, f"expected a number of seconds from 0 to {MAX_SECONDS:g}, got {value!r}"
+    )
+
+
 def as_positive_seconds(field: str, value: Any) -> float:
     if not isinstance(value, bool):
         try:

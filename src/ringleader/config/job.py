@@ -84,6 +84,8 @@ _SETTING_KEYS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     ),
     "ringleader_mxnet_servers_per_host": ("spawn", "mxnet_servers_per_host", hp.as_positive_int),
     "ringleader_mxnet_ps_port": ("spawn", "mxnet_ps_port", hp.as_port),
+    "ringleader_max_restarts": ("restart", "max_restarts", hp.as_count),
+    "ringleader_restart_backoff": ("restart", "backoff", hp.as_seconds),
 }
 
 
@@ -168,6 +170,18 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
+class RestartConfig:
+    """Restarts in place after a rank fails or the job hangs (supervise/attempts.py)."""
+
+    max_restarts: int = 0  # ringleader_max_restarts: attempts after the first, at most
+    backoff: float = 1.0  # ringleader_restart_backoff: seconds between two attempts
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_restarts > 0
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """The whole job's settings, in the parts each consumer reads."""
 
@@ -179,6 +193,7 @@ class JobConfig:
     spawn: SpawnConfig = field(default_factory=SpawnConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     timeouts: Timeouts = field(default_factory=Timeouts)
+    restart: RestartConfig = field(default_factory=RestartConfig)
     control_port: int = DEFAULT_CONTROL_PORT
     horovod_env: Mapping[str, str] = field(default_factory=dict)  # HOROVOD_* for every rank
     # Outside SageMaker: where each host's output.tar.gz and model.tar.gz go at the end.
@@ -257,6 +272,7 @@ def parse_job_config(
         spawn=SpawnConfig(**settings["spawn"]),
         output=OutputConfig(**settings["output"], kept_files=kept_files),
         timeouts=timeouts,
+        restart=RestartConfig(**settings["restart"]),
         horovod_env=MappingProxyType(horovod_vars),
         own_processes_per_host=_own_processes_per_host(
             topology, values.get(PROCESSES_PER_HOST_KEY)
@@ -377,7 +393,13 @@ def _parse_ringleader_keys(
     if unknown:
         raise ConfigError(unknown[0], f"unknown ringleader setting; known ones are {sorted(known)}")
     timeouts = parse_timeouts(values)
-    settings: dict[str, dict[str, Any]] = {"job": {}, "mpi": {}, "spawn": {}, "output": {}}
+    settings: dict[str, dict[str, Any]] = {
+        "job": {},
+        "mpi": {},
+        "spawn": {},
+        "output": {},
+        "restart": {},
+    }
     for key, (part, target, parse) in _SETTING_KEYS.items():
         if key in values:
             settings[part][target] = parse(key, values[key])

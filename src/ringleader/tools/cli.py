@@ -14,6 +14,7 @@ from ringleader.tools.image import cli as image_cli
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.local.options import (
     DEFAULT_SHM,
+    add_restart_options,
     available_gpus,
     gpu_plan,
     gpus_per_host,
@@ -21,6 +22,7 @@ from ringleader.tools.local.options import (
     parse_env,
     parse_env_file,
     parse_host_env,
+    restart_settings,
 )
 from ringleader.tools.local.plan import (
     LocalJobSpec,
@@ -110,6 +112,7 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         "rank makes progress (output, ringleader.progress()) for this long "
         "(ringleader_hang_timeout; default: off). Ctrl-\\ shows every rank's stacks anytime",
     )
+    add_restart_options(parser)
     parser.add_argument("--image", default="ringleader:latest")
     parser.add_argument(
         "--output",
@@ -294,6 +297,7 @@ def _flag_settings(args: argparse.Namespace) -> dict[str, str]:
         settings["log_ranks"] = args.log_ranks
     if args.hang_timeout is not None:
         settings["hang_timeout"] = args.hang_timeout
+    settings.update(restart_settings(args))
     for name in (
         "horovod_timeline",
         "horovod_fusion_threshold",

@@ -24,7 +24,7 @@ from ringleader.tools.cluster.jobroot import default_root
 from ringleader.tools.cluster.registry import NO_SUCH_JOB, WAIT_TIMED_OUT, check_job_id
 from ringleader.tools.cluster.ssh import SshOptions
 from ringleader.tools.local.errors import UsageError
-from ringleader.tools.local.options import parse_env
+from ringleader.tools.local.options import add_restart_options, parse_env, restart_settings
 
 _BWLIMIT = re.compile(r"\d+(\.\d+)?[KMGkmg]?")  # rsync's --bwlimit: KiB/s, or a unit
 
@@ -92,6 +92,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         help="end the job as hung, with every rank's stacks, when no rank makes progress for "
         "this long (ringleader_hang_timeout; default: off)",
     )
+    add_restart_options(run)
     run.add_argument(
         "--mpi-options",
         default="",
@@ -286,13 +287,21 @@ def remote_python(value: str | None) -> str | None:
     return value
 
 
-def _settings(values: list[str], hang_timeout: str | None = None) -> dict[str, str]:
-    settings = {} if hang_timeout is None else {"hang_timeout": hang_timeout}
+def _settings(values: list[str], flags: dict[str, str] | None = None) -> dict[str, str]:
+    settings = dict(flags or {})
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError("--setting", f"expected NAME=VALUE, got {item!r}")
         settings[key.removeprefix("ringleader_")] = value
+    return settings
+
+
+def _flag_settings(args: argparse.Namespace) -> dict[str, str]:
+    """ringleader_* settings (without the prefix) given as dedicated flags."""
+    settings = restart_settings(args)
+    if args.hang_timeout is not None:
+        settings["hang_timeout"] = args.hang_timeout
     return settings
 
 
@@ -314,7 +323,7 @@ def _run(args: argparse.Namespace) -> int:
             cwd="",
             processes_per_host=processes_per_host(hosts, args.processes_per_host),
             distribution=args.distribution,
-            settings=_settings(args.setting, args.hang_timeout),
+            settings=_settings(args.setting, _flag_settings(args)),
             output_dir=args.output,
             remote_dir=args.remote_dir,
             ssh=_ssh(args),

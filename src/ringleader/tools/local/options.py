@@ -2,12 +2,18 @@
 SageMaker lays them out, environment variables, GPUs, shared memory, CPU and memory limits.
 Pure, apart from counting the machine's GPUs."""
 
+import argparse
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
+from ringleader.config.hyperparameters import as_count, as_seconds
+from ringleader.core.errors import ConfigError
 from ringleader.tools.local.errors import UsageError
+
+_T = TypeVar("_T")
 
 DATA_DIR = "/opt/ml/input/data"
 FILE_MODE, PIPE_MODE = "file", "pipe"
@@ -216,3 +222,47 @@ def available_gpus() -> int:
         return len(os.listdir("/proc/driver/nvidia/gpus"))
     except OSError:
         return 0
+
+
+def add_restart_options(parser: argparse.ArgumentParser) -> None:
+    """`--max-restarts` and `--restart-backoff`, checked before anything starts (exit 2)."""
+    parser.add_argument(
+        "--max-restarts",
+        type=_count,
+        metavar="N",
+        help="after a rank fails or the job hangs, stop every rank and start them all again "
+        "in place, up to N times (ringleader_max_restarts; default: 0)",
+    )
+    parser.add_argument(
+        "--restart-backoff",
+        type=_seconds,
+        metavar="SECONDS",
+        help="the wait between two attempts (ringleader_restart_backoff; default: 1)",
+    )
+
+
+def restart_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The ringleader_* settings (without the prefix) the restart options give."""
+    settings = {}
+    if args.max_restarts is not None:
+        settings["max_restarts"] = str(args.max_restarts)
+    if args.restart_backoff is not None:
+        settings["restart_backoff"] = f"{args.restart_backoff:g}"
+    return settings
+
+
+
+def _argument(parse: Callable[[str, str], _T]) -> Callable[[str], _T]:
+    """An argparse type from a hyperparameter parser: its problem becomes argparse's error."""
+
+    def convert(text: str) -> _T:
+        try:
+            return parse("value", text)
+        except ConfigError as error:
+            raise argparse.ArgumentTypeError(error.problem) from None
+
+    return convert
+
+
+_count = _argument(as_count)
+_seconds = _argument(as_seconds)
