@@ -41,6 +41,7 @@ def test_the_file_format_is_fixed() -> None:
         "root_cause": RECORDS[0].to_json(),
         "ranks": [record.to_json() for record in RECORDS],
         "timeline": [],
+        "attempts": [],
     }
     assert job_file_text(summary()) == json.dumps(expected, indent=2) + "\n"
     success = JobSummary(0, None, ("algo-1",), 1, None, ())

@@ -61,6 +61,9 @@ class FakeAgent:
     def dump_stacks(self, reason: str) -> None:
         pass
 
+    def begin_attempt(self) -> None:
+        pass
+
     def close(self) -> None:
         self.closed = True
 
@@ -155,7 +158,7 @@ class FakeStrategy:
     world_size: int
     setup: NoSetup = field(default_factory=NoSetup)
 
-    def prepare(self) -> LaunchPlan:
+    def prepare(self, attempt: int = 0) -> LaunchPlan:
         return LaunchPlan(("launcher",), {})
 
     def worker_plan(self, spec: SpawnSpec) -> LaunchPlan:

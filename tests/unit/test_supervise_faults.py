@@ -104,6 +104,7 @@ class FakeLauncher:
 class FakeLocal:
     terminated: list[float] = field(default_factory=list)  # graces
     reaped: int = 0
+    attempts_begun: int = 0
     dumps: list[str] = field(default_factory=list)  # reasons
 
     def terminate_all(self, grace: float) -> None:
@@ -111,6 +112,9 @@ class FakeLocal:
 
     def dump_stacks(self, reason: str) -> None:
         self.dumps.append(reason)
+
+    def begin_attempt(self) -> None:
+        self.attempts_begun += 1
 
     def reap(self, abort_grace: float) -> None:
         self.reaped += 1
@@ -135,7 +139,7 @@ class FakeLink:
 class Strategy:
     world_size: int = 6
 
-    def prepare(self) -> LaunchPlan:
+    def prepare(self, attempt: int = 0) -> LaunchPlan:
         return LaunchPlan(("mpirun", "true"), {})
 
 
@@ -510,7 +514,7 @@ def test_a_strategy_that_cannot_size_the_job_is_a_configuration_error() -> None:
         def world_size(self) -> int:
             raise ConfigError("sagemaker_parameter_server_enabled", "neither")
 
-        def prepare(self) -> LaunchPlan:
+        def prepare(self, attempt: int = 0) -> LaunchPlan:
             raise AssertionError("never prepared")
 
     rig = LeaderRig()
@@ -678,7 +682,7 @@ SPEC = SpawnSpec(
 class SpawnStrategy:
     world_size: int = 6
 
-    def prepare(self) -> LaunchPlan:
+    def prepare(self, attempt: int = 0) -> LaunchPlan:
         argv = ("python", "-m", "ringleader.launch.spawn", "--", "rank")
         return LaunchPlan(argv, {}, SPEC, spawned_policy(SPEC, HOSTS[0], "mpirun"))
 
@@ -842,7 +846,7 @@ TF_SPEC = dataclasses.replace(SPEC, torch=False, tf="parameter_server")
 class TfStrategy:
     world_size: int = 6
 
-    def prepare(self) -> LaunchPlan:
+    def prepare(self, attempt: int = 0) -> LaunchPlan:
         argv = ("python", "-m", "ringleader.launch.spawn", "--", "rank")
         return LaunchPlan(argv, {}, TF_SPEC, spawned_policy(TF_SPEC, HOSTS[0], "mpirun"))
 
@@ -896,7 +900,7 @@ class MpirunStrategy:
     world_size: int = 6
     stops_all: bool = True
 
-    def prepare(self) -> LaunchPlan:
+    def prepare(self, attempt: int = 0) -> LaunchPlan:
         policy = EndPolicy(rank_failure_stops_all=self.stops_all)
         return LaunchPlan(("mpirun", "true"), {}, policy=policy)
 

@@ -35,7 +35,7 @@ class SshEachRank:
     def world_size(self) -> int:
         return world_size(self.config, self.processes_per_host)
 
-    def prepare(self) -> LaunchPlan:
+    def prepare(self, attempt: int = 0) -> LaunchPlan:
         command = rank_command(self.config, self.user_command(), ())
         argv = ["fan-out"]
         for index, host in enumerate(self.config.topology.participants):

@@ -2,7 +2,12 @@
 
     {"exit_code": int, "failure": str|null, "hosts": [str], "world_size": int,
      "root_cause": rank record|null, "ranks": [rank record],
-     "timeline": [{"host": str, "phase": str, "at": float}]}
+     "timeline": [{"host": str, "phase": str, "at": float}],
+     "attempts": [{"attempt": int, "started_at": float, "ended_at": float, "exit_code": int,
+                   "cause": str|null, "hosts": [str], "progressed": bool}]}
+
+`ranks` are the last attempt's; `attempts` has every start of the ranks (restarts in place:
+ringleader_max_restarts), in order, the last one included.
 
 A rank record is what ringleader.core.records.RankRecord writes (times in epoch seconds).
 The leader writes the file once, at the end of the job (`write_job_file`, called by
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ringleader.core.attempts import AttemptRecord
 from ringleader.core.files import write_atomically
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Mark
@@ -37,6 +43,7 @@ class JobSummary:
     ranks: tuple[RankRecord, ...]  # as written; read back sorted by (rank, host)
     problems: tuple[str, ...] = ()  # when read: the rank records that could not be read
     timeline: tuple[Mark, ...] = ()  # every host's launcher phases (ringleader.core.timeline)
+    attempts: tuple[AttemptRecord, ...] = ()  # every start of the ranks (ringleader.core.attempts)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +54,7 @@ class JobSummary:
             "root_cause": self.root_cause.to_json() if self.root_cause else None,
             "ranks": [record.to_json() for record in self.ranks],
             "timeline": [mark.to_json() for mark in self.timeline],
+            "attempts": [attempt.to_json() for attempt in self.attempts],
         }
 
 
@@ -102,6 +110,13 @@ def parse_job_file(text: str) -> JobSummary:
             timeline.append(Mark.from_json(item))
         except (KeyError, TypeError, ValueError):
             problems.append(f"a timeline entry cannot be read: {item!r:.80}")
+    attempts = []
+    raw_attempts = data.get("attempts") or []
+    for item in raw_attempts if isinstance(raw_attempts, list) else ():
+        try:
+            attempts.append(AttemptRecord.from_json(item))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            problems.append(f"an attempt cannot be read: {item!r:.80}")
     return JobSummary(
         exit_code=exit_code,
         failure=failure if isinstance(failure, str) and failure else None,
@@ -111,6 +126,7 @@ def parse_job_file(text: str) -> JobSummary:
         ranks=tuple(sorted(ranks, key=lambda r: (r.rank, r.host))),
         problems=tuple(problems),
         timeline=tuple(sorted(timeline, key=lambda mark: mark.at)),
+        attempts=tuple(attempts),
     )
 
 

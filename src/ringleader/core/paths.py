@@ -27,6 +27,7 @@ SSHD_NOTIFY_SOCKET = RUN_DIR / "sshd-notify.sock"
 RANK_ERROR_DIR = RUN_DIR / "errors"  # TORCHELASTIC_ERROR_FILE of each spawned rank
 # The heartbeat file of a rank (ringleader.progress() touches it), in the rank's environment.
 PROGRESS_FILE_VARIABLE = "RINGLEADER_PROGRESS_FILE"
+ATTEMPT_VARIABLE = "RINGLEADER_ATTEMPT"  # 0, then 1, 2, ... after each restart in place
 RANKS_DIR = RUN_DIR / "ranks"  # ranks/<N>/: a rank's heartbeat file and faulthandler dumps
 
 CONFIG_DIR = ML_ROOT / "input" / "config"

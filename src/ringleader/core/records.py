@@ -26,6 +26,7 @@ class RankRecord:
     # Its wrapper ended without sending this record (killed first: Open MPI 5's daemon SIGKILLs
     # a rank's process group 0.2 s after its SIGTERM); the host's agent wrote it instead.
     unreported: bool = False
+    attempt: int = 0  # which start of the job's ranks (0, then one more per restart)
 
     @property
     def failed(self) -> bool:
@@ -84,10 +85,13 @@ class RankRecord:
             daemon_started_at=_optional_time(data, "daemon_started_at"),
             wrapper_started_at=_optional_time(data, "wrapper_started_at"),
             unreported=bool(data.get("unreported", False)),
+            attempt=int(data.get("attempt", 0)),
         )
 
 
-def unreported_record(rank: int, host: str, started_at: float, ended_at: float) -> RankRecord:
+def unreported_record(
+    rank: int, host: str, started_at: float, ended_at: float, attempt: int = 0
+) -> RankRecord:
     """What a host's agent knows of a rank whose wrapper died before reporting: it was
     killed, and whatever killed the wrapper (its process group's SIGKILL) killed the rank."""
     return RankRecord(
@@ -100,6 +104,7 @@ def unreported_record(rank: int, host: str, started_at: float, ended_at: float) 
         terminated=True,
         stderr_tail=(),
         unreported=True,
+        attempt=attempt,
     )
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ringleader.core import paths
+from ringleader.core.attempts import AttemptRecord
 from ringleader.core.files import write_atomically
 from ringleader.core.jobfile import JobSummary, write_job_file
 from ringleader.core.outcome import Outcome
@@ -36,6 +37,7 @@ def write_job_summary(
     hosts: Sequence[str],
     world_size: int,
     timeline: Sequence[Mark] = (),
+    attempts: Sequence[AttemptRecord] = (),
 ) -> None:
     """job.json on the leader: the outcome, every rank's record and every host's launcher
     phases, for reports and tools; beside it the phases as a Chrome trace."""
@@ -47,6 +49,7 @@ def write_job_summary(
         root_cause=outcome.root_cause,
         ranks=tuple(records),
         timeline=tuple(timeline),
+        attempts=tuple(attempts),
     )
     write_job_file(path, summary)
     if timeline:

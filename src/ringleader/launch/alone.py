@@ -17,8 +17,8 @@ class AloneStrategy:
     world_size: int = 1
     setup: NoSetup = field(default_factory=NoSetup)
 
-    def prepare(self) -> LaunchPlan:
-        argv = rank_command(self.config, self.user_command(), ())
+    def prepare(self, attempt: int = 0) -> LaunchPlan:
+        argv = rank_command(self.config, self.user_command(), (), attempt)
         policy = EndPolicy(launcher_name="the rank launcher")
         return LaunchPlan(tuple(argv), dict(os.environ, RINGLEADER_RANK="0"), policy=policy)
 

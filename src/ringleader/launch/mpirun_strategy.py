@@ -130,7 +130,7 @@ class MpirunStrategy:
     def world_size(self) -> int:
         return world_size(self.config, self.processes_per_host)
 
-    def prepare(self) -> LaunchPlan:
+    def prepare(self, attempt: int = 0) -> LaunchPlan:
         topology = self.config.topology
         choice = job_interface(self.config, self.log)
         custom = self.config.mpi.custom_options
@@ -149,7 +149,7 @@ class MpirunStrategy:
             processes_per_host=self.processes_per_host,
             interface=choice.name,
             custom_options=custom,
-            rank_command=tuple(rank_command(self.config, self.user_command(), forwarded)),
+            rank_command=tuple(rank_command(self.config, self.user_command(), forwarded, attempt)),
             exported=tuple(name for name in paths.RANK_VARIABLES if name in os.environ),
             rdma_devices=has_rdma_devices(),
             ssh_options=masters.reuse_options() if masters is not None else (),
@@ -171,6 +171,7 @@ class MpirunStrategy:
                 torch=False,
                 plain_hosts=topology.plain_hosts,
                 first_plain_rank=plan.world_size,
+                attempt=attempt,
             )
             policy = EndPolicy(
                 other_launchers=frozenset(topology.plain_hosts),

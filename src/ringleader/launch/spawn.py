@@ -71,6 +71,9 @@ class SpawnSpec:
     # the first host the scheduler too.
     mxnet_servers: int = 0
     mxnet_port: int = mxnet_ps.DEFAULT_PORT
+    # Restarts in place: which start of the ranks this is (torch's TORCHELASTIC_RESTART_COUNT)
+    attempt: int = 0
+    max_restarts: int = 0
 
     @property
     def world_size(self) -> int:
@@ -154,6 +157,8 @@ class SpawnSpec:
             tf_ports=tfconfig.TfPorts(**data.get("tf_ports", {})),
             mxnet_servers=int(data.get("mxnet_servers", 0)),
             mxnet_port=int(data.get("mxnet_port", mxnet_ps.DEFAULT_PORT)),
+            attempt=int(data.get("attempt", 0)),
+            max_restarts=int(data.get("max_restarts", 0)),
         )
 
 
@@ -191,8 +196,8 @@ def rank_environment(
         MASTER_ADDR=spec.master_addr,
         MASTER_PORT=str(spec.master_port),
         TORCHELASTIC_RUN_ID=spec.run_id,
-        TORCHELASTIC_RESTART_COUNT="0",
-        TORCHELASTIC_MAX_RESTARTS="0",
+        TORCHELASTIC_RESTART_COUNT=str(spec.attempt),
+        TORCHELASTIC_MAX_RESTARTS=str(spec.max_restarts),
         TORCHELASTIC_ERROR_FILE=error_file(rank),
     )
     if spec.processes_per_host > 1 and "OMP_NUM_THREADS" not in inherited:

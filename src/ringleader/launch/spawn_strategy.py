@@ -39,7 +39,7 @@ class SpawnStrategy:
         plain = len(self.config.topology.plain_hosts)
         return self._spec(None, self.config.topology.leader).world_size + plain
 
-    def prepare(self) -> LaunchPlan:
+    def prepare(self, attempt: int = 0) -> LaunchPlan:
         topology = self.config.topology
         if self.torch:
             check_port_free(self.config.spawn.master_port, topology.current_host)
@@ -51,6 +51,7 @@ class SpawnStrategy:
             leader_address = resolve([topology.leader])[0]  # ps-lite binds and dials an address
         interface = job_interface(self.config, self.log) if len(topology.hosts) > 1 else None
         spec = self._spec(interface.name if interface is not None else None, leader_address)
+        spec = dataclasses.replace(spec, attempt=attempt)
         return spawn_plan(self.config, spec, self.user_command())
 
     def worker_plan(self, spec: SpawnSpec) -> LaunchPlan:
@@ -72,6 +73,7 @@ class SpawnStrategy:
             tf_ports=tf_ports(config),
             mxnet_servers=config.spawn.mxnet_servers_per_host if self.mxnet else 0,
             mxnet_port=config.spawn.mxnet_ps_port,
+            max_restarts=config.restart.max_restarts,
         )
         return dataclasses.replace(spec, first_plain_rank=spec.world_size)
 

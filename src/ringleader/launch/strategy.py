@@ -18,6 +18,7 @@ from typing import Protocol
 
 from ringleader.config.job import JobConfig
 from ringleader.core import paths
+from ringleader.core.attempts import RESTART_PROGRESS_INTERVAL
 from ringleader.core.errors import ConfigError
 from ringleader.launch.netif import InterfaceChoice, choose_interface, local_interfaces, resolve
 from ringleader.launch.process import PLAIN_OUTPUT, OutputReader
@@ -110,8 +111,9 @@ class LaunchStrategy(Protocol):
     @property
     def world_size(self) -> int: ...
 
-    def prepare(self) -> LaunchPlan:
-        """The leader's launcher; raises JobError when it cannot be built."""
+    def prepare(self, attempt: int = 0) -> LaunchPlan:
+        """The leader's launcher for the job's `attempt`-th start of its ranks (0, then one
+        more per restart in place); raises JobError when it cannot be built."""
 
     def worker_plan(self, spec: SpawnSpec) -> LaunchPlan:
         """A worker's own launcher for the leader's spec (spawned ranks)."""
@@ -141,13 +143,24 @@ class NoSetup:
 
 
 def rank_command(
-    config: JobConfig, user_command: Sequence[str], forwarded: Sequence[str]
+    config: JobConfig, user_command: Sequence[str], forwarded: Sequence[str], attempt: int = 0
 ) -> list[str]:
-    """The per-rank wrapper around the user's command."""
+    """The per-rank wrapper around the user's command, for the job's `attempt`-th start."""
     timeouts = config.timeouts
-    hang_watch = []
+    progress = []
     if timeouts.progress_interval is not None:
-        hang_watch = ["--progress-interval", f"{timeouts.progress_interval:g}"]
+        # Horovod's stall inspector names the ranks that hold up a collective: let it speak
+        # before the hang verdict (its own default, 60 s, may be after it).
+        stall_check = f"{max(timeouts.progress_interval, 1):.0f}"
+        progress = [
+            "--progress-interval",
+            f"{timeouts.progress_interval:g}",
+            "--horovod-stall-check",
+            stall_check,
+        ]
+    elif config.restart.enabled:  # an attempt that failed before any progress is told apart
+        progress = ["--progress-interval", f"{RESTART_PROGRESS_INTERVAL:g}"]
+    restarts = ["--attempt", str(attempt)] if attempt else []
     return [
         paths.RANK_PYTHON,
         "-m",
@@ -156,7 +169,8 @@ def rank_command(
         f"{timeouts.sigterm_grace:g}",
         "--abort-grace",
         f"{timeouts.abort_grace:g}",
-        *hang_watch,
+        *progress,
+        *restarts,
         # the wrapper's share of ringleader_stack_dump_timeout: its stacks must still travel
         "--stack-timeout",
         f"{max(timeouts.stack_dump * 0.7, 0.5):g}",
@@ -181,7 +195,7 @@ def world_size(config: JobConfig, processes_per_host: int) -> int:
 
 def spawn_plan(config: JobConfig, spec: SpawnSpec, user_command: Sequence[str]) -> LaunchPlan:
     """This host's launcher for a spawned job (the leader's and every worker's)."""
-    command = rank_command(config, user_command, spec.forwarded_variables())
+    command = rank_command(config, user_command, spec.forwarded_variables(), spec.attempt)
     argv = spawn_argv(spec, config.topology.current_host, command)
     policy = spawned_policy(spec, config.topology.leader, "the rank launcher")
     return LaunchPlan(tuple(argv), dict(os.environ), spec, policy)

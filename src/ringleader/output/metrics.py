@@ -56,6 +56,7 @@ class MetricRecorder:
         self.summary: dict[str, MetricSummary] = {}
         self.stopped: str | None = None  # why metrics.jsonl was given up, when it was
         self._json_strings = {d.name: json.dumps(d.name) for d in definitions}
+        self.attempt = 0  # the job's current start of its ranks: every record carries it
 
     def observe(self, line: str, rank: int, host: str) -> None:
         found = extract(self.definitions, line)
@@ -68,7 +69,7 @@ class MetricRecorder:
         )
         records = "".join(
             f'{{"timestamp": {now!r}, "name": {self._json_strings[name]}, "value": {value!r}, '
-            f'"rank": {rank}, "host": {host_json}}}\n'
+            f'"rank": {rank}, "host": {host_json}, "attempt": {self.attempt}}}\n'
             for name, value in found
         )
         with self._lock:

@@ -87,10 +87,12 @@ class RankSupervisor:
         stray_grace: float = 0.5,
         role: str | None = None,
         launch_times: tuple[float | None, float | None] = (None, None),
+        attempt: int = 0,
     ) -> None:
         self._command, self._env, self._cwd = list(command), dict(env), cwd
         self.host, self.rank, self._grace, self.role = host, rank, grace, role
         self._launch_times = launch_times  # (MPI daemon, this wrapper) created at
+        self._attempt = attempt
         self._stray_grace = stray_grace  # for processes the rank left behind when it ended
         self._child: subprocess.Popen[bytes] | None = None
         self._output: RankOutput | None = None
@@ -203,6 +205,7 @@ class RankSupervisor:
             first_output_at=self._output.first_output_at if self._output is not None else None,
             daemon_started_at=self._launch_times[0],
             wrapper_started_at=self._launch_times[1],
+            attempt=self._attempt,
         )
 
 
@@ -297,6 +300,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=timeouts.DEFAULTS.stack_dump,
         help="the bound on taking the rank's stacks when asked",
     )
+    parser.add_argument(
+        "--horovod-stall-check",
+        default=None,
+        metavar="SECONDS",
+        help="HOROVOD_STALL_CHECK_TIME_SECONDS unless the rank's environment sets it",
+    )
+    parser.add_argument(
+        "--attempt",
+        type=int,
+        default=0,
+        help="which start of the job's ranks this is (RINGLEADER_ATTEMPT; 0, then one more "
+        "per restart in place)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -313,10 +329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     watch = ProgressWatch(rank_dir / "progress")
     env = stack_environment(env, rank_dir / "stacks")
     env[paths.PROGRESS_FILE_VARIABLE] = str(watch.heartbeat)
-    if args.progress_interval is not None:
-        # Horovod's stall inspector names the ranks that hold up a collective: let it speak
-        # before the hang verdict (its own default, 60 s, may be after it).
-        env.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", f"{max(args.progress_interval, 1):.0f}")
+    env[paths.ATTEMPT_VARIABLE] = str(args.attempt)
+    if args.horovod_stall_check is not None:
+        env.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", args.horovod_stall_check)
     become_subreaper()
     supervisor = RankSupervisor(
         command,
@@ -328,6 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.abort_grace,
         own_env.get("RINGLEADER_ROLE") or None,
         launch_times(own_env),
+        args.attempt,
     )
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -366,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pid.append(started)
         if channel is not None:
             with contextlib.suppress(ChannelClosed):
-                channel.send(RankStart(rank, host, started))
+                channel.send(RankStart(rank, host, started, args.attempt))
             if args.progress_interval is not None:
                 watch.report_to(channel, host, rank, output, args.progress_interval)
 

@@ -22,6 +22,9 @@ class LocalRanks(Protocol):
     def dump_stacks(self, reason: str) -> None:
         """Every local rank's stacks, each as a StacksTaken event."""
 
+    def begin_attempt(self) -> None:
+        """After `reap`: the next attempt's ranks start (a restart in place)."""
+
 
 class RunningLauncher(Protocol):
     def kill(self) -> None: ...

@@ -71,8 +71,9 @@ def lead(
         output_taken=lambda: printer.delivered,
         post=context.events.put,
         keep_stacks=lambda report: keep_report(parts.results.hang_dir, report, context.log),
+        on_attempt=lambda attempt: _note_attempt(recorder, attempt),
     )
-    leader = Leader(context.host, workers, timeouts, leader_parts)
+    leader = Leader(context.host, workers, timeouts, leader_parts, config.restart)
     try:
         outcome = _ready_then_run(context, leader, strategy, timeouts.startup, with_workers)
         context.timeline.mark(context.host, phases.VERDICT)
@@ -167,6 +168,11 @@ def _let_workers_see_the_port(
         context.log(f"not seen at port {port}: {', '.join(missing)}")
     else:
         context.log(f"every worker has been to port {port}")
+
+
+def _note_attempt(recorder: MetricRecorder | None, attempt: int) -> None:
+    if recorder is not None:
+        recorder.attempt = attempt
 
 
 def _no_output(_frame: bytes) -> None:

@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ringleader.config.job import Timeouts
+from ringleader.config.job import RestartConfig, Timeouts
 from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
+from ringleader.core.attempts import AttemptRecord, first_line, refusal, with_history
 from ringleader.core.errors import JobError, StartupError
 from ringleader.core.exitcodes import first_failure
 from ringleader.core.hang import HangReport, LastProgress, MissingStacks, hang_headline
@@ -28,6 +29,7 @@ from ringleader.core.outcome import (
     Outcome,
     blames_another_rank,
     decide,
+    lost_hosts_outcome,
 )
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
@@ -55,8 +57,17 @@ from ringleader.wire.events import (
     WorkerBye,
     WorkerHello,
     WorkerLost,
+    WorkerReady,
 )
-from ringleader.wire.messages import HANG, ON_DEMAND, DumpStacks, Launched, Message, Terminate
+from ringleader.wire.messages import (
+    HANG,
+    ON_DEMAND,
+    DumpStacks,
+    Launched,
+    Message,
+    Restart,
+    Terminate,
+)
 
 __all__ = ["KILL_MARGIN_SECONDS", "Leader", "LeaderParts", "Phase"]
 
@@ -82,6 +93,7 @@ class Phase(enum.Enum):
     RUNNING = "every rank started"
     STOPPING = "every rank told to stop"
     SETTLING = "every launcher exited: collecting the last rank records"
+    RESTARTING = "between two attempts: the backoff, and every worker getting ready"
     TELLING = "telling the workers the verdict"
     DONE = "done"
 
@@ -114,6 +126,8 @@ class LeaderParts:
     in_background: Callable[[Callable[[], None]], None] = start_thread
     # Every rank's stacks, once taken: shown, and after a hang kept in the job's files.
     keep_stacks: Callable[[HangReport], None] = lambda report: None
+    # Each attempt's number as its launcher starts (metrics carry it).
+    on_attempt: Callable[[int], None] = lambda attempt: None
 
 
 class JobStopped(Exception):
@@ -142,6 +156,7 @@ class _Run:
     plan: LaunchPlan
     launcher: RunningLauncher
     launch_deadline: float | None  # every rank must have started by then
+    attempt: int = 0  # events of another attempt's ranks are stale
     kill_deadline: float | None = None  # the launcher is killed then
     started: dict[int, str] = field(default_factory=dict)  # rank -> host
     records: dict[int, RankRecord] = field(default_factory=dict)
@@ -192,12 +207,19 @@ class _Run:
 
 class Leader:
     def __init__(
-        self, host: str, workers: Sequence[str], timeouts: Timeouts, parts: LeaderParts
+        self,
+        host: str,
+        workers: Sequence[str],
+        timeouts: Timeouts,
+        parts: LeaderParts,
+        restart: RestartConfig | None = None,
     ) -> None:
         self._host = host
         self._workers = tuple(workers)
         self._hosts = (host, *self._workers)
         self._timeouts = timeouts
+        self._restart = restart or RestartConfig()
+        self.attempts: list[AttemptRecord] = []  # every start of the ranks, once it ended
         self._parts = parts
         self._events = parts.events
         self._clock = parts.clock
@@ -216,7 +238,6 @@ class Leader:
         try:
             self.world_size = strategy.world_size  # may need the image's frameworks: can fail
             self._wait_for_workers()
-            plan = strategy.prepare()
         except JobStopped as stopped:
             return decide(
                 JobFacts(
@@ -227,7 +248,80 @@ class Leader:
             )
         except JobError as error:
             return decide(JobFacts(error_code=error.exit_code, error_message=str(error)))
-        return self._supervise(plan)
+        attempt = 0
+        while True:
+            started = self._clock.time()
+            try:
+                plan = strategy.prepare(attempt)
+            except JobError as error:
+                facts = JobFacts(error_code=error.exit_code, error_message=str(error))
+                return with_history(decide(facts), self.attempts)
+            facts, progressed = self._supervise(plan, attempt)
+            outcome = decide(facts)
+            self.attempts.append(
+                AttemptRecord(
+                    attempt,
+                    started,
+                    self._clock.time(),
+                    outcome.exit_code,
+                    first_line(outcome.failure),
+                    self._hosts,
+                    progressed,
+                )
+            )
+            why_not = refusal(self.attempts, facts, self._restart.max_restarts)
+            if why_not is not None:
+                if self._restart.enabled and not outcome.succeeded:
+                    self._log(f"attempt {attempt} failed; no restart: {why_not}")
+                return with_history(outcome, self.attempts[:-1])
+            attempt += 1
+            ended = self._between_attempts(attempt, outcome)
+            if ended is not None:
+                return with_history(ended, self.attempts)
+
+    def _between_attempts(self, attempt: int, failed: Outcome) -> Outcome | None:
+        """The backoff, while every worker ends what is left of the last attempt's ranks and
+        says it is ready; the outcome instead when the job ends meanwhile (SIGTERM, a lost
+        host, a worker not ready within ringleader_startup_timeout)."""
+        self.phase = Phase.RESTARTING
+        backoff, most = self._restart.backoff, self._restart.max_restarts
+        self._log(
+            f"attempt {attempt - 1} failed: {first_line(failed.failure)}; restarting every rank "
+            f"in {backoff:g} s (ringleader_restart_backoff): attempt {attempt} (restart "
+            f"{attempt} of {most})"
+        )
+        if self._parts.local is not None:
+            self._parts.local.begin_attempt()  # reaped when the last attempt concluded
+        waiting = set(self._workers) - self._settled
+        if self._parts.link is not None:
+            self._parts.link.broadcast(Restart(attempt))
+        now = self._clock.monotonic()
+        resume, deadline = now + backoff, now + self._timeouts.startup
+        while waiting or now < resume:
+            match self._events.next(deadline if waiting else resume):
+                case None if waiting and self._clock.monotonic() >= deadline:
+                    return Outcome(
+                        exitcodes.HOST_UNREACHABLE,
+                        f"Host(s) {', '.join(sorted(waiting))} did not get ready for attempt "
+                        f"{attempt} within {self._timeouts.startup:g} s "
+                        "(ringleader_startup_timeout).\n",
+                    )
+                case WorkerReady() as ready if ready.attempt == attempt:
+                    waiting.discard(ready.host)
+                case SigtermReceived() as sigterm:
+                    self._log(f"SIGTERM received on {sigterm.host}: no further attempt")
+                    stopped = JobFacts(
+                        stopped_on=sigterm.host,
+                        stopped_at=self._clock.time(),
+                        sigterm_grace=self._timeouts.sigterm_grace,
+                    )
+                    return decide(stopped)
+                case WorkerLost() as lost if lost.host in self._workers:
+                    self._log(f"lost worker {lost.host} between attempts: {lost.reason}")
+                    self._settled.add(lost.host)
+                    return lost_hosts_outcome([HostLoss(lost.host, lost.reason, lost.last_heard)])
+            now = self._clock.monotonic()
+        return None
 
     def _wait_for_workers(self) -> None:
         """Wait for every worker's hello, checking ssh to each as soon as it says hello. The
@@ -295,15 +389,17 @@ class Leader:
 
         self._parts.in_background(run)
 
-    def _supervise(self, plan: LaunchPlan) -> Outcome:
-        """Run the launcher to the job's end: when this host's launcher and every other host's
-        own launcher in the plan's policy (spawned ranks, or the plain hosts of a
-        heterogeneous cluster) have exited or their host was lost."""
+    def _supervise(self, plan: LaunchPlan, attempt: int = 0) -> tuple[JobFacts, bool]:
+        """Run the launcher to the attempt's end: when this host's launcher and every other
+        host's own launcher in the plan's policy (spawned ranks, or the plain hosts of a
+        heterogeneous cluster) have exited or their host was lost. The attempt's facts, and
+        whether any rank made progress in it."""
+        self._parts.on_attempt(attempt)
         self._announce_launch(plan)
         launcher = self._parts.start_launcher(plan)
         self.timeline.mark(self._host, phases.LAUNCHED, self._clock.time())
         now = self._clock.monotonic()
-        run = _Run(plan, launcher, now + self._timeouts.startup)
+        run = _Run(plan, launcher, now + self._timeouts.startup, attempt)
         if self._timeouts.hang is not None:  # the job's start-up counts: it can hang too
             run.hang_deadline = now + self._timeouts.hang
             run.hang_patience = self._timeouts.hang
@@ -321,7 +417,7 @@ class Leader:
             self._hosts
         ):
             code = 0  # every rank reported: the ranks' own codes tell the story
-        return self._conclude(run, code)
+        return self._conclude(run, code), bool(run.progress)
 
     def _announce_launch(self, plan: LaunchPlan) -> None:
         spawn = plan.spawn
@@ -344,6 +440,10 @@ class Leader:
     def _on_event(self, run: _Run, event: Event, now: float) -> None:
         """One handler per kind of event; the others do not concern a running job."""
         match event:
+            case RankStarted() if event.attempt != run.attempt:
+                pass  # stale: a rank of an earlier attempt
+            case RankEnded() if event.record.attempt != run.attempt:
+                pass
             case RankStarted():
                 self._on_rank_started(run, event)
             case RankEnded():
@@ -563,7 +663,7 @@ class Leader:
         if self._parts.link is not None:
             self._parts.link.broadcast(Terminate(grace))
 
-    def _conclude(self, run: _Run, launcher_code: int) -> Outcome:
+    def _conclude(self, run: _Run, launcher_code: int) -> JobFacts:
         # After a loss, a host whose ranks stay silent may be lost too (a partition silences
         # every host at once, and busy machines notice each silence at its own time): wait
         # until it would count as lost, so the verdict names every lost host.
@@ -582,7 +682,7 @@ class Leader:
                 elif now >= deadline:
                     break
                 continue
-            if isinstance(event, RankEnded):
+            if isinstance(event, RankEnded) and event.record.attempt == run.attempt:
                 record = self._record_on_leader_clock(event.record)
                 run.records[record.rank] = record
             elif isinstance(event, WorkerLost):
@@ -620,7 +720,7 @@ class Leader:
             error_code=exitcodes.HOST_UNREACHABLE if run.startup_error else None,
             error_message=run.startup_error,
         )
-        return decide(facts)
+        return facts
 
     def _record_on_leader_clock(self, record: RankRecord) -> RankRecord:
         return record.on_clock(self._clock_offsets.get(record.host, 0.0))

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from ringleader.core import paths
 from ringleader.core import timeline as phases
+from ringleader.core.attempts import AttemptRecord
 from ringleader.core.outcome import Outcome
 from ringleader.core.records import RankRecord
 from ringleader.core.results import write_job_summary, write_result
@@ -33,6 +34,7 @@ class ResultFiles:
 class ConcludingLeader(Protocol):
     records: tuple[RankRecord, ...]
     world_size: int
+    attempts: list[AttemptRecord]
 
     def announce(self, outcome: Outcome) -> None: ...
 
@@ -77,7 +79,13 @@ def conclude(
         best_effort(
             str(files.job_file),
             lambda: write_job_summary(
-                files.job_file, outcome, leader.records, hosts, leader.world_size, marks
+                files.job_file,
+                outcome,
+                leader.records,
+                hosts,
+                leader.world_size,
+                marks,
+                leader.attempts,
             ),
             log,
         )

@@ -49,6 +49,8 @@ from ringleader.wire.messages import (
     RankEnd,
     RanksExit,
     RankStart,
+    Ready,
+    Restart,
     Sigterm,
     Stacks,
     StacksWanted,
@@ -151,7 +153,7 @@ class Worker:
                 self._rank_deadline = None
                 if self.phase in (Phase.WAITING, Phase.LAUNCHED):
                     self.phase = Phase.RUNNING
-                link.send(RankStart(event.rank, event.host))
+                link.send(RankStart(event.rank, event.host, attempt=event.attempt))
             case RankEnded():
                 link.send(RankEnd(event.record))
             case LauncherExited():
@@ -212,9 +214,25 @@ class Worker:
                 if self.phase is Phase.WAITING:
                     self.phase = Phase.LAUNCHED
                     self._rank_deadline = self._clock.monotonic() + self._timeouts.startup
+            case Restart():
+                self._restart(message.attempt)
             case Exit():
                 return self._on_verdict(Outcome(message.code, message.failure), on_outcome)
         return None
+
+    def _restart(self, attempt: int) -> None:
+        """The job's ranks start again: this host's of the last attempt end (they were told
+        to stop, bounded by their grace), then the leader hears that the host is ready."""
+        self._local.reap(self._timeouts.abort_grace)
+        if self._launcher is not None:
+            self._launcher.kill()  # it exited already: the leader waits for that first
+            self._launcher = None
+        self._local.begin_attempt()
+        self._kill_deadline = self._rank_deadline = None
+        if self._sigterm_deadline is None:
+            self.phase = Phase.WAITING
+        self._parts.log(f"ready for attempt {attempt}")
+        self._parts.link.send(Ready(self._host, attempt))
 
     def _on_verdict(self, outcome: Outcome, on_outcome: Callable[[Outcome], None]) -> Outcome:
         """Files first, then bye, then let the leader go first."""

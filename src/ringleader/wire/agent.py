@@ -111,6 +111,14 @@ class HostAgent:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
 
+    def begin_attempt(self) -> None:
+        """The job's ranks start again (a restart in place): after `reap`, forget the last
+        attempt's stop and processes, so the next attempt's ranks run."""
+        with self._lock:
+            self._stop = None
+            self._terminating_since = None
+            self._user_pids.clear()
+
     def close(self) -> None:
         close_listener(self._server)
         with contextlib.suppress(FileNotFoundError):
@@ -137,7 +145,7 @@ class HostAgent:
                         if message.pid is not None:
                             self._user_pids[message.pid] = start_ticks(message.pid)
                         stop = self._stop
-                    self._events.put(RankStarted(message.rank, message.host))
+                    self._events.put(RankStarted(message.rank, message.host, message.attempt))
                     if stop is not None:
                         channel.send(stop)
                 elif isinstance(message, RankEnd):
@@ -156,7 +164,9 @@ class HostAgent:
                     self._wrappers.remove(channel)
             channel.close()
             if started is not None and not ended:
-                record = unreported_record(started.rank, started.host, started_at, time.time())
+                record = unreported_record(
+                    started.rank, started.host, started_at, time.time(), started.attempt
+                )
                 self._events.put(RankEnded(record))
 
 

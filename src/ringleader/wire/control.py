@@ -44,6 +44,7 @@ from ringleader.wire.events import (
     WorkerBye,
     WorkerHello,
     WorkerLost,
+    WorkerReady,
 )
 from ringleader.wire.liveness import bound_sends, close_at_once
 from ringleader.wire.messages import (
@@ -60,6 +61,7 @@ from ringleader.wire.messages import (
     RankEnd,
     RanksExit,
     RankStart,
+    Ready,
     Refused,
     Sigterm,
     Stacks,
@@ -404,7 +406,8 @@ class ControlServer:
             self._log(f"ignored a message of unknown type {unknown.kind[:50]!r} from {host}")
             return
         if isinstance(message, RankStart):
-            self._events.put(RankStarted(message.rank, self._own(host, message.host)))
+            own = self._own(host, message.host)
+            self._events.put(RankStarted(message.rank, own, message.attempt))
         elif isinstance(message, RankEnd):
             self._own(host, message.record.host)
             self._events.put(RankEnded(message.record))
@@ -414,6 +417,8 @@ class ControlServer:
             self._events.put(RanksExited(host, message.code))
         elif isinstance(message, Bye):
             self._events.put(WorkerBye(host, message.timeline))
+        elif isinstance(message, Ready):
+            self._events.put(WorkerReady(host, message.attempt))
         elif isinstance(message, Progress):
             self._events.put(RanksProgressed(self._own(host, message.host), message.ranks))
         elif isinstance(message, Stacks):

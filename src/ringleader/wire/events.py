@@ -12,6 +12,7 @@ from ringleader.wire.messages import Message
 class RankStarted:
     rank: int
     host: str
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,14 @@ class WorkerLost:
 
 
 @dataclass(frozen=True)
+class WorkerReady:
+    """A worker's ranks of the last attempt are gone: it can start the next one."""
+
+    host: str
+    attempt: int
+
+
+@dataclass(frozen=True)
 class WorkerBye:
     host: str
     marks: tuple[Mark, ...] = ()  # the worker's timeline since its hello (verdict, exited)
@@ -114,6 +123,7 @@ Event = (
     | SshChecked
     | WorkerLost
     | WorkerBye
+    | WorkerReady
     | LeaderMessage
     | LeaderLost
     | RanksProgressed

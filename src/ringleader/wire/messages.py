@@ -13,7 +13,8 @@ Who sends what:
 - a worker to the leader, on its control connection: Hello, then RankStart, RankEnd (relayed
   from its host agent), RanksExit (its own launcher exited), Sigterm, and Bye once it has the
   job's exit code; on its pulse connection, after the Welcome, only Pulse (both ways).
-- the leader to its workers: Launched, Terminate, Exit.
+- the leader to its workers: Launched, Terminate, Exit; between two attempts (restarts in
+  place), Restart, which each worker answers Ready once its ranks of the last attempt are gone.
 - a rank wrapper to its host agent: RankStart (with the user process's PID), RankEnd; the
   agent answers Terminate (stop your rank) and Ack (the record arrived).
 - the hang watch: Progress (wrapper to agent, worker to leader: these ranks made progress),
@@ -154,6 +155,23 @@ class Exit:
 
 
 @dataclass(frozen=True)
+class Restart:
+    """The job's ranks start again: end what is left of the last attempt's, then say Ready."""
+
+    kind: ClassVar[str] = "restart"
+    attempt: int  # the attempt that comes next
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A worker's answer to Restart: its ranks of the last attempt are gone."""
+
+    kind: ClassVar[str] = "ready"
+    host: str
+    attempt: int
+
+
+@dataclass(frozen=True)
 class RankStart:
     """A rank started; from a rank wrapper, with its user process's PID."""
 
@@ -161,6 +179,7 @@ class RankStart:
     rank: int
     host: str
     pid: int | None = None
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -245,6 +264,8 @@ Message = (
     | Launched
     | Terminate
     | Exit
+    | Restart
+    | Ready
     | RankStart
     | RankEnd
     | RanksExit
@@ -303,8 +324,17 @@ def decode(frame: bytes) -> Message:
         return Terminate(read.number("grace"))
     if kind == Exit.kind:
         return Exit(read.integer("code"), read.optional_text("failure"))
+    if kind == Restart.kind:
+        return Restart(read.integer("attempt"))
+    if kind == Ready.kind:
+        return Ready(read.text("host"), read.integer("attempt"))
     if kind == RankStart.kind:
-        return RankStart(read.integer("rank"), read.text("host"), read.optional_integer("pid"))
+        return RankStart(
+            read.integer("rank"),
+            read.text("host"),
+            read.optional_integer("pid"),
+            read.optional_integer("attempt") or 0,
+        )
     if kind == RankEnd.kind:
         return RankEnd(read.parsed("record", RankRecord.from_json))
     if kind == RanksExit.kind:
@@ -354,8 +384,13 @@ def _fields(message: Message) -> JsonObject:
         return {"grace": message.grace}
     if isinstance(message, Exit):
         return {"code": message.code, "failure": message.failure}
+    if isinstance(message, Restart):
+        return {"attempt": message.attempt}
+    if isinstance(message, Ready):
+        return {"host": message.host, "attempt": message.attempt}
     if isinstance(message, RankStart):
-        return _set({"rank": message.rank, "host": message.host}, pid=message.pid)
+        attempt = message.attempt or None  # attempt 0 is the default: not sent
+        return _set({"rank": message.rank, "host": message.host}, pid=message.pid, attempt=attempt)
     if isinstance(message, RankEnd):
         return {"record": message.record.to_json()}
     if isinstance(message, RanksExit):

@@ -251,7 +251,6 @@ def restart_settings(args: argparse.Namespace) -> dict[str, str]:
     return settings
 
 
-
 def _argument(parse: Callable[[str, str], _T]) -> Callable[[str], _T]:
     """An argparse type from a hyperparameter parser: its problem becomes argparse's error."""
 
