@@ -1,0 +1,319 @@
+"""Restarts in place (ringleader_max_restarts): the budget's rules, the failure file across
+attempts, and the leader's and a worker's state machines between two attempts, with the fake
+collaborators of test_supervise_faults (no containers, no sleeps)."""
+
+import dataclasses
+import json
+
+import pytest
+
+from ringleader.config.job import RestartConfig
+from ringleader.core import exitcodes
+from ringleader.core.attempts import AttemptRecord, refusal, restartable, with_history
+from ringleader.core.jobfile import JobSummary, job_file_text, parse_job_file
+from ringleader.core.outcome import FAILURE_FILE_LIMIT, Hang, HostLoss, JobFacts, Outcome
+from ringleader.launch.strategy import LaunchPlan
+from ringleader.supervise.common import RunningLauncher
+from ringleader.supervise.leader import Leader
+from ringleader.wire.events import (
+    LauncherExited,
+    LeaderLost,
+    LeaderMessage,
+    RankEnded,
+    RanksProgressed,
+    RankStarted,
+    SigtermReceived,
+    WorkerBye,
+    WorkerLost,
+    WorkerReady,
+)
+from ringleader.wire.messages import Exit, Launched, Restart
+
+from .test_supervise_faults import HOSTS, TIMEOUTS, LeaderRig, Strategy, WorkerRig, record
+
+FAILED = JobFacts(records=(record(4, 3),), world_size=6)
+
+
+def attempt(number: int, *, progressed: bool = True, code: int = 3) -> AttemptRecord:
+    cause = None if code == 0 else f"Rank 4 on host algo-3 exited with code {code}. It ran 2.0 s."
+    return AttemptRecord(number, 1000.0 + number, 1002.0 + number, code, cause, HOSTS, progressed)
+
+
+# ----------------------------------------------------------------------------- the budget
+def test_a_failed_rank_or_a_hang_is_restarted_until_the_budget_is_spent() -> None:
+    assert refusal([attempt(0)], FAILED, max_restarts=2) is None
+    assert refusal([attempt(0), attempt(1)], FAILED, max_restarts=2) is None
+    assert refusal([attempt(0), attempt(1), attempt(2)], FAILED, 2) == (
+        "no restart left (ringleader_max_restarts 2)"
+    )
+    hung = JobFacts(hang=Hang("Rank 4 waits in train.py:12", (), 1003.0))
+    assert restartable(hung)
+    assert refusal([attempt(0, code=exitcodes.HUNG)], hung, max_restarts=1) is None
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        JobFacts(error_code=78, error_message="Configuration error in x: y"),
+        JobFacts(error_code=69, error_message="Only 4 of 6 ranks started"),
+        JobFacts(records=(record(4, 3),), stopped_on="algo-2", stopped_at=1003.0),
+        JobFacts(records=(record(4, 3),), lost_hosts=(HostLoss("algo-3", "gone", 1002.0),)),
+        JobFacts(records=(record(4, 0),)),  # nothing failed: the launcher's own failure
+    ],
+    ids=["configuration", "a host never started", "SIGTERM", "a lost host", "no rank failed"],
+)
+def test_what_a_restart_cannot_cure_is_never_restarted(facts: JobFacts) -> None:
+    assert not restartable(facts)
+    assert refusal([attempt(0)], facts, max_restarts=5) == "not a failure a restart can cure"
+
+
+def test_two_attempts_in_a_row_without_progress_end_the_restarts() -> None:
+    """A job that fails as it starts fails so every time (pytorch#60910): the second such
+    attempt in a row ends the restarts, whatever budget is left; one alone does not."""
+    assert refusal([attempt(0, progressed=False)], FAILED, 5) is None
+    assert refusal([attempt(0), attempt(1, progressed=False)], FAILED, 5) is None
+    stuck = [attempt(0), attempt(1, progressed=False), attempt(2, progressed=False)]
+    assert refusal(stuck, FAILED, 5) == "2 attempts in a row failed before any progress"
+    between = [attempt(0, progressed=False), attempt(1), attempt(2, progressed=False)]
+    assert refusal(between, FAILED, 5) is None
+
+
+def test_success_ends_the_job() -> None:
+    assert refusal([attempt(0), attempt(1, code=0)], JobFacts(), 5) == "it succeeded"
+
+
+# ----------------------------------------------------------------------------- the failure file
+def test_the_failure_file_names_the_final_cause_then_every_earlier_attempt() -> None:
+    final = Outcome(
+        3, "Rank 4 on host algo-3 exited with code 3. It ran 2.0 s.\nLast lines:\n  boom\n"
+    )
+    earlier = [attempt(0, progressed=False), attempt(1)]
+    text = with_history(final, earlier).failure
+    assert text is not None
+    assert text.splitlines() == [
+        "Rank 4 on host algo-3 exited with code 3. It ran 2.0 s.",
+        "Earlier attempt 0: exit code 3 (before any progress): Rank 4 on host algo-3 exited "
+        "with code 3. It ran 2.0 s.",
+        "Earlier attempt 1: exit code 3: Rank 4 on host algo-3 exited with code 3. It ran 2.0 s.",
+        "Last lines:",
+        "  boom",
+    ]
+    assert with_history(final, []) == final
+    assert with_history(Outcome(0, None), earlier) == Outcome(0, None)
+
+
+def test_many_attempts_still_fit_the_failure_file() -> None:
+    final = Outcome(3, "Rank 4 failed.\n" + "".join(f"  line {n}\n" for n in range(100)))
+    text = with_history(final, [attempt(n) for n in range(50)]).failure
+    assert text is not None and len(text.encode()) <= FAILURE_FILE_LIMIT
+    assert text.startswith("Rank 4 failed.\nEarlier attempt 0: exit code 3")
+    assert text.endswith("\n")
+
+
+def test_job_json_lists_every_attempt_and_reads_it_back() -> None:
+    summary = JobSummary(0, None, HOSTS, 6, None, (), attempts=(attempt(0), attempt(1, code=0)))
+    data = json.loads(job_file_text(summary))
+    assert [item["attempt"] for item in data["attempts"]] == [0, 1]
+    assert data["attempts"][1]["cause"] is None and data["attempts"][0]["exit_code"] == 3
+    assert parse_job_file(job_file_text(summary)).attempts == summary.attempts
+    data["attempts"].append({"attempt": "x"})
+    read = parse_job_file(json.dumps(data))
+    assert len(read.attempts) == 2 and read.problems[0].startswith("an attempt cannot be read")
+
+
+# ----------------------------------------------------------------------------- the leader
+class RestartingRig(LeaderRig):
+    def __init__(self, max_restarts: int, backoff: float) -> None:
+        super().__init__()
+        self.launches: list[float] = []  # when each attempt's launcher started
+        start = self.leader_parts.start_launcher
+
+        def counting(plan: LaunchPlan) -> RunningLauncher:
+            self.launches.append(self.clock.now)
+            return start(plan)
+
+        parts = dataclasses.replace(self.leader_parts, start_launcher=counting)
+        restart = RestartConfig(max_restarts, backoff)
+        self.leader = Leader(HOSTS[0], HOSTS[1:], TIMEOUTS, parts, restart)
+        self.hellos()
+
+
+def restarting_rig(max_restarts: int = 2, backoff: float = 1.0) -> RestartingRig:
+    return RestartingRig(max_restarts, backoff)
+
+
+def fail_once(rig: LeaderRig, start: float, attempt: int, progress: bool = True) -> None:
+    """Attempt `attempt` from `start`: every rank starts, rank 4 fails with 3 and the others
+    are stopped; the launcher exits."""
+    rig.events.at(start, *(RankStarted(rank, HOSTS[rank // 2], attempt) for rank in range(6)))
+    if progress:
+        rig.events.at(start + 0.5, RanksProgressed("algo-3", (4,)))
+    ended = rig.clock.now + start + 1.0
+    failed = dataclasses.replace(record(4, 3, ended=ended), attempt=attempt)
+    rig.events.at(start + 1.0, RankEnded(failed))
+    stopped = [
+        dataclasses.replace(record(rank, 143, terminated=True, ended=ended + 0.1), attempt=attempt)
+        for rank in (0, 1, 2, 3, 5)
+    ]
+    rig.events.at(start + 1.1, *(RankEnded(each) for each in stopped), LauncherExited(3))
+
+
+def succeed(rig: LeaderRig, start: float, attempt: int) -> None:
+    rig.events.at(start, *(RankStarted(rank, HOSTS[rank // 2], attempt) for rank in range(6)))
+    done = [dataclasses.replace(record(rank, 0), attempt=attempt) for rank in range(6)]
+    rig.events.at(start + 1.0, *(RankEnded(each) for each in done), LauncherExited(0))
+    rig.events.at(start + 1.1, WorkerBye("algo-2"), WorkerBye("algo-3"))
+
+
+def ready(rig: LeaderRig, when: float, attempt: int) -> None:
+    rig.events.at(when, WorkerReady("algo-2", attempt), WorkerReady("algo-3", attempt))
+
+
+def test_a_rank_that_fails_once_is_restarted_in_place_and_the_job_succeeds() -> None:
+    rig = restarting_rig()
+    fail_once(rig, 1.0, attempt=0)
+    ready(rig, 2.5, attempt=1)
+    succeed(rig, 5.0, attempt=1)
+    outcome = rig.run()
+    assert outcome == Outcome(0, None)
+    assert len(rig.launches) == 2
+    # the next attempt starts once the backoff has passed and every worker is ready
+    assert rig.launches[1] - rig.launches[0] >= 1.0
+    assert [message for message in rig.link.sent if message["type"] == "restart"] == [
+        {"type": "restart", "attempt": 1}
+    ]
+    assert rig.local.attempts_begun == 1
+    assert [(each.attempt, each.exit_code) for each in rig.leader.attempts] == [(0, 3), (1, 0)]
+    assert rig.leader.attempts[0].cause is not None
+    assert rig.leader.attempts[0].cause.startswith("Rank 4 on host algo-3 exited with code 3")
+    assert all(each.attempt == 1 for each in rig.leader.records)
+    assert any("restarting every rank in 1 s" in line for line in rig.logs)
+
+
+def test_stale_events_of_the_last_attempt_are_ignored() -> None:
+    rig = restarting_rig()
+    fail_once(rig, 1.0, attempt=0)
+    ready(rig, 2.5, attempt=1)
+    # a rank of attempt 0 whose end arrives late must not count for attempt 1
+    late = dataclasses.replace(record(0, 9, ended=1005.0), attempt=0)
+    rig.events.at(5.0, RankEnded(late))
+    succeed(rig, 5.5, attempt=1)
+    assert rig.run() == Outcome(0, None)
+
+
+def test_a_rank_that_fails_every_time_ends_with_its_code_after_the_budget() -> None:
+    rig = restarting_rig(max_restarts=2)
+    fail_once(rig, 1.0, attempt=0)
+    ready(rig, 2.5, attempt=1)
+    fail_once(rig, 5.0, attempt=1)
+    ready(rig, 6.5, attempt=2)
+    fail_once(rig, 9.0, attempt=2)
+    rig.events.at(12.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome.exit_code == 3
+    assert rig.link.final is not None and rig.link.final[0] == 3
+    lines = (outcome.failure or "").splitlines()
+    assert lines[0].startswith("Rank 4 on host algo-3 exited with code 3")
+    assert lines[1].startswith("Earlier attempt 0: exit code 3: Rank 4")
+    assert lines[2].startswith("Earlier attempt 1: exit code 3: Rank 4")
+    assert len(rig.leader.attempts) == 3
+    assert any("no restart: no restart left (ringleader_max_restarts 2)" in x for x in rig.logs)
+
+
+def test_two_attempts_without_progress_stop_the_restarts_early() -> None:
+    rig = restarting_rig(max_restarts=5)
+    fail_once(rig, 1.0, attempt=0, progress=False)
+    ready(rig, 2.5, attempt=1)
+    fail_once(rig, 5.0, attempt=1, progress=False)
+    rig.events.at(8.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome.exit_code == 3
+    assert len(rig.leader.attempts) == 2
+    assert "(before any progress)" in (outcome.failure or "").splitlines()[1]
+    assert any("2 attempts in a row failed before any progress" in line for line in rig.logs)
+
+
+def test_sigterm_during_the_backoff_ends_the_job_with_143_and_no_further_attempt() -> None:
+    rig = restarting_rig(backoff=30.0)
+    fail_once(rig, 1.0, attempt=0)
+    ready(rig, 2.5, attempt=1)
+    rig.events.at(4.0, SigtermReceived("algo-2"))
+    rig.events.at(4.5, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.SIGTERM_EXIT
+    lines = (outcome.failure or "").splitlines()
+    assert lines[0].startswith("Job stopped by SIGTERM received on host algo-2")
+    assert lines[1].startswith("Earlier attempt 0: exit code 3")
+    assert len(rig.leader.attempts) == 1
+    assert rig.link.final is not None and rig.link.final[0] == exitcodes.SIGTERM_EXIT
+    assert len(rig.launches) == 1
+    assert rig.clock.now < 1000.0 + 30.0  # it did not sit out the backoff
+
+
+def test_a_worker_lost_between_attempts_ends_the_job_with_the_host_loss_code() -> None:
+    rig = restarting_rig()
+    fail_once(rig, 1.0, attempt=0)
+    rig.events.at(2.5, WorkerReady("algo-2", 1), WorkerLost("algo-3", "no pulse for 10 s"))
+    rig.events.at(3.0, WorkerBye("algo-2"))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.HOST_LOST
+    assert (outcome.failure or "").startswith("Host algo-3: no pulse for 10 s.")
+
+
+def test_a_worker_never_ready_ends_the_job_within_the_startup_timeout() -> None:
+    rig = restarting_rig()
+    fail_once(rig, 1.0, attempt=0)
+    rig.events.at(2.5, WorkerReady("algo-2", 1))
+    rig.events.at(40.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.HOST_UNREACHABLE
+    assert (outcome.failure or "").startswith(
+        "Host(s) algo-3 did not get ready for attempt 1 within 30 s (ringleader_startup_timeout)."
+    )
+
+
+def test_without_restarts_a_failure_ends_the_job_as_before() -> None:
+    rig = restarting_rig(max_restarts=0)
+    fail_once(rig, 1.0, attempt=0)
+    rig.events.at(3.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome.exit_code == 3
+    assert len((outcome.failure or "").splitlines()) == 1  # no earlier attempt to name
+    assert not [message for message in rig.link.sent if message["type"] == "restart"]
+    assert not any("no restart" in line for line in rig.logs)
+
+
+# ----------------------------------------------------------------------------- a worker
+def test_a_worker_ends_its_last_attempt_then_says_ready_and_launches_again() -> None:
+    rig = WorkerRig()
+    rig.events.at(1.0, LeaderMessage(Launched()), RankStarted(2, "algo-2"))
+    rig.events.at(2.0, RankEnded(record(2, 3)))
+    rig.events.at(3.0, LeaderMessage(Restart(1)))
+    rig.events.at(4.0, LeaderMessage(Launched()), RankStarted(2, "algo-2", 1))
+    rig.events.at(5.0, LeaderMessage(Exit(0, None)))
+    rig.events.at(5.1, LeaderLost("control connection closed (connection closed)"))
+    outcome = rig.run()
+    assert outcome == Outcome(0, None)
+    assert rig.local.reaped >= 1 and rig.local.attempts_begun == 1
+    sent = [message["type"] for message in rig.link.sent]
+    assert sent.index("ready") < len(sent) - 1
+    assert {"type": "ready", "host": "algo-2", "attempt": 1} in rig.link.sent
+    assert {"type": "rank-start", "rank": 2, "host": "algo-2", "attempt": 1} in rig.link.sent
+
+
+def test_the_strategy_is_asked_for_each_attempts_launcher() -> None:
+    asked: list[int] = []
+
+    @dataclasses.dataclass(frozen=True)
+    class Counting(Strategy):
+        def prepare(self, attempt: int = 0):  # type: ignore[no-untyped-def]
+            asked.append(attempt)
+            return super().prepare(attempt)
+
+    rig = restarting_rig()
+    fail_once(rig, 1.0, attempt=0)
+    ready(rig, 2.5, attempt=1)
+    succeed(rig, 5.0, attempt=1)
+    outcome = rig.leader.run(Counting())
+    rig.leader.tell_workers(outcome)
+    assert outcome == Outcome(0, None) and asked == [0, 1]
