@@ -75,10 +75,16 @@ def test_end_sessions_kills_this_jobs_masters_only(tmp_path):
         return subprocess.Popen([title, "60"], executable="sleep")  # titled from its start
 
     mine, theirs = fake_master(masters), fake_master(other)
+    # what a killed master leaves behind: its socket, which the next mpirun must not try
+    stale = Path(masters.control_path.removesuffix("%C")) / "0123abcd"
+    stale.touch()
+    kept = Path(other.control_path.removesuffix("%C")) / "4567ef01"
+    kept.touch()
     try:
         masters.end_sessions()
         assert mine.wait(timeout=30) == -signal.SIGKILL
         assert theirs.poll() is None
+        assert not stale.exists() and kept.exists()
     finally:
         for process in (mine, theirs):
             process.kill()

@@ -162,6 +162,11 @@ class SshMasters:
             with contextlib.suppress(psutil.Error):
                 if " ".join(process.info["cmdline"] or ()).startswith(title):
                     process.kill()
+        # Killed masters leave their sockets: a later mpirun (a restart in place) would try
+        # each, warn "Connection refused", and then connect on its own anyway.
+        for socket_file in self._dir.iterdir():
+            with contextlib.suppress(OSError):
+                socket_file.unlink()
 
     def close(self, log: Callable[[str], None]) -> None:
         """Tell every master to exit (all at once, bounded) and remove their directory."""
