@@ -317,3 +317,44 @@ def test_the_strategy_is_asked_for_each_attempts_launcher() -> None:
     outcome = rig.leader.run(Counting())
     rig.leader.tell_workers(outcome)
     assert outcome == Outcome(0, None) and asked == [0, 1]
+
+
+# ----------------------------------------------------------------------------- earlier runs
+def test_earlier_attempts_of_a_cluster_job_continue_the_numbering_and_the_history() -> None:
+    earlier = (dataclasses.replace(attempt(0), lost=("algo-3",)),)
+    rig = LeaderRig()
+    restart = RestartConfig(max_restarts=2, history=earlier)
+    rig.leader = Leader(HOSTS[0], HOSTS[1:], TIMEOUTS, rig.leader_parts, restart)
+    rig.hellos()
+    fail_once(rig, 1.0, attempt=1)
+    ready(rig, 2.5, attempt=2)
+    fail_once(rig, 5.0, attempt=2)
+    rig.events.at(8.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert [each.attempt for each in rig.leader.attempts] == [0, 1, 2]
+    assert rig.leader.attempts[0].lost == ("algo-3",)
+    lines = (outcome.failure or "").splitlines()
+    assert [line.split(":")[0] for line in lines[1:3]] == [
+        "Earlier attempt 0",
+        "Earlier attempt 1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("[{", "expected a JSON list of attempts"),
+        ('{"attempt": 0}', "expected a JSON list of attempts"),
+        ('[{"attempt": 0}]', "expected a JSON list of attempts"),
+        (json.dumps([attempt(1).to_json()]), "expected attempts numbered 0, 1, ... in order"),
+    ],
+)
+def test_bad_earlier_attempts_are_a_configuration_error(value: str, problem: str) -> None:
+    from ringleader.core.attempts import parse_history
+    from ringleader.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        parse_history("ringleader_earlier_attempts", value)
+    assert error.value.field == "ringleader_earlier_attempts"
+    assert problem in str(error.value)
+    assert parse_history("x", json.dumps([attempt(0).to_json()])) == (attempt(0),)

@@ -23,6 +23,7 @@ from ringleader.config.timeouts import TIMEOUT_KEYS, parse_timeouts
 from ringleader.config.timeouts import Timeouts as Timeouts  # where the job's parts import it
 from ringleader.config.topology import Topology, parse_topology
 from ringleader.core import paths
+from ringleader.core.attempts import AttemptRecord, parse_history
 from ringleader.core.errors import ConfigError
 from ringleader.core.jsontext import parse_json
 
@@ -86,6 +87,7 @@ _SETTING_KEYS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "ringleader_mxnet_ps_port": ("spawn", "mxnet_ps_port", hp.as_port),
     "ringleader_max_restarts": ("restart", "max_restarts", hp.as_count),
     "ringleader_restart_backoff": ("restart", "backoff", hp.as_seconds),
+    "ringleader_earlier_attempts": ("restart", "history", parse_history),
 }
 
 
@@ -175,6 +177,9 @@ class RestartConfig:
 
     max_restarts: int = 0  # ringleader_max_restarts: attempts after the first, at most
     backoff: float = 1.0  # ringleader_restart_backoff: seconds between two attempts
+    # ringleader_earlier_attempts: the job's attempts before this run (a cluster's runner
+    # starts the job again on a spare host after a host loss); this run's first is the next.
+    history: tuple[AttemptRecord, ...] = ()
 
     @property
     def enabled(self) -> bool:

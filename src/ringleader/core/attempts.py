@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ringleader.core.errors import ConfigError
+from ringleader.core.jsontext import parse_json
 from ringleader.core.outcome import FAILURE_FILE_LIMIT, JobFacts, Outcome
 
 # An attempt in which no rank made progress (kept running to a progress report after an
@@ -29,6 +31,7 @@ class AttemptRecord:
     cause: str | None  # the first line of its failure; None when it succeeded
     hosts: tuple[str, ...]
     progressed: bool  # some rank made progress before it ended
+    lost: tuple[str, ...] = ()  # hosts lost during it (a cluster's spares replace them)
 
     def describe(self) -> str:
         if self.cause is None:
@@ -45,6 +48,7 @@ class AttemptRecord:
             "cause": self.cause,
             "hosts": list(self.hosts),
             "progressed": self.progressed,
+            "lost": list(self.lost),
         }
 
     @classmethod
@@ -58,7 +62,24 @@ class AttemptRecord:
             cause=None if cause is None else str(cause),
             hosts=tuple(str(host) for host in data.get("hosts", ())),
             progressed=bool(data.get("progressed", True)),
+            lost=tuple(str(host) for host in data.get("lost", ())),
         )
+
+
+def parse_history(field: str, value: object) -> tuple[AttemptRecord, ...]:
+    """Attempts made before this run of the job (`ringleader cluster run --spares` starts the
+    job again on other hosts after a host loss): a JSON list of attempts as job.json has them.
+    """
+    try:
+        items = parse_json(value) if isinstance(value, str) else value
+        if not isinstance(items, list):
+            raise TypeError("not a list")
+        history = tuple(AttemptRecord.from_json(item) for item in items)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise ConfigError(field, f"expected a JSON list of attempts: {error}") from None
+    if [each.attempt for each in history] != list(range(len(history))):
+        raise ConfigError(field, "expected attempts numbered 0, 1, ... in order")
+    return history
 
 
 def first_line(failure: str | None) -> str | None:

@@ -219,7 +219,8 @@ class Leader:
         self._hosts = (host, *self._workers)
         self._timeouts = timeouts
         self._restart = restart or RestartConfig()
-        self.attempts: list[AttemptRecord] = []  # every start of the ranks, once it ended
+        # every start of the ranks, once it ended (a cluster's earlier runs' first)
+        self.attempts: list[AttemptRecord] = list(self._restart.history)
         self._parts = parts
         self._events = parts.events
         self._clock = parts.clock
@@ -248,7 +249,7 @@ class Leader:
             )
         except JobError as error:
             return decide(JobFacts(error_code=error.exit_code, error_message=str(error)))
-        attempt = 0
+        attempt = len(self.attempts)
         while True:
             started = self._clock.time()
             try:
@@ -267,6 +268,7 @@ class Leader:
                     first_line(outcome.failure),
                     self._hosts,
                     progressed,
+                    tuple(loss.host for loss in facts.lost_hosts),
                 )
             )
             why_not = refusal(self.attempts, facts, self._restart.max_restarts)
