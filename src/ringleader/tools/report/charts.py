@@ -8,15 +8,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from matplotlib import rcParams
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ringleader.core import timeline as phases
+from ringleader.core.attempts import AttemptRecord
 from ringleader.tools.report import jobinfo
 from ringleader.tools.report.autotune import AutotuneLog
 from ringleader.tools.report.metrics import Metric
-from ringleader.tools.report.model import Report
+from ringleader.tools.report.model import Report, metric_attempt_starts
 from ringleader.tools.report.timeline import TimelineSummary
 
 DPI = 100
@@ -28,6 +30,7 @@ TOP_TENSORS = 20
 
 OK, FAILED, ROOT_CAUSE, STOPPED = "#2e8b57", "#e8833a", "#c0392b", "#9aa5b1"
 BAR, ACTIVITY, ACCENT = "#3b6ea8", "#8fb3d9", "#c0392b"
+ATTEMPT_LINE = "#5b6b7c"  # where an attempt starts (restarts in place)
 PHASE_COLORS = (
     "#4e79a7",
     "#f28e2b",
@@ -76,16 +79,19 @@ def render_all(report: Report, out_dir: Path) -> list[Chart]:
     start = report.start_time
     job = report.job
     if job is not None and job.timeline:
-        charts.append(_launcher(job.timeline, out_dir))
+        charts.append(_launcher(job.timeline, out_dir, job.attempts))
     if job is not None and job.ranks:
         charts.append(_ranks(report, out_dir))
     used: set[str] = set()
+    attempt_starts = metric_attempt_starts(report)
     for metric in report.metrics.metrics[:MAX_METRIC_CHARTS]:
         slug = _slug(metric.name)
         while slug in used:
             slug += "-"
         used.add(slug)
-        charts.append(_metric(metric, start, out_dir, f"metric-{slug}.png"))
+        figure = metric_figure(metric, start, report.time_axis, attempt_starts)
+        chart = Chart(f"metric:{metric.name}", f"metric-{slug}.png", metric.name)
+        charts.append(_save(figure, out_dir, chart))
     for i, timeline in enumerate(report.timelines, 1):
         suffix = "" if len(report.timelines) == 1 else f"-{i}"
         charts.extend(_timeline(timeline.value, i, suffix, out_dir))
@@ -96,14 +102,19 @@ def render_all(report: Report, out_dir: Path) -> list[Chart]:
     return charts
 
 
-def _launcher(marks: Sequence[phases.Mark], out_dir: Path) -> Chart:
+def _launcher(
+    marks: Sequence[phases.Mark], out_dir: Path, attempts: Sequence[AttemptRecord] = ()
+) -> Chart:
     """A Gantt chart of the launcher: a row per host, a bar per phase (the time it took to
-    reach it), colored by phase."""
+    reach it), colored by phase. A job that restarted its ranks gets a row of its attempts on
+    top, a bar per attempt (its number and exit code), and a dashed line where each starts."""
     spans = phases.spans(marks)
     hosts = list(dict.fromkeys(mark.host for mark in marks))
     origin = min(mark.at for mark in marks)
     colors = {phase: PHASE_COLORS[i % len(PHASE_COLORS)] for i, phase in enumerate(phases.PHASES)}
-    figure = _figure(_label_height(len(hosts), per_row=0.45))
+    shown = list(attempts) if jobinfo.restarted(attempts) else []
+    labels = [*hosts, "attempts"] if shown else hosts
+    figure = _figure(_label_height(len(labels), per_row=0.45))
     axes = figure.add_subplot()
     rows = {host: len(hosts) - 1 - index for index, host in enumerate(hosts)}  # leader on top
     for span in spans:
@@ -114,12 +125,39 @@ def _launcher(marks: Sequence[phases.Mark], out_dir: Path) -> Chart:
             color=colors.get(span.phase, BAR),
             height=0.6,
         )
-    axes.set_yticks([rows[host] for host in hosts], hosts)
+    for attempt in shown:
+        begin = attempt.started_at - origin
+        axes.axvline(begin, color=ATTEMPT_LINE, linestyle="--", linewidth=1)
+        axes.barh(
+            len(hosts),
+            max(jobinfo.attempt_duration(attempt), 0.002),
+            left=begin,
+            color=OK if attempt.cause is None else FAILED,
+            edgecolor="white",
+            height=0.6,
+        )
+        axes.text(
+            begin,
+            len(hosts),
+            f" {attempt.attempt}: exit {attempt.exit_code}",
+            va="center",
+            fontsize=8,
+            clip_on=True,
+        )
+    ticks = [rows[host] for host in hosts] + ([len(hosts)] if shown else [])  # attempts on top
+    axes.set_yticks(ticks, labels)
     axes.set_xlabel("seconds since the first host's entry point started")
-    axes.set_title("Launcher: how long each host took to reach each phase")
+    axes.set_title(
+        "Launcher: how long each host took to reach each phase"
+        + (f"; {jobinfo.attempts_headline(shown)}" if shown else "")
+    )
     used = [phase for phase in phases.PHASES if any(span.phase == phase for span in spans)]
+    handles = [Patch(color=colors[phase], label=phase) for phase in used]
+    if shown:
+        handles.append(Patch(color=OK, label="attempt succeeded"))
+        handles.append(Patch(color=FAILED, label="attempt failed"))
     figure.legend(
-        handles=[Patch(color=colors[phase], label=phase) for phase in used],
+        handles=handles,
         loc="outside lower center",
         ncols=4,
         fontsize=8,
@@ -154,8 +192,15 @@ def _ranks(report: Report, out_dir: Path) -> Chart:
             fontsize=9,
         )
     axes.set_yticks(range(len(records)), [f"rank {r.rank} ({r.host})" for r in records])
-    axes.set_xlabel("seconds since the first rank started")
-    axes.set_title("Ranks: when each ran and how it ended")
+    axes.set_xlabel(report.time_axis)
+    axes.set_title(
+        "Ranks: when each ran and how it ended"
+        + (
+            f" (attempt {max(r.attempt for r in records)})"
+            if jobinfo.restarted(job.attempts)
+            else ""
+        )
+    )
     axes.margins(x=0.3)
     figure.legend(
         handles=[
@@ -172,25 +217,54 @@ def _ranks(report: Report, out_dir: Path) -> Chart:
     return _save(figure, out_dir, Chart("ranks", "ranks.png", "Ranks"))
 
 
-def _metric(metric: Metric, start: float | None, out_dir: Path, file: str) -> Chart:
+def metric_figure(
+    metric: Metric,
+    start: float | None,
+    axis_label: str,
+    attempt_starts: Sequence[tuple[int, float]] = (),
+) -> Figure:
+    """A line per rank; with attempt_starts (metrics of more than one attempt), a rank's
+    points of each attempt are a line of their own, in the rank's color, and a dashed line
+    marks where each attempt starts."""
     zero = start if start is not None else 0.0
     figure = _figure(3.4)
     axes = figure.add_subplot()
+    palette = rcParams["axes.prop_cycle"].by_key()["color"]
+    drawn = 0
     for series in metric.series:
-        pairs = zip(series.times, series.values, strict=True)
-        points = [(t - zero, v) for t, v in pairs if math.isfinite(v)]
-        if not points:
+        runs = []
+        for _attempt, times, values in series.by_attempt():
+            pairs = zip(times, values, strict=True)
+            points = [(t - zero, v) for t, v in pairs if math.isfinite(v)]
+            if points:
+                runs.append(points)
+        if not runs:
             continue
-        xs, ys = zip(*points, strict=True)
-        style = "o-" if len(points) <= 40 else "-"
-        label = f"rank {series.rank} ({series.host})"
-        axes.plot(xs, ys, style, markersize=3, linewidth=1.4, label=label)
+        style = "o-" if sum(len(points) for points in runs) <= 40 else "-"
+        label: str | None = f"rank {series.rank} ({series.host})"
+        color = palette[drawn % len(palette)]
+        drawn += 1
+        for points in runs:
+            xs, ys = zip(*points, strict=True)
+            axes.plot(xs, ys, style, color=color, markersize=3, linewidth=1.4, label=label)
+            label = None  # one legend entry per rank
+    for attempt, at in attempt_starts:
+        axes.axvline(at - zero, color=ATTEMPT_LINE, linestyle="--", linewidth=1)
+        axes.text(
+            at - zero,
+            0.98,
+            f" attempt {attempt}",
+            transform=axes.get_xaxis_transform(),
+            va="top",
+            fontsize=8,
+            color=ATTEMPT_LINE,
+        )
     axes.set_title(metric.name)
-    axes.set_xlabel("seconds since the first rank started" if start is not None else "seconds")
+    axes.set_xlabel(axis_label)
     axes.grid(True, alpha=0.3)
     if 1 < len(metric.series) <= MAX_LEGEND_RANKS:
         figure.legend(loc="outside right upper", fontsize=8, frameon=False)
-    return _save(figure, out_dir, Chart(f"metric:{metric.name}", file, metric.name))
+    return figure
 
 
 def _barh(

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ringleader.core.attempts import AttemptRecord
 from ringleader.core.jobfile import JobSummary
 from ringleader.core.records import RankRecord, signal_name
 
@@ -80,3 +81,35 @@ def status(record: RankRecord) -> str:
     if record.terminated:
         text += " (was told to stop)"
     return text
+
+
+# ---------------------------------------------------------------------------- attempts
+def restarted(attempts: Sequence[AttemptRecord]) -> bool:
+    """More than one start of the ranks: the report shows the attempts (one looks as before)."""
+    return len(attempts) > 1
+
+
+def attempts_headline(attempts: Sequence[AttemptRecord]) -> str | None:
+    """'3 attempts (restarted 2 times)'; None for a job that started its ranks once."""
+    if not restarted(attempts):
+        return None
+    restarts = len(attempts) - 1
+    return f"{len(attempts)} attempts (restarted {restarts} time{'' if restarts == 1 else 's'})"
+
+
+def attempt_status(attempt: AttemptRecord) -> str:
+    if attempt.cause is None:
+        return "succeeded"
+    return "failed" if attempt.progressed else "failed before any progress"
+
+
+def attempt_duration(attempt: AttemptRecord) -> float:
+    return max(0.0, attempt.ended_at - attempt.started_at)
+
+
+def attempt_at(attempts: Sequence[AttemptRecord], at: float) -> int | None:
+    """The attempt running at this time (its start to its end), None between or outside them."""
+    for attempt in attempts:
+        if attempt.started_at <= at <= attempt.ended_at:
+            return attempt.attempt
+    return None

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from ringleader.core.attempts import AttemptRecord
 from ringleader.core.hang import HangReport
 from ringleader.core.jobfile import JobFileError, JobSummary, parse_job_file
 from ringleader.core.jsontext import parse_json
@@ -69,11 +70,41 @@ class Report:
     hang: Sourced[HangReport] | None = None  # every rank's stacks, after a hang or on demand
 
     @property
+    def attempts(self) -> tuple[AttemptRecord, ...]:
+        """Every start of the job's ranks (job.json), in order; () without job.json."""
+        return self.job.attempts if self.job is not None else ()
+
+    @property
     def start_time(self) -> float | None:
-        """The zero of every time axis: the first rank's start, else the first metric."""
-        if self.job is not None and self.job.ranks:
-            return min(record.started_at for record in self.job.ranks)
+        """The zero of every time axis: the first attempt's start when the job restarted its
+        ranks (job.json's ranks are the last attempt's), else the first rank's start, else
+        the first metric."""
+        times: list[float] = []
+        if self.job is not None:
+            if jobinfo.restarted(self.job.attempts):
+                times.extend(attempt.started_at for attempt in self.job.attempts)
+            times.extend(record.started_at for record in self.job.ranks)
+        if times:
+            return min(times)
         return self.metrics.first_timestamp
+
+    @property
+    def time_axis(self) -> str:
+        """What the charts' time axes count from (start_time)."""
+        if jobinfo.restarted(self.attempts):
+            return f"seconds since attempt {self.attempts[0].attempt} started"
+        return "seconds since the first rank started" if self.start_time is not None else "seconds"
+
+
+def metric_attempt_starts(report: Report) -> tuple[tuple[int, float], ...]:
+    """(attempt, epoch seconds) where each attempt starts on the metric charts, when the
+    metrics come from more than one attempt (else ()): the leader's start of the attempt
+    (job.json), else the attempt's first metric point."""
+    firsts = report.metrics.attempt_starts
+    if len(firsts) < 2:
+        return ()
+    recorded = {attempt.attempt: attempt.started_at for attempt in report.attempts}
+    return tuple((attempt, recorded.get(attempt, first)) for attempt, first in firsts.items())
 
 
 def _parse_each(
@@ -185,12 +216,17 @@ def summary_lines(report: Report) -> list[str]:
         lines[0] += f"; {job.world_size} rank(s) on {len(job.hosts)} host(s)"
     if report.outcome.failure:
         lines.append(f"Cause: {first_line(report.outcome.failure)}")
+    headline = jobinfo.attempts_headline(report.attempts)
+    if headline is not None:
+        lines.append(f"Attempts: {headline}")
+        lines.extend(f"  {attempt.describe()}" for attempt in report.attempts)
     if job is not None and job.ranks:
         stopped = sum(1 for r in job.ranks if r.failed and r.terminated)
         failed = sum(1 for r in job.ranks if r.failed and not r.terminated)
         longest = max(job.ranks, key=jobinfo.duration)
+        which = f" (attempt {max(r.attempt for r in job.ranks)})" if headline else ""
         lines.append(
-            f"Ranks: {len(job.ranks) - failed - stopped} exited 0, {failed} failed, "
+            f"Ranks{which}: {len(job.ranks) - failed - stopped} exited 0, {failed} failed, "
             f"{stopped} were told to stop; longest rank {longest.rank} ({longest.host}) ran "
             f"{seconds(jobinfo.duration(longest))}"
         )

@@ -7,11 +7,19 @@ from datetime import datetime, timezone
 from html import escape
 
 from ringleader.core import timeline as phases
+from ringleader.core.attempts import AttemptRecord
 from ringleader.core.hang import rank_text
 from ringleader.tools.report import jobinfo
 from ringleader.tools.report.autotune import AutotuneLog
 from ringleader.tools.report.charts import Chart
-from ringleader.tools.report.model import Report, first_line, number, seconds, timeline_line
+from ringleader.tools.report.model import (
+    Report,
+    first_line,
+    metric_attempt_starts,
+    number,
+    seconds,
+    timeline_line,
+)
 from ringleader.tools.report.timeline import TimelineSummary
 
 TABLE_ROWS = 30
@@ -39,6 +47,10 @@ th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid #e6eaef;
 th { background: #f0f3f6; font-weight: 600; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.root td { background: #fdeeed; font-weight: 600; }
+tr.failed td { color: #8e2419; }
+#attempts td { white-space: nowrap; }
+#attempts td:last-child { white-space: normal; }
+ul.attempts { margin: 6px 0 10px; padding-left: 20px; }
 pre { background: #1f2630; color: #e8edf2; padding: 10px 12px; border-radius: 5px;
   overflow-x: auto; font-size: 12.5px; line-height: 1.4; white-space: pre-wrap;
   word-break: break-word; }
@@ -109,9 +121,54 @@ def _outcome(report: Report) -> str:
         if job.hosts:
             text += f" ({', '.join(job.hosts)})"
     parts = [f'<div class="banner {css}">{_e(text)}</div>']
+    headline = jobinfo.attempts_headline(report.attempts)
+    if headline is not None:
+        parts.append(
+            f'<p><strong>{_e(headline)}</strong> &middot; <a href="#attempts">every attempt</a></p>'
+        )
     if outcome.known and outcome.source:
         parts.append(f'<p class="note">From {_e(outcome.source)}.</p>')
     return "".join(parts)
+
+
+def _offset(at: float, origin: float | None) -> str:
+    return f"+{at - origin:.3f} s" if origin is not None else ""
+
+
+def _attempts(report: Report) -> str:
+    """Every start of the ranks (restarts in place), when there was more than one."""
+    attempts = report.attempts
+    headline = jobinfo.attempts_headline(attempts)
+    if headline is None:
+        return ""
+    origin = report.start_time
+    rows, classes = [], []
+    for attempt in attempts:
+        rows.append(
+            (
+                _e(attempt.attempt),
+                _e(jobinfo.attempt_status(attempt)),
+                _e(attempt.exit_code),
+                _e(_utc(attempt.started_at)),
+                _e(_offset(attempt.started_at, origin)),
+                _e(_offset(attempt.ended_at, origin)),
+                _e(seconds(jobinfo.attempt_duration(attempt))),
+                _e(attempt.cause) if attempt.cause is not None else "",
+            )
+        )
+        classes.append("" if attempt.cause is None else "failed")
+    table = _table(
+        ("attempt", "status", "exit code", "started (UTC)", "from", "to", "duration", "cause"),
+        rows,
+        numeric=(0, 2, 4, 5, 6),
+        row_classes=classes,
+    )
+    return (
+        f'<section id="attempts"><h2>Attempts</h2><p>{_e(headline)}: every rank was started '
+        "again after a failure, without restarting the containers "
+        "(<code>ringleader_max_restarts</code>). The ranks below are the last attempt's; times "
+        f"count from the first attempt's start.</p>{table}</section>"
+    )
 
 
 def _cause(report: Report) -> str:
@@ -159,17 +216,49 @@ def _launcher(report: Report, charts: Mapping[str, Chart]) -> str:
         return ""
     summary = phases.summary_line(job.timeline)
     origin = min(mark.at for mark in job.timeline)
+    restarted = jobinfo.restarted(job.attempts)
     rows = [
-        (_e(mark.host), _e(mark.phase), _e(f"+{mark.at - origin:.3f} s")) for mark in job.timeline
+        (
+            _e(mark.host),
+            _e(mark.phase),
+            _e(_offset(mark.at, origin)),
+            *((_e(_none_blank(jobinfo.attempt_at(job.attempts, mark.at))),) if restarted else ()),
+        )
+        for mark in job.timeline
     ]
-    table = _table(("host", "phase", "reached"), rows, numeric=(2,))
+    headers = ("host", "phase", "reached", *(("attempt",) if restarted else ()))
+    table = _table(headers, rows, numeric=(2, 3))
     return (
         '<section id="launcher"><h2>Launcher timeline</h2>'
         + (f"<p>{_e(summary)}</p>" if summary else "")
+        + (_attempt_spans(job.attempts, origin) if restarted else "")
         + _img(charts, "launcher")
         + "<p>The same phases, with every rank, are in <code>launcher_trace.json</code> "
         "beside job.json (open it in Perfetto or chrome://tracing).</p>"
         + f"<details><summary>every phase of every host</summary>{table}</details></section>"
+    )
+
+
+def _none_blank(value: object | None) -> str:
+    return "" if value is None else str(value)
+
+
+def _attempt_spans(attempts: Sequence[AttemptRecord], origin: float) -> str:
+    """Each attempt as a span of the launcher timeline (the chart's dashed lines)."""
+    items = []
+    for attempt in attempts:
+        span = (
+            f"{_offset(attempt.started_at, origin)} to {_offset(attempt.ended_at, origin)} "
+            f"({seconds(jobinfo.attempt_duration(attempt))}), {jobinfo.attempt_status(attempt)}, "
+            f"exit code {attempt.exit_code}"
+        )
+        if attempt.cause is not None:
+            span += f": {attempt.cause}"
+        items.append(f"<li><strong>attempt {_e(attempt.attempt)}</strong>: {_e(span)}</li>")
+    headline = jobinfo.attempts_headline(attempts) or ""
+    return (
+        f"<p>{_e(headline)}, each a span of the timeline (a dashed line on the chart where it "
+        f'starts):</p><ul class="attempts">{"".join(items)}</ul>'
     )
 
 
@@ -206,32 +295,45 @@ def _ranks(report: Report, charts: Mapping[str, Chart]) -> str:
         numeric=(0, 3, 4),
         row_classes=classes,
     )
-    return f'<section id="ranks"><h2>Ranks</h2>{_img(charts, "ranks")}{table}</section>'
+    note = ""
+    if jobinfo.restarted(job.attempts):
+        last = max(record.attempt for record in job.ranks)
+        note = f'<p class="note">The ranks of the last attempt (attempt {_e(last)}).</p>'
+    return f'<section id="ranks"><h2>Ranks</h2>{note}{_img(charts, "ranks")}{table}</section>'
 
 
 def _metrics(report: Report, charts: Mapping[str, Chart]) -> str:
     metrics = report.metrics.metrics
     if not metrics:
         return ""
-    table = _table(
-        ("metric", "points", "ranks", "last", "min", "max"),
+    starts = metric_attempt_starts(report)
+    headers = ("metric", "points", "ranks", "last", "min", "max")
+    rows = [
         (
-            (
-                _e(m.name),
-                m.points,
-                len(m.series),
-                _e(number(m.last)),
-                _e(number(m.minimum)),
-                _e(number(m.maximum)),
-            )
-            for m in metrics
-        ),
-        numeric=(1, 2, 3, 4, 5),
-    )
+            _e(m.name),
+            m.points,
+            len(m.series),
+            _e(number(m.last)),
+            _e(number(m.minimum)),
+            _e(number(m.maximum)),
+            *((_e(", ".join(str(a) for a in m.attempts)),) if starts else ()),
+        )
+        for m in metrics
+    ]
+    table = _table((*headers, "attempts") if starts else headers, rows, numeric=(1, 2, 3, 4, 5))
+    note = ""
+    if starts:
+        origin = report.start_time
+        where = ", ".join(f"attempt {attempt} at {_offset(at, origin)}" for attempt, at in starts)
+        note = (
+            f'<p class="note">The metrics come from {len(starts)} attempts; on each chart a '
+            f"rank's points of one attempt are one line, and a dashed line marks where each "
+            f"attempt starts: {_e(where)}.</p>"
+        )
     images = "".join(_img(charts, f"metric:{m.name}") for m in metrics)
     drawn = sum(1 for m in metrics if f"metric:{m.name}" in charts)
     return (
-        f'<section id="metrics"><h2>Metrics</h2>{table}{images}'
+        f'<section id="metrics"><h2>Metrics</h2>{table}{note}{images}'
         f"{_more(len(metrics), drawn, 'metric chart(s)')}</section>"
     )
 
@@ -396,6 +498,7 @@ def render_page(report: Report, charts: Sequence[Chart]) -> str:
     by_key = {chart.key: chart for chart in charts}
     sections = [
         _cause(report),
+        _attempts(report),
         _hang(report),
         _launcher(report, by_key),
         _ranks(report, by_key),
@@ -406,6 +509,7 @@ def render_page(report: Report, charts: Sequence[Chart]) -> str:
     ]
     nav_items = [
         ("cause", "Failure cause", bool(report.outcome.failure)),
+        ("attempts", "Attempts", jobinfo.restarted(report.attempts)),
         ("hang", "Stacks", report.hang is not None),
         ("launcher", "Launcher", report.job is not None and bool(report.job.timeline)),
         ("ranks", "Ranks", report.job is not None and bool(report.job.ranks)),
