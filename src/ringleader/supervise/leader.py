@@ -288,9 +288,9 @@ class Leader:
         self.phase = Phase.RESTARTING
         backoff, most = self._restart.backoff, self._restart.max_restarts
         self._log(
-            f"attempt {attempt - 1} failed: {first_line(failed.failure)}; restarting every rank "
-            f"in {backoff:g} s (ringleader_restart_backoff): attempt {attempt} (restart "
-            f"{attempt} of {most})"
+            f"attempt {attempt - 1} failed with exit code {failed.exit_code}; restarting every "
+            f"rank in {backoff:g} s (ringleader_restart_backoff): attempt {attempt}, restart "
+            f"{attempt} of {most} (ringleader_max_restarts)"
         )
         if self._parts.local is not None:
             self._parts.local.begin_attempt()  # reaped when the last attempt concluded
