@@ -80,6 +80,21 @@ def test_spans_and_summary_name_the_slowest_host_and_phase():
     assert phases.summary_line([]) is None
 
 
+def test_after_a_restart_in_place_the_summary_is_the_first_attempts_startup():
+    """Each attempt adds its ranks' marks; the startup is the job's first start of its ranks,
+    not the later attempts' (whose ranks start seconds later, after a failure)."""
+    later = [
+        RankRecord(rank, host, 0, None, at, at + 5, False, (), wrapper_started_at=at - 0.2)
+        for rank, host, at in ((0, "algo-1", 130.0), (2, "algo-2", 131.0))
+    ]
+    relaunched = Mark("algo-1", phases.LAUNCHED, 129.0)
+    marks = MARKS + phases.rank_marks(RECORDS) + [relaunched] + phases.rank_marks(later)
+    assert phases.summary_line(marks) == (
+        "startup 4.00 s; slowest host algo-2; longest phase: algo-2 reaching "
+        "'configuration read' took 2.00 s"
+    )
+
+
 def test_chrome_trace_has_a_process_per_host_and_a_thread_per_rank():
     trace = phases.chrome_trace(MARKS, RECORDS)
     events = trace["traceEvents"]

@@ -130,16 +130,22 @@ def spans(marks: Sequence[Mark]) -> list[Span]:
 
 
 def summary_line(marks: Sequence[Mark]) -> str | None:
-    """The host that was ready last and its longest step of the startup."""
-    ready = [mark for mark in marks if mark.phase == FIRST_RANK]
+    """The host that was ready last and its longest step of the startup (the job's first
+    start of its ranks: after a restart in place, a host has a first rank per attempt)."""
+    ready: dict[str, Mark] = {}
+    for mark in sorted(marks, key=lambda mark: mark.at):
+        if mark.phase == FIRST_RANK:
+            ready.setdefault(mark.host, mark)
     starts = [mark.at for mark in marks if mark.phase == ENTRY]
     if not ready or not starts:
         return None
     origin = min(starts)
-    last = max(ready, key=lambda mark: mark.at)
+    last = max(ready.values(), key=lambda mark: mark.at)
     # The slowest host's own longest step (the leader's wait for it says nothing new).
     startup = [
-        span for span in spans(marks) if span.phase in STARTUP_PHASES and span.host == last.host
+        span
+        for span in spans(marks)
+        if span.phase in STARTUP_PHASES and span.host == last.host and span.end <= last.at
     ]
     text = f"startup {last.at - origin:.2f} s; slowest host {last.host}"
     if startup:

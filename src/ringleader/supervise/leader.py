@@ -276,6 +276,9 @@ class Leader:
                 if self._restart.enabled and not outcome.succeeded:
                     self._log(f"attempt {attempt} failed; no restart: {why_not}")
                 return with_history(outcome, self.attempts[:-1])
+            # this attempt's ranks on the job's timeline (the last one's are added with the
+            # verdict)
+            self.timeline.extend(phases.rank_marks(self.records))
             attempt += 1
             ended = self._between_attempts(attempt, outcome)
             if ended is not None:
