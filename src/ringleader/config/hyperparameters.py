@@ -43,60 +43,42 @@ def as_bool(field: str, value: Any) -> bool:
 
 
 def as_positive_int(field: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise ConfigError(field, f"expected a whole number of at least 1, got {value!r}")
-    if isinstance(value, int):
-        number = value
+    return as_count(field, value, minimum=1)
+
+
+def as_count(field: str, value: Any, minimum: int = 0) -> int:
+    """A whole number of at least `minimum` (by default a count that may be none)."""
+    if isinstance(value, str) and _WHOLE_NUMBER.fullmatch(value.strip()):
+        number: Any = int(value.strip())
     elif isinstance(value, float) and value.is_integer():
         number = int(value)
-    elif isinstance(value, str) and _WHOLE_NUMBER.fullmatch(value.strip()):
-        number = int(value.strip())
     else:
-        raise ConfigError(field, f"expected a whole number of at least 1, got {value!r}")
-    if number < 1:
-        raise ConfigError(field, f"expected a whole number of at least 1, got {value!r}")
+        number = value
+    if isinstance(number, bool) or not isinstance(number, int) or number < minimum:
+        raise ConfigError(field, f"expected a whole number of at least {minimum}, got {value!r}")
     return number
 
 
-def as_count(field: str, value: Any) -> int:
-    """A whole number of at least 0 (a count that may be none)."""
-    expected = f"expected a whole number of at least 0, got {value!r}"
-    if isinstance(value, str) and _WHOLE_NUMBER.fullmatch(value.strip()):
-        value = int(value.strip())
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(field, expected)
-    return value
-
-
-def as_seconds(field: str, value: Any) -> float:
-    """A number of seconds from 0 (none) to MAX_SECONDS."""
+def as_seconds(field: str, value: Any, *, zero: bool = True) -> float:
+    """A number of seconds up to MAX_SECONDS, from 0 (none) or, without `zero`, above it.
+    Never inf or nan: no unbounded waits."""
     if not isinstance(value, bool):
         try:
             seconds = float(value)
         except (TypeError, ValueError):
             pass
         else:
-            if 0 <= seconds <= MAX_SECONDS:
+            lowest_ok = seconds >= 0 if zero else seconds > 0
+            if lowest_ok and seconds <= MAX_SECONDS:
                 return seconds
+    lowest = "from 0 to" if zero else "above 0 and at most"
     raise ConfigError(
-        field, f"expected a number of seconds from 0 to {MAX_SECONDS:g}, got {value!r}"
+        field, f"expected a number of seconds {lowest} {MAX_SECONDS:g}, got {value!r}"
     )
 
 
 def as_positive_seconds(field: str, value: Any) -> float:
-    if not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            pass
-        else:
-            if 0 < seconds <= MAX_SECONDS:  # also rules out inf and nan: no unbounded waits
-                return seconds
-    raise ConfigError(
-        field, f"expected a number of seconds above 0 and at most {MAX_SECONDS:g}, got {value!r}"
-    )
+    return as_seconds(field, value, zero=False)
 
 
 def as_port(field: str, value: Any) -> int:
