@@ -14,6 +14,7 @@ import docker
 import docker.errors
 import pytest
 
+from ringleader.core.jobfile import parse_job_file
 from tests.container.conftest import IMAGE
 from tests.container.instances import Instances
 
@@ -526,3 +527,91 @@ def test_mpi_options_and_env_reach_every_rank(instances: Instances) -> None:
         assert instances.sh(name, "grep -rl hush-42 /tmp/ringleader-jobs-0/*/ml/input")[0] == 1
         # root's own job root (the tests' ssh user), closed to everyone else
         assert instances.sh(name, "stat -c %a:%u /tmp/ringleader-jobs-0") == (0, "700:0\n")
+
+
+SPARE_JOB = b"""\
+import os, sys, time
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+attempt = os.environ["RINGLEADER_ATTEMPT"]
+total = comm.allreduce(rank)
+print(f"rank {rank} of {size} on {os.uname().nodename} attempt {attempt}: sum {total}", flush=True)
+if attempt == "0":
+    print(f"rank {rank} sleeping", flush=True)
+    time.sleep(600)
+comm.Barrier()
+"""
+
+
+def test_a_lost_host_is_replaced_by_a_spare_and_the_job_completes(
+    docker_client: docker.DockerClient,
+) -> None:
+    """4 instances, the last a spare (--spares 1): node2 dies mid-job (its container is
+    killed); the job ends on node1 and node3 with 75, then starts again on node1, node3 and
+    the spare node4 as attempt 1 of the same job and succeeds."""
+    instances = Instances(docker_client, IMAGE, 4)
+    try:
+        instances.put_everywhere("/work/job.py", SPARE_JOB)
+        command = ["cluster", "run", "--hostfile", "hosts", "--output", "/work/out"]
+        options = ["--spares", "1", "--max-restarts", "1"]
+        process = instances.start([*command, *options, "--", "python", "job.py"])
+        try:
+            seen = "".join(wait_for_line(process, "rank 5 sleeping", 120))
+            instances.nodes["node2"].kill()
+            output, _ = process.communicate(timeout=180)
+        finally:
+            process.kill()
+            process.wait()
+        output = seen + output
+        assert process.returncode == 0, output
+        assert "3 hosts x 2 (mpi), 1 spare (node4)" in output
+        assert (
+            "==> node2 lost: restarting the job on node1 node4 node3 (spare node4 replaces "
+            "node2), attempt 1 (restart 1 of 1)"
+        ) in output
+        for rank in range(6):
+            assert f"rank {rank} of 6 on node{(1, 2, 3)[rank // 2]} attempt 0: sum 15" in output
+        ran = re.findall(r"rank \d of 6 on (node\d) attempt 1: sum 15", output)
+        assert sorted(ran) == ["node1", "node1", "node3", "node3", "node4", "node4"], output
+        code, text = instances.sh("node1", "cat /work/out/node1/output/data/job.json")
+        assert code == 0, text
+        summary = parse_job_file(text)
+        assert summary.exit_code == 0
+        first, second = summary.attempts
+        assert (first.attempt, first.lost, first.exit_code) == (0, ("node2",), 75)
+        assert first.cause is not None and first.cause.endswith("(node2 replaced by spare node4)")
+        assert (second.attempt, second.exit_code, second.lost) == (1, 0, ())
+        assert sorted(second.hosts) == ["node1", "node3", "node4"]
+        # the first run's results kept beside the final run's
+        for name in ("node1", "node3"):
+            assert instances.sh("node1", f"test -f /work/out/run-0/{name}/output/failure")[0] == 0
+        for name in ("node1", "node3", "node4"):
+            assert instances.sh("node1", f"test -f /work/out/{name}/output/success")[0] == 0
+        left: dict[str, list[str]] = {}
+        deadline = time.monotonic() + NO_JOB_PROCESS_WITHIN
+        while time.monotonic() < deadline:
+            left = {name: busy for name, busy in live_job_processes(instances).items() if busy}
+            if not left:
+                break
+            time.sleep(0.2)
+        assert left == {}, left
+    finally:
+        instances.remove()
+
+
+def live_job_processes(instances: Instances) -> dict[str, list[str]]:
+    """Instances.job_processes of the nodes still running (a killed one cannot be asked)."""
+    found = {}
+    for name, container in instances.nodes.items():
+        container.reload()
+        if container.status != "running":
+            continue
+        _, output = instances.sh(name, "ps -eo pid=,args=")
+        found[name] = [
+            line.strip()
+            for line in output.splitlines()
+            if line.strip() and not any(word in line for word in ("sshd", "ps -eo", "sh -c ps"))
+        ]
+    return found

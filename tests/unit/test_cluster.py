@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -24,7 +25,9 @@ from ringleader.aws.download import missing
 from ringleader.config.job import parse_job_config
 from ringleader.config.topology import parse_topology
 from ringleader.core import exitcodes, paths
+from ringleader.core.attempts import AttemptRecord, parse_history
 from ringleader.core.errors import ConfigError
+from ringleader.core.jobfile import JobSummary, write_job_file
 from ringleader.launch.mpirun import MpiPlan, build_mpirun_argv
 from ringleader.tools.cluster import agent, fanout, preflight, run, wheels
 from ringleader.tools.cluster import probe as probe_program
@@ -897,3 +900,371 @@ def test_s3_download_fetches_an_object_replaced_by_one_of_the_same_size(tmp_path
         assert (tmp_path / "shard-0").read_bytes() == b"version 2"
         assert steps == ["train/shard-0", "train/shard-0"]
         assert [path.name for path in tmp_path.iterdir()] == ["shard-0"]  # nothing but data
+
+
+# ------------------------------------------------------------------------------------ spares
+
+
+def hosts_named(*names):
+    return tuple(ClusterHost(name, name, 2, f"hosts:{i}") for i, name in enumerate(names, 1))
+
+
+def spare_job(hosts=("a", "b", "c"), spares=("d", "e"), **changes):
+    return cluster_job(hosts=hosts_named(*hosts), spares=hosts_named(*spares), **changes)
+
+
+def attempt(number, cause="Rank 3 on host b exited with code 3.", lost=(), **changes):
+    values = dict(
+        attempt=number,
+        started_at=100.0 + number,
+        ended_at=150.0 + number,
+        exit_code=exitcodes.HOST_LOST if lost else 3,
+        cause=cause,
+        hosts=("a", "b", "c"),
+        progressed=True,
+        lost=tuple(lost),
+    )
+    values.update(changes)
+    return AttemptRecord(**values)
+
+
+def test_spares_are_the_last_hosts_of_the_hostfile():
+    hosts = hosts_named("a", "b", "c", "d")
+    assert run.split_spares(hosts, 0, "the hostfile") == (hosts, ())
+    assert run.split_spares(hosts, 1, "the hostfile") == (hosts[:3], hosts[3:])
+    with pytest.raises(ConfigError) as error:
+        run.split_spares(hosts[:3], 3, "the hostfile")
+    assert str(error.value) == (
+        "Configuration error in --spares: 3 spares leave no host to run the job on "
+        "(the hostfile has 3)"
+    )
+    with pytest.raises(ConfigError, match="1 spare leaves no host to run the job on"):
+        run.split_spares(hosts[:1], 1, "the -H list")
+
+
+def loopback_hosts(tmp_path, count):
+    """A hostfile of `count` hosts that resolve without a network (127.0.0.x)."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("".join(f"127.0.0.{i} slots=2\n" for i in range(1, count + 1)))
+    return str(hostfile)
+
+
+def test_spares_leaving_no_host_exit_78_before_anything_starts(tmp_path, capsys, monkeypatch):
+    started = []
+    monkeypatch.setattr(run.ClusterRun, "run", lambda self: started.append(self) or 0)
+    hostfile = loopback_hosts(tmp_path, 3)
+    args = cluster_args("run", "--hostfile", hostfile, "--spares", "3", "--", "python", "x.py")
+    assert args.func(args) == exitcodes.CONFIG_ERROR
+    assert (
+        "ringleader cluster: Configuration error in --spares: 3 spares leave no host to run the "
+        "job on (the hostfile has 3)" in capsys.readouterr().err
+    )
+    args = cluster_args("run", "-H", "127.0.0.1,127.0.0.2", "--spares", "2", "--", "x")
+    assert args.func(args) == exitcodes.CONFIG_ERROR
+    assert "(the -H list has 2)" in capsys.readouterr().err
+    args = cluster_args(
+        "run", "--hostfile", hostfile, "--spares", "1", "--detach", "--", "python", "x.py"
+    )
+    assert args.func(args) == exitcodes.CONFIG_ERROR
+    assert "--spares: not with --detach" in capsys.readouterr().err
+    assert started == []
+    # a valid one reaches the run with the last host as the spare
+    args = cluster_args("run", "--hostfile", hostfile, "--spares", "1", "--", "python", "x.py")
+    assert args.func(args) == 0
+    (launched,) = started
+    assert [host.address for host in launched.job.hosts] == ["127.0.0.1", "127.0.0.2"]
+    assert [host.address for host in launched.job.spares] == ["127.0.0.3"]
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "1.5"])
+def test_a_spares_count_that_is_not_a_whole_number_is_a_usage_error(capsys, value):
+    with pytest.raises(SystemExit) as exit_:
+        cluster_args("run", "-H", "a,b", f"--spares={value}", "--", "x")
+    assert exit_.value.code == 2
+    assert "--spares: expected a whole number of at least 0" in capsys.readouterr().err
+
+
+def test_a_spare_that_passed_its_preflight_replaces_a_host_that_failed_it():
+    job = spare_job()
+    swap = run.after_preflight(job, {"b"})
+    assert [host.name for host in swap.hosts] == ["a", "d", "c"]
+    assert [host.name for host in swap.spares] == ["e"]
+    assert [(old.name, new.name) for old, new in swap.replaced] == [("b", "d")]
+    assert swap.unreplaced == ()
+    # a spare that failed is skipped; hosts are replaced in the job's order
+    swap = run.after_preflight(job, {"c", "d", "a"})
+    assert [(old.name, new.name) for old, new in swap.replaced] == [("a", "e")]
+    assert [host.name for host in swap.unreplaced] == ["c"]
+    assert swap.spares == ()
+    # nobody failed: nothing changes
+    assert run.after_preflight(job, set()) == run.Swap(job.hosts, job.spares)
+
+
+def fake_probes(monkeypatch, answers):
+    """probe_hosts answering from `answers` (host name: HostFacts, or None: unreachable)."""
+
+    def probe_hosts(hosts, ssh, needs, names, timeout):
+        return [
+            preflight.Probe(host, answers[host.name], None if answers[host.name] else "refused")
+            for host in hosts
+        ]
+
+    monkeypatch.setattr(preflight, "probe_hosts", probe_hosts)
+
+
+def test_preflight_replaces_a_failed_host_by_a_spare_and_says_so(monkeypatch):
+    fake_probes(
+        monkeypatch, {"a": facts(), "b": facts(mpirun=False), "c": facts(), "d": None, "e": facts()}
+    )
+    out = io.StringIO()
+    launcher = run.ClusterRun(spare_job(), out)
+    assert launcher.preflight() is None
+    text = out.getvalue()
+    assert "    spares: d e\n" in text
+    assert (
+        "==> b failed its preflight (no mpirun on the PATH of a non-interactive ssh session "
+        "(Open MPI needed)): replaced by spare e\n" in text
+    )
+    assert "==> spare d failed its preflight (unreachable over ssh: refused): not used\n" in text
+    assert launcher.job.names == ("a", "e", "c")
+    assert launcher.job.spares == ()
+
+
+@pytest.mark.parametrize(
+    ("answers", "code"),
+    [
+        ({"a": facts(), "b": None, "c": None, "d": facts(), "e": None}, exitcodes.HOST_UNREACHABLE),
+        (
+            {"a": facts(), "b": facts(mpirun=False), "c": facts(), "d": None, "e": None},
+            exitcodes.CONFIG_ERROR,
+        ),
+    ],
+)
+def test_preflight_with_no_fit_spare_left_launches_nothing(monkeypatch, answers, code):
+    fake_probes(monkeypatch, answers)
+    out = io.StringIO()
+    launcher = run.ClusterRun(spare_job(), out)
+    assert launcher.preflight() == code
+    text = out.getvalue()
+    assert text.endswith("==> nothing was launched\n")
+    unfit = [name for name in "bc" if answers[name] is None or name == "b"]
+    assert f"error: {unfit[-1]} (hosts:" in text
+    assert "error: e (hosts:2) (a spare): unreachable over ssh: refused" in text
+    assert launcher.job.names == ("a", "b", "c")  # as it was
+
+
+def test_the_hosts_a_run_lost():
+    names = ("a", "b", "c")
+    summary = JobSummary(75, "Host b ...", names, 6, None, (), attempts=(attempt(0, lost=["b"]),))
+    assert run.lost_in_run(summary, 0, names, {"a": 75, "b": 75, "c": 75}) == ("b",)
+    # a host whose connection failed too (ssh's 255), in the job's order
+    assert run.lost_in_run(summary, 0, names, {"a": 75, "b": 75, "c": 255}) == ("b", "c")
+    # the leader's connection failed, or its job.json could not be read: the leader is lost
+    assert run.lost_in_run(summary, 0, names, {"a": 255, "b": 75, "c": 75}) == ("a", "b")
+    assert run.lost_in_run(None, 0, names, {"a": 75, "b": 75, "c": 75}) == ("a",)
+    # an attempt of an earlier run does not count for this one
+    assert run.lost_in_run(summary, 1, names, {"a": 75, "b": 75, "c": 75}) == ()
+
+
+def test_a_runs_attempts_and_the_last_one_amended_to_name_the_spare():
+    names, earlier = ("a", "b", "c"), (attempt(0),)
+    made = (attempt(0), attempt(1, cause="Host b was lost.", lost=["b"]))
+    summary = JobSummary(75, "Host b was lost.\n...", names, 6, None, (), attempts=made)
+    assert run.run_attempts(summary, earlier, names, 1.0, 2.0, ("b",)) == made
+    # job.json records no attempt of this run (lost as it started): the run counts as one
+    before = JobSummary(
+        75, "Host b was lost before the job started.\n", names, 6, None, (), attempts=earlier
+    )
+    alone = run.run_attempts(before, earlier, names, 1.0, 2.0, ("b",))
+    assert alone[:-1] == earlier
+    assert alone[-1] == AttemptRecord(
+        1, 1.0, 2.0, 75, "Host b was lost before the job started.", names, False, ("b",)
+    )
+    # no job.json at all: one attempt, which may have made progress
+    (only,) = run.run_attempts(None, (), names, 1.0, 2.0, ("a",))
+    assert only.attempt == 0 and only.progressed and only.lost == ("a",)
+    assert "job.json was not fetched" in (only.cause or "")
+
+    swap = run.swap_in_spares(hosts_named(*names), hosts_named("d", "e"), {"b"})
+    amended = run.amend_last(made, swap)
+    assert amended[0] == made[0]
+    assert amended[1].cause == "Host b was lost. (b replaced by spare d)"
+    assert amended[1].lost == ("b",)
+    # a host lost only by its connection is added to the attempt's lost hosts
+    swap = run.swap_in_spares(hosts_named(*names), hosts_named("d", "e"), {"b", "c"})
+    assert run.amend_last(made, swap)[1].lost == ("b", "c")
+    assert run.amend_last(made, swap)[1].cause == (
+        "Host b was lost. (b replaced by spare d; c replaced by spare e)"
+    )
+
+
+def test_the_restart_budget_counts_every_attempt_of_the_job():
+    assert run.restart_refusal([attempt(0, lost=["b"])], 0) == (
+        "no restart without --max-restarts (ringleader_max_restarts is 0)"
+    )
+    assert run.restart_refusal([attempt(0, lost=["b"])], 1) is None
+    assert run.restart_refusal([attempt(0), attempt(1, lost=["b"])], 1) == (
+        "no restart left (--max-restarts 1)"
+    )
+    assert run.restart_refusal([attempt(0), attempt(1, lost=["b"])], 2) is None
+    assert run.max_restarts({"max_restarts": "2"}) == 2
+    assert run.max_restarts({}) == run.max_restarts({"max_restarts": "x"}) == 0
+
+
+def test_the_next_run_has_its_own_id_the_same_results_and_the_attempts_so_far():
+    job = spare_job(settings={"max_restarts": "2", "sigterm_grace": "5"})
+    swap = run.swap_in_spares(job.hosts, job.spares, {"b"})
+    history = run.amend_last((attempt(0, lost=["b"]),), swap)
+    following = run.next_run(job, "cluster-1-r1", swap, history)
+    assert following.job_id == "cluster-1-r1"
+    assert following.names == ("a", "d", "c") and following.spares == job.spares[1:]
+    assert following.results_dir == job.results_dir == Path("ringleader-output/cluster-1")
+    assert following.job_dir.endswith("/cluster-1-r1")
+    assert following.settings["max_restarts"] == "2"
+    # what every host of the next run is given, as its entry point reads it
+    raw = run.cluster_hyperparameters(following)
+    topology = parse_topology({}, {"hosts": ["a", "c", "d"], "current_host": "d"})
+    config = parse_job_config(topology, raw, {})
+    assert config.restart.history == history
+    assert config.restart.max_restarts == 2
+    assert config.timeouts.sigterm_grace == 5
+
+
+def test_the_console_lines_of_a_lost_host():
+    job = spare_job(spares=("d",))
+    swap = run.swap_in_spares(job.hosts, job.spares, {"b"})
+    assert run.restart_line(("b",), swap, 1, 2) == (
+        "==> b lost: restarting the job on a d c (spare d replaces b), attempt 1 (restart 1 of 2)"
+    )
+    short = run.swap_in_spares(job.hosts, job.spares, {"b", "c"})
+    assert run.no_restart_line(("b", "c"), short, None) == (
+        "==> b, c lost: no spare left for c; the job ends with exit code 75"
+    )
+    why = "no restart left (--max-restarts 1)"
+    assert run.no_restart_line(("b",), swap, why) == (
+        "==> b lost: no restart left (--max-restarts 1); the job ends with exit code 75"
+    )
+    assert "neither the leader's job.json nor a connection says which" in run.no_restart_line(
+        (), swap, None
+    )
+    assert run.headline(job) == (
+        "==> job cluster-1: 3 hosts x 2 (mpi), 1 spare (d): python train.py --epochs 2"
+    )
+
+
+class ScriptedRuns:
+    """ClusterRun's agents and fetches replaced: each run ends with the next codes, and the
+    leader's job.json it "fetches" holds the given attempts."""
+
+    def __init__(self, monkeypatch, runs):
+        self.runs, self.jobs = list(runs), []
+        monkeypatch.setattr(run.ClusterRun, "_run_agents", lambda launcher: self.agents(launcher))
+        monkeypatch.setattr(run.ClusterRun, "_fetch_all", lambda launcher: self.fetch(launcher))
+
+    def agents(self, launcher):
+        self.jobs.append(launcher.job)
+        self.codes, self.attempts = self.runs.pop(0)
+        return self.codes
+
+    def fetch(self, launcher):
+        job = launcher.job
+        leader = min(job.names)
+        for name in job.names:
+            (job.results_dir / name / "output").mkdir(parents=True)
+        if self.attempts is not None:
+            summary = JobSummary(
+                self.codes[leader],
+                None if self.codes[leader] == 0 else "Host b was lost.\n",
+                job.names,
+                6,
+                None,
+                (),
+                attempts=tuple(self.attempts),
+            )
+            write_job_file(job.results_dir / leader / "output" / "data" / "job.json", summary)
+        return {host: None for host in job.hosts}
+
+
+def test_a_lost_host_is_replaced_by_a_spare_and_the_job_runs_again(tmp_path, monkeypatch):
+    job = spare_job(
+        spares=("d",), settings={"max_restarts": "1"}, output_dir=tmp_path / "out", job_id="j"
+    )
+    lost = attempt(0, cause="Host b was lost.", lost=["b"], hosts=("a", "b", "c"))
+    done = attempt(1, cause=None, exit_code=0, hosts=("a", "c", "d"))
+    scripted = ScriptedRuns(
+        monkeypatch,
+        [
+            ({"a": 75, "b": 255, "c": 75}, [lost]),
+            ({"a": 0, "d": 0, "c": 0}, [lost, done]),
+        ],
+    )
+    stale = tmp_path / "out" / "run-0" / "a" / "stale"  # an older job's, with the same --output
+    stale.parent.mkdir(parents=True)
+    stale.touch()
+    out = io.StringIO()
+    assert run.ClusterRun(job, out).launch() == 0
+    assert not stale.exists()
+    first, second = scripted.jobs
+    assert first.job_id == "j" and second.job_id == "j-r1"
+    assert second.names == ("a", "d", "c") and second.spares == ()
+    history = parse_history("earlier_attempts", second.settings["earlier_attempts"])
+    assert history == (replace(lost, cause="Host b was lost. (b replaced by spare d)"),)
+    text = out.getvalue()
+    assert "==> job j ended: exit code 75\n" in text
+    assert (
+        "==> b lost: restarting the job on a d c (spare d replaces b), attempt 1 (restart 1 of 1)"
+        in text
+    )
+    assert "==> job j-r1: 3 hosts x 2 (mpi): python train.py" in text
+    assert text.endswith("==> job j-r1 ended: exit code 0\n")
+    # the earlier run's results beside the final run's
+    assert f"==> results in {tmp_path}/out/run-0/<host>/:" in text
+    assert sorted(path.name for path in (tmp_path / "out" / "run-0").iterdir()) == ["a", "b", "c"]
+    assert (tmp_path / "out" / "run-0" / "a" / "output" / "data" / "job.json").is_file()
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["a", "c", "d", "run-0"]
+
+
+@pytest.mark.parametrize(
+    ("max_restarts", "spares", "expected"),
+    [
+        ("1", ("d",), "==> b, c lost: no spare left for c; the job ends with exit code 75"),
+        ("0", ("d", "e"), "==> b, c lost: no restart without --max-restarts"),
+    ],
+)
+def test_a_lost_host_with_no_spare_or_restart_left_ends_the_job(
+    tmp_path, monkeypatch, max_restarts, spares, expected
+):
+    job = spare_job(
+        spares=spares,
+        settings={"max_restarts": max_restarts},
+        output_dir=tmp_path / "out",
+        job_id="j",
+    )
+    lost = attempt(0, cause="Host b was lost.", lost=["b"])
+    scripted = ScriptedRuns(monkeypatch, [({"a": 75, "b": 255, "c": 255}, [lost])])
+    out = io.StringIO()
+    assert run.ClusterRun(job, out).launch() == exitcodes.HOST_LOST
+    assert len(scripted.jobs) == 1
+    text = out.getvalue()
+    assert text.splitlines()[-1].startswith(expected), text
+    assert f"==> results in {tmp_path}/out/<host>/:" in text  # where they are now
+    assert not (tmp_path / "out" / "run-0").exists()
+
+
+def test_a_lost_leader_is_replaced_and_the_run_counts_as_one_attempt(tmp_path, monkeypatch):
+    job = spare_job(
+        spares=("d",), settings={"max_restarts": "3"}, output_dir=tmp_path / "out", job_id="j"
+    )
+    scripted = ScriptedRuns(
+        monkeypatch, [({"a": 255, "b": 75, "c": 75}, None), ({"b": 0, "c": 0, "d": 0}, [])]
+    )
+    out = io.StringIO()
+    assert run.ClusterRun(job, out).launch() == 0
+    second = scripted.jobs[1]
+    assert second.names == ("d", "b", "c")
+    (only,) = parse_history("earlier_attempts", second.settings["earlier_attempts"])
+    assert only.attempt == 0 and only.lost == ("a",)
+    assert only.cause is not None and only.cause.endswith("(a replaced by spare d)")
+    assert "==> a lost: restarting the job on d b c (spare d replaces a), attempt 1" in (
+        out.getvalue()
+    )

@@ -7,9 +7,11 @@ import re
 import socket
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
+from ringleader.config.hyperparameters import as_count
 from ringleader.config.image import python_range
 from ringleader.config.job import MPI, TORCH_DISTRIBUTED
 from ringleader.core import exitcodes
@@ -93,6 +95,16 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "this long (ringleader_hang_timeout; default: off)",
     )
     add_restart_options(run)
+    run.add_argument(
+        "--spares",
+        type=_spare_count,
+        default=0,
+        metavar="K",
+        help="the last K hosts of the hostfile stand by: a spare replaces a host that fails "
+        "its preflight and, with --max-restarts N (needed for this), a host lost during the "
+        "job, which then starts again on the hosts left and the spare, its attempts counted "
+        "against N (default: 0; not with --detach)",
+    )
     run.add_argument(
         "--mpi-options",
         default="",
@@ -237,6 +249,15 @@ def _add_hosts(parser: argparse.ArgumentParser) -> None:
 
 USAGE_ERROR = 2
 
+
+def _spare_count(text: str) -> int:
+    """--spares: a whole number of at least 0 (argparse's error, exit 2, as --max-restarts)."""
+    try:
+        return as_count("--spares", text)
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(error.problem) from None
+
+
 Resolver = Callable[[str, int], object]
 
 
@@ -311,14 +332,22 @@ def _run(args: argparse.Namespace) -> int:
         ClusterRun,
         check_remote_dir,
         headline,
+        split_spares,
         with_defaults,
     )
 
     env = parse_env(args.env)  # first: a bad --env starts nothing, not even ssh
+    if args.spares and args.detach:
+        raise ConfigError(
+            "--spares", "not with --detach: a detached job's runner does not take spares yet"
+        )
     hosts = read_hosts(args)
+    source = "the hostfile" if args.host_list is None else "the -H list"
+    active, spares = split_spares(hosts, args.spares, source)
     job = with_defaults(
         ClusterJob(
-            hosts=hosts,
+            hosts=active,
+            spares=spares,
             command=tuple(_command(args)),
             cwd="",
             processes_per_host=processes_per_host(hosts, args.processes_per_host),
@@ -335,6 +364,8 @@ def _run(args: argparse.Namespace) -> int:
         )
     )
     check_remote_dir(job)
+    if spares:  # each later run of the job (on spares) has a longer job id
+        check_remote_dir(replace(job, job_id=f"{job.job_id}-r{len(spares)}"))
     if not args.detach:
         return ClusterRun(job).run()
     from ringleader.tools.cluster.remote import start_detached

@@ -1,18 +1,24 @@
 """`ringleader cluster run`: preflight, an agent on every host over ssh, the leader's output
-relayed, every host's results fetched into one directory, the job's exit code returned."""
+relayed, every host's results fetched into one directory, the job's exit code returned.
+
+With spares (`--spares K`), a spare replaces a host that fails its preflight, and after a host
+is lost the job starts again (a new run, with its own job id) on the hosts left and spares in
+place of the lost ones, its attempts continuing the last run's (ringleader_earlier_attempts).
+"""
 
 import base64
 import concurrent.futures
 import inspect
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
@@ -21,7 +27,9 @@ from ringleader.config.job import ENABLED_KEYS, MPI
 from ringleader.config.timeouts import DEFAULTS
 from ringleader.config.topology import elect_leader
 from ringleader.core import exitcodes, paths
+from ringleader.core.attempts import AttemptRecord, first_line
 from ringleader.core.errors import ConfigError
+from ringleader.core.jobfile import JobFileError, JobSummary, read_job_file
 from ringleader.output.console import LinePrinter
 from ringleader.tools.cluster import install_remote, preflight, wheels
 from ringleader.tools.cluster.agent import STACKS, STOP, AgentJob
@@ -53,6 +61,9 @@ class ClusterJob:
     min_free_bytes: int = 1 << 30
     mpi_options: str = ""  # sagemaker_mpi_custom_mpi_options
     env: Mapping[str, str] = field(default_factory=dict)  # --env, for every rank; never printed
+    # --spares: hosts that stand by, in hostfile order; one takes the place of a host that
+    # fails its preflight or (with restarts) is lost during the job
+    spares: tuple[ClusterHost, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -122,10 +133,202 @@ def job_exit_code(leader: int, others: Sequence[int]) -> int:
 
 
 def headline(job: ClusterJob) -> str:
+    spares = ""
+    if job.spares:
+        count = len(job.spares)
+        names = " ".join(host.name for host in job.spares)
+        spares = f", {count} spare{'s' if count > 1 else ''} ({names})"
     return (
         f"==> job {job.job_id}: {len(job.hosts)} hosts x {job.processes_per_host} "
-        f"({job.distribution}): {' '.join(job.command)}"
+        f"({job.distribution}){spares}: {' '.join(job.command)}"
     )
+
+
+# ------------------------------------------------------------------------------------ spares
+# (pure) which hosts run the job when some failed their preflight or were lost, what the next
+# run of the job is told about the earlier ones, and what the console says about it.
+
+EARLIER_RUN_DIR = "run-{}"  # results of an earlier run: <results_dir>/run-<n>/<host>/
+
+
+def split_spares(
+    hosts: tuple[ClusterHost, ...], spares: int, source: str
+) -> tuple[tuple[ClusterHost, ...], tuple[ClusterHost, ...]]:
+    """The job's hosts and its spares (the last `spares` hosts, in hostfile order); `source`
+    is what listed the hosts, for the error ("the hostfile")."""
+    if spares < 0:
+        raise ConfigError("--spares", f"expected a whole number of at least 0, got {spares}")
+    if spares >= len(hosts):
+        raise ConfigError(
+            "--spares",
+            f"{spares} {'spare leaves' if spares == 1 else 'spares leave'} no host to run "
+            f"the job on ({source} has {len(hosts)})",
+        )
+    return hosts[: len(hosts) - spares], hosts[len(hosts) - spares :]
+
+
+@dataclass(frozen=True)
+class Swap:
+    """Hosts taken out of the job and the spares that take their places."""
+
+    hosts: tuple[ClusterHost, ...]  # the job's hosts after it: a spare in its host's place
+    spares: tuple[ClusterHost, ...]  # the spares still left
+    replaced: tuple[tuple[ClusterHost, ClusterHost], ...] = ()  # (host, spare), in order
+    unreplaced: tuple[ClusterHost, ...] = ()  # hosts out, with no spare left for them
+
+
+def swap_in_spares(
+    hosts: Sequence[ClusterHost], spares: Sequence[ClusterHost], out: Collection[str]
+) -> Swap:
+    """Each host named in `out`, in the job's order, replaced by the first spare left."""
+    left = list(spares)
+    kept: list[ClusterHost] = []
+    replaced: list[tuple[ClusterHost, ClusterHost]] = []
+    unreplaced: list[ClusterHost] = []
+    for host in hosts:
+        if host.name not in out:
+            kept.append(host)
+        elif left:
+            spare = left.pop(0)
+            kept.append(spare)
+            replaced.append((host, spare))
+        else:
+            kept.append(host)
+            unreplaced.append(host)
+    return Swap(tuple(kept), tuple(left), tuple(replaced), tuple(unreplaced))
+
+
+def after_preflight(job: ClusterJob, failed: Collection[str]) -> Swap:
+    """The job's hosts once spares that passed their preflight replace hosts that failed it."""
+    fit = [spare for spare in job.spares if spare.name not in failed]
+    return swap_in_spares(job.hosts, fit, failed)
+
+
+def replaced_at_preflight(host: ClusterHost, problems: Sequence[str], spare: ClusterHost) -> str:
+    return (
+        f"==> {host.name} failed its preflight ({'; '.join(problems)}): "
+        f"replaced by spare {spare.name}"
+    )
+
+
+def max_restarts(settings: Mapping[str, str]) -> int:
+    """ringleader_max_restarts (0 when not set; an unreadable value is the hosts' to refuse)."""
+    try:
+        return max(int(str(settings.get("max_restarts", "0")).strip()), 0)
+    except ValueError:
+        return 0
+
+
+def lost_in_run(
+    summary: JobSummary | None, earlier: int, names: Sequence[str], codes: Mapping[str, int]
+) -> tuple[str, ...]:
+    """The hosts a run that ended with HOST_LOST lost, in the job's order: those its last
+    attempt names (the leader's job.json), those whose agent's connection failed (ssh's 255),
+    and the leader when its job.json could not be read. `earlier`: attempts before the run."""
+    gone = {name for name in names if codes.get(name) == SSH_FAILED}
+    if summary is None:
+        gone.add(elect_leader(names))
+    else:
+        mine = [each for each in summary.attempts if each.attempt >= earlier]
+        if mine:
+            gone.update(mine[-1].lost)
+    return tuple(name for name in names if name in gone)
+
+
+def run_attempts(
+    summary: JobSummary | None,
+    earlier: Sequence[AttemptRecord],
+    names: Sequence[str],
+    started: float,
+    ended: float,
+    lost: Sequence[str],
+) -> tuple[AttemptRecord, ...]:
+    """Every attempt of the job up to the end of a run that lost hosts: the leader's job.json
+    has them; when it could not be read, or the run ended before its first attempt (a host
+    lost as it started), the run counts as one attempt of its own."""
+    if summary is not None:
+        attempts = summary.attempts
+        numbered = [each.attempt for each in attempts] == list(range(len(attempts)))
+        if numbered and len(attempts) > len(earlier):
+            return attempts
+    if summary is not None and summary.failure is not None:
+        cause = first_line(summary.failure) or ""
+    else:
+        cause = f"Host(s) {', '.join(lost) or '?'} lost; the leader's job.json was not fetched."
+    record = AttemptRecord(
+        attempt=len(earlier),
+        started_at=started,
+        ended_at=ended,
+        exit_code=exitcodes.HOST_LOST,
+        cause=cause,
+        hosts=tuple(names),
+        progressed=summary is None,  # unknown then; else no attempt of it ever started
+        lost=tuple(lost),
+    )
+    return (*earlier, record)
+
+
+def replacement_note(swap: Swap) -> str:
+    return "; ".join(f"{host.name} replaced by spare {spare.name}" for host, spare in swap.replaced)
+
+
+def amend_last(attempts: Sequence[AttemptRecord], swap: Swap) -> tuple[AttemptRecord, ...]:
+    """The attempts with the last one's cause naming the spares that replace its lost hosts."""
+    last = attempts[-1]
+    note = replacement_note(swap)
+    cause = f"{last.cause} ({note})" if last.cause else f"({note})"
+    lost = (*last.lost, *(host.name for host, _ in swap.replaced if host.name not in last.lost))
+    return (*attempts[:-1], replace(last, cause=cause, lost=lost))
+
+
+def restart_refusal(attempts: Sequence[AttemptRecord], most: int) -> str | None:
+    """Why a run that lost hosts is not started again on spares; None: it is. The budget
+    counts every attempt of the job, whichever run made it."""
+    if most <= 0:
+        return "no restart without --max-restarts (ringleader_max_restarts is 0)"
+    if attempts and attempts[-1].attempt >= most:
+        return f"no restart left (--max-restarts {most})"
+    return None
+
+
+def next_run(
+    job: ClusterJob, job_id: str, swap: Swap, attempts: Sequence[AttemptRecord]
+) -> ClusterJob:
+    """The job again on `swap`'s hosts: its own job id (nothing of the last run's state on the
+    hosts mixes in), the same results directory, the attempts so far as its earlier ones."""
+    settings = dict(job.settings)
+    settings["earlier_attempts"] = json.dumps([each.to_json() for each in attempts])
+    return replace(
+        job,
+        hosts=swap.hosts,
+        spares=swap.spares,
+        job_id=job_id,
+        settings=settings,
+        output_dir=job.results_dir,
+    )
+
+
+def restart_line(lost: Sequence[str], swap: Swap, attempt: int, most: int) -> str:
+    names = " ".join(host.name for host in swap.hosts)
+    spares = ", ".join(f"spare {spare.name} replaces {host.name}" for host, spare in swap.replaced)
+    return (
+        f"==> {', '.join(lost)} lost: restarting the job on {names} ({spares}), "
+        f"attempt {attempt} (restart {attempt} of {most})"
+    )
+
+
+def no_restart_line(lost: Sequence[str], swap: Swap | None, why: str | None) -> str:
+    """Why a run that lost hosts ends the job (exit code 75)."""
+    code = exitcodes.HOST_LOST
+    if not lost:
+        return (
+            f"==> a host was lost, but neither the leader's job.json nor a connection says "
+            f"which: no spare replaces it; the job ends with exit code {code}"
+        )
+    if why is None and swap is not None and swap.unreplaced:
+        missing = ", ".join(host.name for host in swap.unreplaced)
+        why = f"no spare left for {missing}"
+    return f"==> {', '.join(lost)} lost: {why}; the job ends with exit code {code}"
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -146,27 +349,82 @@ class ClusterRun:
 
     def run(self) -> int:
         self.console.line(headline(self.job))
+        if self.job.spares and max_restarts(self.job.settings) == 0:
+            self.console.line(
+                "==> note: spares replace hosts that fail their preflight; a host lost during "
+                "the job ends it (exit code 75) unless --max-restarts is at least 1"
+            )
         code = self.preflight()
         if code is not None:
             return code
         return self.launch()
 
     def launch(self) -> int:
-        """The job on every host (preflight passed), its results fetched; its exit code."""
-        job = self.job
+        """The job on every host (preflight passed), its results fetched; its exit code. After
+        a host loss, with spares and restarts left, the job again on spares (a new run)."""
         previous = {number: signal.signal(number, self._on_interrupt) for number in STOP_SIGNALS}
         previous[signal.SIGQUIT] = signal.signal(signal.SIGQUIT, self._on_quit)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a detached runner's
         try:
-            codes = self._run_agents()
+            return self._runs()
         finally:
             for number, handler in previous.items():
                 signal.signal(number, handler)
-        leader = elect_leader(job.names)
-        exit_code = job_exit_code(codes[leader], [codes[name] for name in job.names])
-        self._fetch_results(codes)
-        self.console.line(f"==> job {job.job_id} ended: exit code {exit_code}")
-        return exit_code
+
+    def _runs(self) -> int:
+        first_id, run_number = self.job.job_id, 0
+        earlier: tuple[AttemptRecord, ...] = ()
+        while True:
+            job = self.job
+            started = time.time()
+            codes = self._run_agents()
+            leader = elect_leader(job.names)
+            exit_code = job_exit_code(codes[leader], [codes[name] for name in job.names])
+            fetched = self._fetch_all()
+            if exit_code != exitcodes.HOST_LOST or not job.spares:
+                self._print_results(fetched, codes, job.results_dir)
+                self.console.line(f"==> job {job.job_id} ended: exit code {exit_code}")
+                return exit_code
+            summary = self._job_summary(leader)
+            lost = lost_in_run(summary, len(earlier), job.names, codes)
+            attempts = run_attempts(summary, earlier, job.names, started, time.time(), lost)
+            swap = swap_in_spares(job.hosts, job.spares, lost)
+            why = restart_refusal(attempts, max_restarts(job.settings))
+            if self._interrupts:
+                why = "stopped (Ctrl-C or SIGTERM)"
+            if not lost or why is not None or swap.unreplaced:
+                self._print_results(fetched, codes, job.results_dir)
+                self.console.line(f"==> job {job.job_id} ended: exit code {exit_code}")
+                self.console.line(no_restart_line(lost, swap, why))
+                return exit_code
+            kept = job.results_dir / EARLIER_RUN_DIR.format(run_number)
+            self._keep_results(job.hosts, kept)
+            self._print_results(fetched, codes, kept)
+            self.console.line(f"==> job {job.job_id} ended: exit code {exit_code}")
+            earlier = amend_last(attempts, swap)
+            run_number += 1
+            self.console.line(restart_line(lost, swap, len(earlier), max_restarts(job.settings)))
+            self.job = next_run(job, f"{first_id}-r{run_number}", swap, earlier)
+            self._agents = {}
+            self.console.line(headline(self.job))
+
+    def _job_summary(self, leader: str) -> JobSummary | None:
+        """The leader's job.json as fetched, if it was."""
+        path = self.job.results_dir / leader / "output" / "data" / "job.json"
+        try:
+            return read_job_file(path)
+        except (OSError, JobFileError):
+            return None
+
+    def _keep_results(self, hosts: Sequence[ClusterHost], into: Path) -> None:
+        """A run's fetched results out of the way of the next run's: into <results>/run-<n>/."""
+        into.mkdir(parents=True, exist_ok=True)
+        for host in hosts:
+            source, target = self.job.results_dir / host.name, into / host.name
+            if source.exists():
+                if target.exists():  # an older job's, with the same --output
+                    shutil.rmtree(target)
+                source.rename(target)
 
     # ------------------------------------------------------------------------------ preflight
     def preflight(self) -> int | None:
@@ -174,20 +432,45 @@ class ClusterRun:
         job, needs = self.job, self.job.needs
         names = list(wheels.requirement_closure("ringleader"))  # what any host may need
         started = time.monotonic()
-        results = preflight.probe_hosts(job.hosts, job.ssh, needs, names, job.preflight_timeout)
+        everyone = (*job.hosts, *job.spares)
+        results = preflight.probe_hosts(everyone, job.ssh, needs, names, job.preflight_timeout)
         if job.bootstrap:
             results = self._bootstrap(results, names)
         self.console.line(f"==> preflight ({time.monotonic() - started:.1f} s):")
         for row in preflight.table(results, needs):
             self.console.line(f"    {row}")
-        failed = [result for result in results if preflight.problems(result, needs)]
-        if not failed:
+        if job.spares:
+            self.console.line(f"    spares: {' '.join(host.name for host in job.spares)}")
+        found = {result.host.name: preflight.problems(result, needs) for result in results}
+        failed = {name for name, problems in found.items() if problems}
+        swap = after_preflight(job, failed)
+        for host, spare in swap.replaced:
+            self.console.line(replaced_at_preflight(host, found[host.name], spare))
+        if not swap.unreplaced:
+            for unfit in job.spares:
+                if unfit.name in failed:
+                    problems = "; ".join(found[unfit.name])
+                    self.console.line(
+                        f"==> spare {unfit.name} failed its preflight ({problems}): not used"
+                    )
+            self.job = replace(job, hosts=swap.hosts, spares=swap.spares)
             return None
-        for result in failed:
-            for problem in preflight.problems(result, needs):
-                self.console.line(f"error: {result.host.address} ({result.host.origin}): {problem}")
+        # what stops the job: its hosts that failed with no spare left, and the spares that failed
+        spares = {host.name for host in job.spares}
+        stopping = {host.name for host in swap.unreplaced} | (spares & failed)
+        for result in results:
+            if result.host.name not in stopping:
+                continue
+            role = " (a spare)" if result.host.name in spares else ""
+            for problem in found[result.host.name]:
+                self.console.line(
+                    f"error: {result.host.address} ({result.host.origin}){role}: {problem}"
+                )
         self.console.line("==> nothing was launched")
-        unreachable = any(result.facts is None for result in failed)
+        unreplaced = {host.name for host in swap.unreplaced}
+        unreachable = any(
+            result.facts is None for result in results if result.host.name in unreplaced
+        )
         return exitcodes.HOST_UNREACHABLE if unreachable else exitcodes.CONFIG_ERROR
 
     def _bootstrap(self, results: list[Probe], names: Sequence[str]) -> list[Probe]:
@@ -357,14 +640,19 @@ class ClusterRun:
                 agent.kill()
 
     # -------------------------------------------------------------------------------- results
-    def _fetch_results(self, codes: Mapping[str, int]) -> None:
+    def _fetch_all(self) -> dict[ClusterHost, str | None]:
+        """Every host's results into the results directory; each one's problem, if any."""
         job = self.job
         job.results_dir.mkdir(parents=True, exist_ok=True)
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(job.hosts))) as pool:
-            fetched = dict(zip(job.hosts, pool.map(self._fetch, job.hosts), strict=True))
-        self.console.line(f"==> results in {job.results_dir}/<host>/:")
+            return dict(zip(job.hosts, pool.map(self._fetch, job.hosts), strict=True))
+
+    def _print_results(
+        self, fetched: Mapping[ClusterHost, str | None], codes: Mapping[str, int], where: Path
+    ) -> None:
+        self.console.line(f"==> results in {where}/<host>/:")
         for host, problem in fetched.items():
-            result = _result_line(job.results_dir / host.name)
+            result = _result_line(where / host.name)
             note = f" (fetch failed: {problem})" if problem else ""
             self.console.line(f"    {host.name:<20} exit {codes[host.name]:>3}  {result}{note}")
 
