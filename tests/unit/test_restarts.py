@@ -358,3 +358,36 @@ def test_bad_earlier_attempts_are_a_configuration_error(value: str, problem: str
     assert error.value.field == "ringleader_earlier_attempts"
     assert problem in str(error.value)
     assert parse_history("x", json.dumps([attempt(0).to_json()])) == (attempt(0),)
+
+
+# ----------------------------------------------------------------------------- the options
+@pytest.mark.parametrize("command", [["local"], ["cluster", "run", "-H", "a"]])
+@pytest.mark.parametrize(
+    ("flag", "value", "problem"),
+    [
+        ("--max-restarts", "-1", "expected a whole number of at least 0, got '-1'"),
+        ("--max-restarts", "two", "expected a whole number of at least 0, got 'two'"),
+        ("--max-restarts", "1.5", "expected a whole number of at least 0, got '1.5'"),
+        ("--restart-backoff", "-2", "expected a number of seconds from 0 to 1e+06, got '-2'"),
+        ("--restart-backoff", "inf", "expected a number of seconds from 0 to 1e+06, got 'inf'"),
+    ],
+)
+def test_bad_restart_options_are_refused_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], command: list[str], flag: str, value: str, problem: str
+) -> None:
+    from ringleader.tools.cli import build_parser
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([*command, flag, value, "--", "x"])
+    assert exited.value.code == 2
+    assert f"argument {flag}: {problem}" in capsys.readouterr().err
+
+
+def test_restart_options_become_the_jobs_settings() -> None:
+    from ringleader.tools.cli import build_parser
+    from ringleader.tools.local.options import restart_settings
+
+    local = ["local", "--source-dir", ".", "--entry-point", "train.py"]
+    args = build_parser().parse_args([*local, "--max-restarts", "3", "--restart-backoff", "0"])
+    assert restart_settings(args) == {"max_restarts": "3", "restart_backoff": "0"}
+    assert restart_settings(build_parser().parse_args(local)) == {}
