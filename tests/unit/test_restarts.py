@@ -29,7 +29,16 @@ from ringleader.wire.events import (
 )
 from ringleader.wire.messages import Exit, Launched, Restart
 
-from .test_supervise_faults import HOSTS, TIMEOUTS, LeaderRig, Strategy, WorkerRig, record
+from .test_supervise_faults import (
+    HOSTS,
+    SPEC,
+    TIMEOUTS,
+    LeaderRig,
+    SpawningWorkerRig,
+    Strategy,
+    WorkerRig,
+    record,
+)
 
 FAILED = JobFacts(records=(record(4, 3),), world_size=6)
 
@@ -391,3 +400,34 @@ def test_restart_options_become_the_jobs_settings() -> None:
     args = build_parser().parse_args([*local, "--max-restarts", "3", "--restart-backoff", "0"])
     assert restart_settings(args) == {"max_restarts": "3", "restart_backoff": "0"}
     assert restart_settings(build_parser().parse_args(local)) == {}
+
+
+def test_a_spawning_worker_runs_each_attempts_ranks_from_the_leaders_spec() -> None:
+    rig = SpawningWorkerRig()
+    again = dataclasses.replace(SPEC, attempt=1)
+    rig.events.at(1.0, LeaderMessage(Launched(SPEC)), RankStarted(2, "algo-2"))
+    rig.events.at(2.0, RankEnded(record(2, 3)), LauncherExited(3))
+    rig.events.at(3.0, LeaderMessage(Restart(1)))
+    rig.events.at(4.0, LeaderMessage(Launched(again)), RankStarted(2, "algo-2", 1))
+    rig.events.at(5.0, LauncherExited(0), LeaderMessage(Exit(0, None)))
+    assert rig.run() == Outcome(0, None)
+    assert rig.plans == [SPEC, again]
+    assert rig.local.attempts_begun == 1
+
+
+def test_a_worker_stopped_by_sigterm_starts_no_ranks_when_a_restart_crosses_the_stop() -> None:
+    """SIGTERM on this host while the leader restarts: the stop stays (a rank mpirun's daemon
+    starts here anyway is stopped at once) and no spawned rank is started; the leader, told
+    of the SIGTERM, ends the job with 143."""
+    rig = SpawningWorkerRig()
+    rig.events.at(1.0, LeaderMessage(Launched(SPEC)), RankStarted(2, "algo-2"))
+    rig.events.at(2.0, RankEnded(record(2, 3)), LauncherExited(3))
+    rig.events.at(2.5, SigtermReceived("algo-2"))
+    rig.events.at(3.0, LeaderMessage(Restart(1)))
+    rig.events.at(3.5, LeaderMessage(Launched(dataclasses.replace(SPEC, attempt=1))))
+    rig.events.at(4.0, LeaderMessage(Exit(143, "Job stopped by SIGTERM ...\n")))
+    assert rig.run().exit_code == 143
+    assert rig.plans == [SPEC]
+    assert rig.local.attempts_begun == 0
+    assert {"type": "sigterm", "host": "algo-2"} in rig.link.sent
+    assert {"type": "ready", "host": "algo-2", "attempt": 1} in rig.link.sent

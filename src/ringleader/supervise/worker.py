@@ -227,10 +227,12 @@ class Worker:
         if self._launcher is not None:
             self._launcher.kill()  # it exited already: the leader waits for that first
             self._launcher = None
-        self._local.begin_attempt()
         self._kill_deadline = self._rank_deadline = None
         if self._sigterm_deadline is None:
+            self._local.begin_attempt()
             self.phase = Phase.WAITING
+        # else stopped by SIGTERM: the stop stays, so a rank the next launch starts here
+        # anyway (mpirun's daemon) is stopped at once; the leader ends the job with 143
         self._parts.log(f"ready for attempt {attempt}")
         self._parts.link.send(Ready(self._host, attempt))
 
@@ -255,6 +257,8 @@ class Worker:
         plan, start = self._parts.spawn_plan, self._parts.start_launcher
         if spawn is None or plan is None or start is None or self._launcher is not None:
             return
+        if self._sigterm_deadline is not None:
+            return  # stopped by SIGTERM: no new ranks (a restart crossed the stop)
         if self._host not in spawn.launching_hosts:
             return  # mpirun starts this host's ranks
         launch = plan(spawn)
