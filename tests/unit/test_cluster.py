@@ -2,6 +2,7 @@
 
 import ast
 import base64
+import dataclasses
 import hashlib
 import importlib.metadata
 import inspect
@@ -37,6 +38,7 @@ from ringleader.tools.cluster.hostfile import (
     parse_hostfile,
     processes_per_host,
 )
+from ringleader.tools.cluster.jobspec import job_from_json, job_to_json
 from ringleader.tools.cluster.ssh import SshOptions, bootstrap_venv
 
 # ------------------------------------------------------------------------------------ hostfile
@@ -962,11 +964,6 @@ def test_spares_leaving_no_host_exit_78_before_anything_starts(tmp_path, capsys,
     args = cluster_args("run", "-H", "127.0.0.1,127.0.0.2", "--spares", "2", "--", "x")
     assert args.func(args) == exitcodes.CONFIG_ERROR
     assert "(the -H list has 2)" in capsys.readouterr().err
-    args = cluster_args(
-        "run", "--hostfile", hostfile, "--spares", "1", "--detach", "--", "python", "x.py"
-    )
-    assert args.func(args) == exitcodes.CONFIG_ERROR
-    assert "--spares: not with --detach" in capsys.readouterr().err
     assert started == []
     # a valid one reaches the run with the last host as the spare
     args = cluster_args("run", "--hostfile", hostfile, "--spares", "1", "--", "python", "x.py")
@@ -974,6 +971,31 @@ def test_spares_leaving_no_host_exit_78_before_anything_starts(tmp_path, capsys,
     (launched,) = started
     assert [host.address for host in launched.job.hosts] == ["127.0.0.1", "127.0.0.2"]
     assert [host.address for host in launched.job.spares] == ["127.0.0.3"]
+
+
+def test_a_detached_job_takes_its_spares_with_the_hosts_its_preflight_left(tmp_path, monkeypatch):
+    """The preflight runs before the job detaches (a spare in a failed host's place); the
+    runner on the leader gets those hosts and the spares left, for the later runs."""
+    from ringleader.tools.cluster import remote
+
+    def preflight(self):
+        # 127.0.0.2 failed its preflight: the spare 127.0.0.3 takes its place
+        hosts, spares = self.job.hosts, self.job.spares
+        self.job = dataclasses.replace(self.job, hosts=(hosts[0], spares[0]), spares=())
+
+    detached = []
+    monkeypatch.setattr(run.ClusterRun, "preflight", preflight)
+    monkeypatch.setattr(
+        remote, "start_detached", lambda job, *rest: detached.append(job_to_json(job)) or 0
+    )
+    hostfile = loopback_hosts(tmp_path, 3)
+    argv = ["run", "--hostfile", hostfile, "--spares", "1", "--max-restarts", "1", "--detach"]
+    args = cluster_args(*argv, "--", "python", "x.py")
+    assert args.func(args) == 0
+    (job,) = (job_from_json(text) for text in detached)
+    assert [host.address for host in job.hosts] == ["127.0.0.1", "127.0.0.3"]
+    assert job.spares == ()
+    assert job.settings["max_restarts"] == "1"
 
 
 @pytest.mark.parametrize("value", ["-1", "x", "1.5"])

@@ -147,6 +147,7 @@ def test_job_json_round_trip():
         output_dir=Path("out"),
         ssh=SshOptions(7.0, ("Port=2222",), "/opt/py 3.12/bin/python"),
         distribution="torch_distributed",
+        spares=(ClusterHost("10.0.0.9", "node9", 2, "hosts:4"),),
     )
     assert job_from_json(job_to_json(job)) == job
     assert job_from_json(job_to_json(a_job())) == a_job()

@@ -103,7 +103,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         help="the last K hosts of the hostfile stand by: a spare replaces a host that fails "
         "its preflight and, with --max-restarts N (needed for this), a host lost during the "
         "job, which then starts again on the hosts left and the spare, its attempts counted "
-        "against N (default: 0; not with --detach)",
+        "against N (default: 0)",
     )
     run.add_argument(
         "--mpi-options",
@@ -337,10 +337,6 @@ def _run(args: argparse.Namespace) -> int:
     )
 
     env = parse_env(args.env)  # first: a bad --env starts nothing, not even ssh
-    if args.spares and args.detach:
-        raise ConfigError(
-            "--spares", "not with --detach: a detached job's runner does not take spares yet"
-        )
     hosts = read_hosts(args)
     source = "the hostfile" if args.host_list is None else "the -H list"
     active, spares = split_spares(hosts, args.spares, source)
@@ -376,7 +372,8 @@ def _run(args: argparse.Namespace) -> int:
     code = launcher.preflight()
     if code is not None:
         return code
-    return start_detached(job, tee.lines, args.start_timeout, sys.stdout)
+    # the hosts as preflight left them (a spare in the place of a host that failed it)
+    return start_detached(launcher.job, tee.lines, args.start_timeout, sys.stdout)
 
 
 class _Tee(io.StringIO):

@@ -33,6 +33,7 @@ def job_to_json(job: ClusterJob) -> str:
             "min_free_bytes": job.min_free_bytes,
             "mpi_options": job.mpi_options,
             "env": dict(job.env),
+            "spares": [host.__dict__ for host in job.spares],
         }
     )
 
@@ -40,10 +41,8 @@ def job_to_json(job: ClusterJob) -> str:
 def job_from_json(text: str) -> ClusterJob:
     data: dict[str, Any] = json.loads(text)
     return ClusterJob(
-        hosts=tuple(
-            ClusterHost(str(h["address"]), str(h["name"]), int(h["slots"]), str(h["origin"]))
-            for h in data["hosts"]
-        ),
+        hosts=_hosts(data["hosts"]),
+        spares=_hosts(data.get("spares", ())),
         command=tuple(str(word) for word in data["command"]),
         cwd=str(data["cwd"]),
         processes_per_host=int(data["processes_per_host"]),
@@ -62,6 +61,13 @@ def job_from_json(text: str) -> ClusterJob:
         min_free_bytes=int(data["min_free_bytes"]),
         mpi_options=str(data["mpi_options"]),
         env={str(k): str(v) for k, v in data["env"].items()},
+    )
+
+
+def _hosts(items: Any) -> tuple[ClusterHost, ...]:
+    return tuple(
+        ClusterHost(str(h["address"]), str(h["name"]), int(h["slots"]), str(h["origin"]))
+        for h in items
     )
 
 
