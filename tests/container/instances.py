@@ -153,9 +153,13 @@ class Instances:
         return process.returncode, output
 
     def job_processes(self) -> dict[str, list[str]]:
-        """Per node, every process but sshd, the shell asking and ps itself."""
+        """Per running node, every process but sshd, the shell asking and ps itself (a node a
+        test killed has none, and cannot be asked)."""
         found = {}
-        for name in self.nodes:
+        for name, container in self.nodes.items():
+            container.reload()
+            if container.status != "running":
+                continue
             _, output = self.sh(name, "ps -eo pid=,args=")
             found[name] = [
                 line.strip()

@@ -589,29 +589,6 @@ def test_a_lost_host_is_replaced_by_a_spare_and_the_job_completes(
             assert instances.sh("node1", f"test -f /work/out/run-0/{name}/output/failure")[0] == 0
         for name in ("node1", "node3", "node4"):
             assert instances.sh("node1", f"test -f /work/out/{name}/output/success")[0] == 0
-        left: dict[str, list[str]] = {}
-        deadline = time.monotonic() + NO_JOB_PROCESS_WITHIN
-        while time.monotonic() < deadline:
-            left = {name: busy for name, busy in live_job_processes(instances).items() if busy}
-            if not left:
-                break
-            time.sleep(0.2)
-        assert left == {}, left
+        assert instances.wait_until_clean(NO_JOB_PROCESS_WITHIN) == {}
     finally:
         instances.remove()
-
-
-def live_job_processes(instances: Instances) -> dict[str, list[str]]:
-    """Instances.job_processes of the nodes still running (a killed one cannot be asked)."""
-    found = {}
-    for name, container in instances.nodes.items():
-        container.reload()
-        if container.status != "running":
-            continue
-        _, output = instances.sh(name, "ps -eo pid=,args=")
-        found[name] = [
-            line.strip()
-            for line in output.splitlines()
-            if line.strip() and not any(word in line for word in ("sshd", "ps -eo", "sh -c ps"))
-        ]
-    return found
