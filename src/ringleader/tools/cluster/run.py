@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from ringleader.config.hyperparameters import as_count
 from ringleader.config.job import ENABLED_KEYS, MPI
 from ringleader.config.timeouts import DEFAULTS
 from ringleader.config.topology import elect_leader
@@ -214,8 +215,8 @@ def replaced_at_preflight(host: ClusterHost, problems: Sequence[str], spare: Clu
 def max_restarts(settings: Mapping[str, str]) -> int:
     """ringleader_max_restarts (0 when not set; an unreadable value is the hosts' to refuse)."""
     try:
-        return max(int(str(settings.get("max_restarts", "0")).strip()), 0)
-    except ValueError:
+        return as_count("ringleader_max_restarts", settings.get("max_restarts", 0))
+    except ConfigError:
         return 0
 
 
