@@ -19,6 +19,7 @@ from ringleader.config.metric_definitions import MetricDefinition, parse_definit
 from ringleader.config.mpi_options import forwarded_values, take_nccl_debug
 from ringleader.config.output_uri import OutputUri, parse_output_uri
 from ringleader.config.selection import ALL_RANKS, RANK_ZERO, RankSelection
+from ringleader.config.slurm import slurm_topology, uses_slurm
 from ringleader.config.timeouts import TIMEOUT_KEYS, parse_timeouts
 from ringleader.config.timeouts import Timeouts as Timeouts  # where the job's parts import it
 from ringleader.config.topology import Topology, parse_topology
@@ -507,6 +508,9 @@ def read_json_object(path: Path, field_name: str) -> dict[str, Any] | None:
 
 
 def load_topology(environ: Mapping[str, str], files: ConfigFiles) -> Topology:
+    """From Slurm's variables when `ringleader slurm` started this host, else SageMaker's."""
+    if uses_slurm(environ):
+        return slurm_topology(environ)
     resource_config = None
     if "SM_HOSTS" not in environ:
         resource_config = files.read_resource_config()

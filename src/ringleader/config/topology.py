@@ -1,7 +1,7 @@
 """Who the hosts are, which one this is, and which one leads."""
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -160,13 +160,18 @@ def _parse_hosts(field: str, value: Any) -> tuple[str, ...]:
         raise ConfigError(field, f"expected a JSON list of host names, got {value!r}")
     if not value:
         raise ConfigError(field, "the host list is empty")
-    for host in value:
+    check_host_names(field, value)
+    return tuple(sorted(value))
+
+
+def check_host_names(field: str, hosts: Sequence[Any]) -> None:
+    """Every host a valid name (it appears in -H lists and ssh targets), none twice."""
+    for host in hosts:
         if not isinstance(host, str) or not _HOST_NAME.fullmatch(host):
             raise ConfigError(field, f"{host!r} is not a valid host name")
-    duplicates = sorted({host for host in value if value.count(host) > 1})
+    duplicates = sorted({host for host in hosts if hosts.count(host) > 1})
     if duplicates:
         raise ConfigError(field, f"duplicate hosts {duplicates}")
-    return tuple(sorted(value))
 
 
 def leader_hint(

@@ -1,6 +1,6 @@
 """The `ringleader` command: `local` runs a job on fake hosts, `cluster` on your own machines
-over ssh, `stack` manages the VPC stack, `report` draws a job's report, `image` prepares or
-checks a training image."""
+over ssh, `slurm` on each node of a Slurm job step, `stack` manages the VPC stack, `report`
+draws a job's report, `image` prepares or checks a training image."""
 
 import argparse
 import sys
@@ -11,10 +11,10 @@ from ringleader import __version__
 from ringleader.config.job import DISTRIBUTIONS, MPI, NO_DISTRIBUTION
 from ringleader.tools.cluster import cli as cluster_cli
 from ringleader.tools.image import cli as image_cli
+from ringleader.tools.job_options import add_job_options, job_settings
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.local.options import (
     DEFAULT_SHM,
-    add_restart_options,
     available_gpus,
     gpu_plan,
     gpus_per_host,
@@ -22,7 +22,6 @@ from ringleader.tools.local.options import (
     parse_env,
     parse_env_file,
     parse_host_env,
-    restart_settings,
 )
 from ringleader.tools.local.plan import (
     LocalJobSpec,
@@ -31,6 +30,7 @@ from ringleader.tools.local.plan import (
     parse_script_args,
 )
 from ringleader.tools.report import cli as report_cli
+from ringleader.tools.slurm import cli as slurm_cli
 from ringleader.tools.stack import cli as stack_cli
 
 USAGE_ERROR = 2
@@ -98,21 +98,7 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         metavar="KEY=VALUE",
         help="a hyperparameter for the script (repeatable)",
     )
-    parser.add_argument(
-        "--setting",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a ringleader_* setting, e.g. startup_timeout=60 (repeatable)",
-    )
-    parser.add_argument(
-        "--hang-timeout",
-        metavar="SECONDS",
-        help="end the job as hung, with every rank's stacks and the culprit named, when no "
-        "rank makes progress (output, ringleader.progress()) for this long "
-        "(ringleader_hang_timeout; default: off). Ctrl-\\ shows every rank's stacks anytime",
-    )
-    add_restart_options(parser)
+    add_job_options(parser)
     parser.add_argument("--image", default="ringleader:latest")
     parser.add_argument(
         "--output",
@@ -121,27 +107,6 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         help="each host's /opt/ml/output and /opt/ml/model land in "
         "OUTPUT/<job>/<host>/ (default ./ringleader-output)",
     )
-    parser.add_argument(
-        "--metric-definitions",
-        metavar="JSON_OR_FILE",
-        help='SageMaker metric definitions: [{"Name": ..., "Regex": ...}], inline or a file',
-    )
-    parser.add_argument("--log-ranks", help='ranks whose output is shown: "all" (default), "0,3"')
-    horovod = parser.add_argument_group("Horovod (become HOROVOD_* for every rank)")
-    horovod.add_argument(
-        "--horovod-timeline",
-        nargs="?",
-        const="true",
-        metavar="PATH",
-        help="write the timeline (default output/data/horovod_timeline.json)",
-    )
-    horovod.add_argument("--horovod-timeline-mark-cycles", action="store_true")
-    horovod.add_argument(
-        "--horovod-autotune", action="store_true", help="autotune, logged to output/data"
-    )
-    horovod.add_argument("--horovod-fusion-threshold", type=int, metavar="BYTES")
-    horovod.add_argument("--horovod-cycle-time", type=float, metavar="MS")
-    horovod.add_argument("--horovod-hierarchical-allreduce", action="store_true")
     parser.add_argument(
         "--random-suffix",
         action="store_true",
@@ -256,7 +221,7 @@ def _run_local(args: argparse.Namespace) -> int:
             distribution=_distribution(args),
             mpi_options=args.mpi_options,
             hyperparameters=hyperparameters,
-            settings={**_flag_settings(args), **parse_key_values("--setting", args.setting)},
+            settings={**job_settings(args), **parse_key_values("--setting", args.setting)},
             image=args.image,
             random_suffix=args.random_suffix,
             output_dir=args.output,
@@ -286,41 +251,13 @@ def _distribution(args: argparse.Namespace) -> str:
     return NO_DISTRIBUTION if args.no_mpi else args.distribution or MPI
 
 
-def _flag_settings(args: argparse.Namespace) -> dict[str, str]:
-    """ringleader_* settings (without the prefix) given as dedicated flags."""
-    settings = {}
-    if args.metric_definitions:
-        path = Path(args.metric_definitions)
-        text = path.read_text() if path.is_file() else args.metric_definitions
-        settings["metric_definitions"] = text
-    if args.log_ranks:
-        settings["log_ranks"] = args.log_ranks
-    if args.hang_timeout is not None:
-        settings["hang_timeout"] = args.hang_timeout
-    settings.update(restart_settings(args))
-    for name in (
-        "horovod_timeline",
-        "horovod_fusion_threshold",
-        "horovod_cycle_time",
-    ):
-        if getattr(args, name) is not None:
-            settings[name] = str(getattr(args, name))
-    for name in (
-        "horovod_timeline_mark_cycles",
-        "horovod_autotune",
-        "horovod_hierarchical_allreduce",
-    ):
-        if getattr(args, name):
-            settings[name] = "true"
-    return settings
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ringleader", description=__doc__)
     parser.add_argument("--version", action="version", version=f"ringleader {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_local_parser(subparsers)
     cluster_cli.add_parser(subparsers)
+    slurm_cli.add_parser(subparsers)
     stack_cli.add_parser(subparsers)
     report_cli.add_parser(subparsers)
     image_cli.add_parser(subparsers)

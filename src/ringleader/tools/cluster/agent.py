@@ -13,7 +13,6 @@ the job's mark in their environment, which also finds the ranks mpirun started t
 import contextlib
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -27,11 +26,10 @@ import psutil
 
 from ringleader.core import paths
 from ringleader.core.errors import ConfigError
-from ringleader.core.files import write_atomically
 from ringleader.core.processes import stop_processes
 from ringleader.rank.tree import become_subreaper
 from ringleader.tools.cluster.jobroot import make_job_dir
-from ringleader.wire.auth import JOB_SECRET_VARIABLE
+from ringleader.tools.hostjob import host_environment, lay_out_host
 
 STOP = "stop"
 STACKS = "stacks"  # Ctrl-\ on the machine that runs the job: every rank's stacks, job goes on
@@ -76,35 +74,15 @@ class AgentJob:
 
 def job_environment(job: AgentJob, base: Mapping[str, str]) -> dict[str, str]:
     root = Path(job.job_dir)
-    return {
-        **base,
-        **job.env,  # the user's --env: the host's supervision gives it to every rank here
-        paths.ML_ROOT_VARIABLE: str(root / "ml"),
-        paths.RUN_DIR_VARIABLE: str(root / "run"),
-        paths.RANK_PYTHON_VARIABLE: str(root / "run" / "python"),
-        paths.JOB_MARK_VARIABLE: job.job,
-        JOB_SECRET_VARIABLE: job.secret,
-    }
+    return host_environment(base, root / "ml", root / "run", job.job, job.env, job.secret)
 
 
 def lay_out(job: AgentJob) -> None:
     """The job's directory on this host, like a SageMaker container's /opt/ml, made 0700 in a
     job root that only this user can change (jobroot.UnsafeJobRoot when it is not)."""
     root = make_job_dir(job.job_dir)
-    config = root / "ml" / "input" / "config"
-    for directory in (config, root / "ml" / "output" / "data", root / "ml" / "model", root / "run"):
-        directory.mkdir(parents=True, exist_ok=True)
     resource = {"current_host": job.current_host, "hosts": list(job.hosts)}
-    write_atomically(config / "resourceconfig.json", json.dumps(resource))
-    write_atomically(config / "hyperparameters.json", json.dumps(dict(job.hyperparameters)))
-    write_atomically(config / "inputdataconfig.json", "{}")
-    # The ranks' interpreter at one path on every host, whichever Python each host uses. A
-    # script, not a symlink: a venv's Python finds its packages only when started by its path.
-    write_atomically(
-        root / "run" / "python",
-        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n',
-        mode=0o755,
-    )
+    lay_out_host(root / "ml", root / "run", job.hyperparameters, resource)
 
 
 def marked_processes(mark: str) -> list[psutil.Process]:

@@ -21,10 +21,10 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from ringleader.config.hyperparameters import as_count
-from ringleader.config.job import ENABLED_KEYS, MPI
+from ringleader.config.job import MPI
 from ringleader.config.timeouts import DEFAULTS
 from ringleader.config.topology import elect_leader
 from ringleader.core import exitcodes, paths
@@ -39,6 +39,7 @@ from ringleader.tools.cluster.jobroot import default_root
 from ringleader.tools.cluster.preflight import Needs, Probe
 from ringleader.tools.cluster.ssh import SshOptions, bootstrap_venv
 from ringleader.tools.cluster.stream import ProgressNote, copy_while_flowing
+from ringleader.tools.hostjob import command_hyperparameters
 from ringleader.wire.auth import new_secret
 
 SSH_FAILED = 255  # ssh's own exit code: the connection, not the command
@@ -95,20 +96,14 @@ def new_job_id() -> str:
 
 def cluster_hyperparameters(job: ClusterJob) -> dict[str, str]:
     """hyperparameters.json for every host, values JSON-encoded as SageMaker writes them."""
-    values: dict[str, Any] = {
-        "ringleader_command": list(job.command),
-        "sagemaker_submit_directory": job.cwd,
-        "sagemaker_mpi_enabled": job.distribution == MPI,
-    }
-    if job.distribution == MPI:
-        values["sagemaker_mpi_num_of_processes_per_host"] = job.processes_per_host
-        if job.mpi_options:
-            values["sagemaker_mpi_custom_mpi_options"] = job.mpi_options
-    else:
-        values[ENABLED_KEYS[job.distribution]] = True
-        values["ringleader_processes_per_host"] = job.processes_per_host
-    values.update({f"ringleader_{key}": value for key, value in job.settings.items()})
-    return {key: json.dumps(value) for key, value in values.items()}
+    return command_hyperparameters(
+        job.command,
+        job.cwd,
+        job.distribution,
+        job.processes_per_host,
+        job.mpi_options,
+        job.settings,
+    )
 
 
 def stop_grace(settings: Mapping[str, str]) -> float:

@@ -1,0 +1,120 @@
+"""`ringleader slurm`'s work on one node of the step: the job's directory on the shared output
+directory, the container entry point's supervision in a child with the hosts read from Slurm's
+variables (config/slurm.py), signals passed on, and nothing of the job left running here when
+it ends. The node's exit code is the job's, the same on every node."""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from ringleader.config.slurm import INTERFACE_VARIABLE, SLURM, TOPOLOGY_VARIABLE, SlurmStep
+from ringleader.config.slurm import job_environment as slurm_job_environment
+from ringleader.core import exitcodes
+from ringleader.rank.tree import become_subreaper
+from ringleader.tools.cluster.agent import SWEEP_GRACE, sweep
+from ringleader.tools.cluster.jobroot import default_root, make_job_dir
+from ringleader.tools.hostjob import host_environment, lay_out_host
+
+# SIGTERM (scancel, the time limit) and SIGINT (Ctrl-C on an interactive srun) stop the job
+# gracefully; SIGQUIT shows every rank's stacks and the job goes on.
+PASSED_ON = {
+    signal.SIGTERM: signal.SIGTERM,
+    signal.SIGINT: signal.SIGTERM,
+    signal.SIGQUIT: signal.SIGQUIT,
+}
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    step: SlurmStep
+    output_dir: Path  # OUTPUT/<job id>/<node>: this node's /opt/ml, on the submit directory
+    cwd: str
+    hyperparameters: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)  # --env: for every rank (never printed)
+    network_interface: str | None = None
+
+    @property
+    def job_dir(self) -> Path:
+        """On this node's own disk, at the same path on every node: mpirun hands the leader's
+        paths to every rank. `ml` in it is this node's output directory (a symlink), `run`
+        holds the sockets and per-rank files, never on a shared disk."""
+        return Path(default_root()) / self.step.mark
+
+    @property
+    def ml_root(self) -> Path:
+        return self.job_dir / "ml"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.job_dir / "run"
+
+
+def node_environment(job: NodeJob, base: dict[str, str]) -> dict[str, str]:
+    environment = host_environment(
+        slurm_job_environment(base), job.ml_root, job.run_dir, job.step.mark, job.env
+    )
+    environment[TOPOLOGY_VARIABLE] = SLURM
+    if job.network_interface:
+        environment[INTERFACE_VARIABLE] = job.network_interface
+    return environment
+
+
+def link_output(link: Path, output_dir: Path) -> None:
+    """`link` -> this node's output directory (replaced if a requeued job's run left one)."""
+    with contextlib.suppress(FileNotFoundError):
+        link.unlink()
+    link.symlink_to(output_dir, target_is_directory=True)
+
+
+class NodeRun:
+    def __init__(self, job: NodeJob, stdout: IO[str]) -> None:
+        self._job, self._stdout = job, stdout
+        self._child: subprocess.Popen[bytes] | None = None
+        self._pending: list[signal.Signals] = []  # arrived before the child existed
+
+    def run(self) -> int:
+        job = self._job
+        for signum in PASSED_ON:
+            signal.signal(signum, self._on_signal)
+        become_subreaper()  # the job's daemons (ssh master connections) are adopted, then swept
+        make_job_dir(str(job.job_dir))
+        link_output(job.ml_root, job.output_dir)
+        lay_out_host(job.ml_root, job.run_dir, job.hyperparameters)
+        self._say(
+            f"job {job.step.job_id} step {job.step.step_id} on {job.step.node} of "
+            f"{','.join(job.step.hosts)}; output in {job.output_dir}"
+        )
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", "ringleader.tools.cluster.host"],
+            env=node_environment(job, dict(os.environ)),
+            cwd=job.cwd,
+            stdin=subprocess.DEVNULL,
+        )
+        for signum in self._pending:
+            self._pass_on(signum)
+        code = self._child.wait()
+        left = sweep(job.step.mark, SWEEP_GRACE, descendants=True)
+        if left:
+            self._say(f"ended {left} leftover process(es) of the job on {job.step.node}")
+        return code if code >= 0 else exitcodes.signal_exit_code(-code)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self._child is None:
+            self._pending.append(signal.Signals(signum))
+        else:
+            self._pass_on(signal.Signals(signum))
+
+    def _pass_on(self, signum: signal.Signals) -> None:
+        assert self._child is not None
+        with contextlib.suppress(ProcessLookupError):
+            self._child.send_signal(PASSED_ON[signum])
+
+    def _say(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._stdout.write(f"[ringleader slurm] {line}\n")
+            self._stdout.flush()
