@@ -82,7 +82,9 @@ def slurm_topology(environ: Mapping[str, str]) -> Topology:
     field = "SLURM_STEP_NODELIST" if "SLURM_STEP_NODELIST" in environ else "SLURM_JOB_NODELIST"
     hosts = expand_hostlist(_required(environ, field), field)
     check_host_names(field, hosts)
-    node = slurm_topology(environ).current_host
+    node = _required(environ, "SLURMD_NODENAME")
+    if node not in hosts:
+        raise ConfigError("SLURMD_NODENAME", f"{node!r} is not one of the step's nodes {hosts}")
     return Topology(
         hosts=tuple(sorted(hosts)),
         current_host=node,

@@ -97,7 +97,8 @@ def node_job(args: argparse.Namespace, step: SlurmStep, cwd: str) -> "NodeJob":
     command: list[str] = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise UsageError("PROGRAM: missing; give it after --, e.g. -- python train.py")
-    env = parse_env(args.env)  # before anything is made: a bad --env makes nothing
+    env = parse_env(args.env)  # before anything is made: a bad option makes nothing
+    per_host = processes_per_host(args, step)
     settings = {**job_settings(args)}
     for key, value in parse_key_values("--setting", args.setting).items():
         settings[key.removeprefix("ringleader_")] = value
@@ -115,7 +116,7 @@ def node_job(args: argparse.Namespace, step: SlurmStep, cwd: str) -> "NodeJob":
             command,
             cwd,
             args.distribution,
-            processes_per_host(args, step),
+            per_host,
             args.mpi_options,
             settings,
         ),

@@ -1,0 +1,250 @@
+"""`ringleader slurm`: the step read from Slurm's variables, the topology source, what ranks
+see of Slurm, the options and each node's job (no Slurm, no containers)."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ringleader.config.job import ENABLED_KEYS, ConfigFiles, load_topology
+from ringleader.config.slurm import (
+    INTERFACE_VARIABLE,
+    TOPOLOGY_VARIABLE,
+    job_environment,
+    read_step,
+    slurm_topology,
+)
+from ringleader.core.errors import ConfigError
+from ringleader.tools.cli import build_parser
+from ringleader.tools.local.errors import UsageError
+from ringleader.tools.slurm.cli import node_job
+from ringleader.tools.slurm.node import NodeRun, node_environment
+
+# What srun gives each task of `srun -N3 --ntasks-per-node=1` (Slurm 22.05), on node 2.
+STEP = {
+    "SLURM_JOB_ID": "42",
+    "SLURM_JOBID": "42",
+    "SLURM_JOB_NAME": "train",
+    "SLURM_JOB_NODELIST": "node[1-3]",
+    "SLURM_STEP_ID": "0",
+    "SLURM_STEPID": "0",
+    "SLURM_STEP_NODELIST": "node[1-3]",
+    "SLURM_STEP_NUM_NODES": "3",
+    "SLURM_STEP_NUM_TASKS": "3",
+    "SLURM_NTASKS": "3",
+    "SLURM_PROCID": "1",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "1",
+    "SLURMD_NODENAME": "node2",
+    "SLURM_SUBMIT_DIR": "/shared/jobs",
+    "PMI_FD": "7",
+    "HOME": "/root",
+}
+
+
+def test_the_step_is_read_from_slurms_variables() -> None:
+    step = read_step(STEP)
+    assert (step.job_id, step.step_id, step.node) == ("42", "0", "node2")
+    assert step.hosts == ("node1", "node2", "node3")
+    assert step.mark == "slurm-42.0"
+    assert step.submit_dir == "/shared/jobs"
+    assert step.gpus_on_node is None
+    assert read_step({**STEP, "SLURM_GPUS_ON_NODE": "8"}).gpus_on_node == 8
+
+
+def test_the_step_nodelist_wins_over_the_jobs() -> None:
+    """`srun -N2` inside a 3-node allocation: the job is the step's two nodes."""
+    step = read_step({**STEP, "SLURM_STEP_NODELIST": "node[2-3]", "SLURM_STEP_NUM_NODES": "2",
+                      "SLURM_STEP_NUM_TASKS": "2"})  # fmt: skip
+    assert step.hosts == ("node2", "node3")
+
+
+@pytest.mark.parametrize(
+    ("missing", "field"),
+    [
+        ("SLURM_JOB_ID", "SLURM_JOB_ID"),
+        ("SLURM_STEP_ID", "SLURM_STEP_ID"),
+        ("SLURM_STEP_NUM_NODES", "SLURM_STEP_ID"),
+        ("SLURMD_NODENAME", "SLURMD_NODENAME"),
+    ],
+)
+def test_outside_a_step_the_error_names_the_variable_and_the_fix(missing: str, field: str) -> None:
+    environ = {key: value for key, value in STEP.items() if key != missing}
+    with pytest.raises(ConfigError) as caught:
+        read_step(environ)
+    assert caught.value.field == field
+    assert "srun --ntasks-per-node=1 ringleader slurm" in str(caught.value)
+
+
+def test_more_than_one_task_per_node_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        read_step({**STEP, "SLURM_STEP_NUM_TASKS": "6"})
+    assert caught.value.field == "SLURM_STEP_NUM_TASKS"
+    assert "6 tasks on 3 node(s)" in str(caught.value)
+
+
+def test_a_node_outside_the_list_and_a_bad_list_are_named() -> None:
+    with pytest.raises(ConfigError, match="'node9' is not one of"):
+        read_step({**STEP, "SLURMD_NODENAME": "node9"})
+    with pytest.raises(ConfigError) as caught:
+        read_step({**STEP, "SLURM_STEP_NODELIST": "node[3-1]"})
+    assert caught.value.field == "SLURM_STEP_NODELIST"
+
+
+def test_the_topology_sorts_the_hosts_and_the_first_leads() -> None:
+    topology = slurm_topology({**STEP, "SLURM_STEP_NODELIST": "b[2-3],a1", "SLURMD_NODENAME": "b3"})
+    assert topology.hosts == ("a1", "b2", "b3")
+    assert (topology.leader, topology.current_host) == ("a1", "b3")
+
+
+def test_the_topology_of_node2() -> None:
+    topology = slurm_topology({**STEP, INTERFACE_VARIABLE: "ib0"})
+    assert (topology.current_host, topology.leader) == ("node2", "node1")
+    assert topology.workers == ("node2", "node3")
+    assert topology.network_interface == "ib0"
+    assert slurm_topology(STEP).network_interface == "eth0"
+
+
+def test_load_topology_reads_slurm_only_when_ringleader_slurm_says_so(tmp_path: Path) -> None:
+    files = ConfigFiles(config_dir=tmp_path)
+    assert load_topology({**STEP, TOPOLOGY_VARIABLE: "slurm"}, files).hosts == (
+        "node1",
+        "node2",
+        "node3",
+    )
+    with pytest.raises(ConfigError) as caught:  # SageMaker's sources, which are absent here
+        load_topology(STEP, files)
+    assert caught.value.field == "SM_HOSTS"
+
+
+def test_ranks_see_the_job_of_slurm_not_the_srun_task() -> None:
+    kept = job_environment(STEP)
+    assert kept["SLURM_JOB_ID"] == "42"
+    assert kept["SLURM_STEP_NODELIST"] == "node[1-3]"
+    assert kept["SLURMD_NODENAME"] == "node2"
+    assert kept["HOME"] == "/root"
+    # Open MPI takes SLURM_JOBID for an allocation to srun its daemons into; the task's own
+    # variables would tell every rank it is task 1 of 3.
+    for gone in ("SLURM_JOBID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEPID", "PMI_FD"):
+        assert gone not in kept
+
+
+def parse(*argv: str) -> object:
+    return build_parser().parse_args(["slurm", *argv])
+
+
+def test_each_node_gets_its_own_output_directory_and_the_jobs_hyperparameters(
+    tmp_path: Path,
+) -> None:
+    args = parse(
+        *("--processes-per-host", "2", "--hang-timeout", "30"),
+        *("--setting", "ringleader_sigterm_grace=5", "--env", "TOKEN=s3cr3t"),
+        *("--", "python", "t.py"),
+    )
+    job = node_job(args, read_step({**STEP, "SLURM_SUBMIT_DIR": str(tmp_path)}), "/work")
+    assert job.output_dir == tmp_path / "ringleader-output" / "42" / "node2"
+    assert job.output_dir.is_dir()
+    values = {key: json.loads(value) for key, value in job.hyperparameters.items()}
+    assert values["ringleader_command"] == ["python", "t.py"]
+    assert values["sagemaker_submit_directory"] == "/work"
+    assert values["sagemaker_mpi_enabled"] is True
+    assert values["sagemaker_mpi_num_of_processes_per_host"] == 2
+    assert values["ringleader_hang_timeout"] == "30"
+    assert values["ringleader_sigterm_grace"] == "5"
+    assert "s3cr3t" not in json.dumps(job.hyperparameters)
+    assert job.env == {"TOKEN": "s3cr3t"}
+
+
+def test_processes_per_host_default_to_the_gpus_slurm_gave(tmp_path: Path) -> None:
+    step = read_step({**STEP, "SLURM_GPUS_ON_NODE": "4"})
+    args = parse("--distribution", "torch_distributed", "--output", str(tmp_path), "--", "x")
+    values = node_job(args, step, "/work").hyperparameters
+    assert json.loads(values["ringleader_processes_per_host"]) == 4
+    assert json.loads(values[ENABLED_KEYS["torch_distributed"]]) is True
+    # none given and no GPUs: the supervision's own default (the GPUs it finds, else 1)
+    plain = node_job(parse("--output", str(tmp_path), "--", "x"), read_step(STEP), "/work")
+    assert "sagemaker_mpi_num_of_processes_per_host" not in plain.hyperparameters
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--"], "PROGRAM: missing"),
+        (["--processes-per-host", "0", "--", "x"], "expected at least 1"),
+        (["--distribution", "parameter_server", "--processes-per-host", "2", "--", "x"],
+         "runs fixed tasks"),
+        (["--env", "1BAD=x", "--", "x"], "--env: expected KEY=VALUE"),
+        (["--setting", "novalue", "--", "x"], "--setting: expected KEY=VALUE"),
+    ],
+)  # fmt: skip
+def test_bad_options_are_usage_errors_that_make_nothing(
+    tmp_path: Path, argv: list[str], message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        node_job(parse("--output", str(tmp_path / "out"), *argv), read_step(STEP), "/work")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_directory_that_cannot_be_made_is_named(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError) as caught:
+        node_job(parse("--output", str(tmp_path / "file"), "--", "x"), read_step(STEP), "/w")
+    assert caught.value.field == "--output"
+
+
+def test_the_supervision_reads_slurm_and_its_paths_are_the_same_on_every_node(
+    tmp_path: Path,
+) -> None:
+    step = read_step(STEP)
+    args = parse("--output", str(tmp_path), "--network-interface", "ib0", "--", "x")
+    job = node_job(args, step, "/work")
+    environment = node_environment(job, dict(STEP))
+    assert environment[TOPOLOGY_VARIABLE] == "slurm"
+    assert environment[INTERFACE_VARIABLE] == "ib0"
+    assert environment["SAGEMAKER_BASE_DIR"].endswith("/slurm-42.0/ml")
+    assert environment["RINGLEADER_RUN_DIR"].endswith("/slurm-42.0/run")
+    assert environment["RINGLEADER_CLUSTER_JOB"] == "slurm-42.0"
+    assert "SLURM_PROCID" not in environment
+    other = node_job(args, read_step({**STEP, "SLURMD_NODENAME": "node3"}), "/work")
+    assert other.ml_root == job.ml_root  # mpirun hands the leader's paths to every rank
+    assert other.output_dir != job.output_dir
+
+
+def test_a_node_runs_the_supervision_and_exits_with_its_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real node run with a stand-in supervision: the layout, the symlink, the code."""
+    monkeypatch.setattr("ringleader.tools.slurm.node.default_root", lambda: str(tmp_path / "r"))
+    step = read_step(STEP)
+    job = node_job(parse("--output", str(tmp_path / "out"), "--", "x"), step, str(tmp_path))
+    started: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def fake_popen(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        started.append(argv)
+        env = kwargs["env"]
+        assert isinstance(env, dict)
+        script = "import os, sys; sys.exit(3 if os.path.isdir(os.environ['SAGEMAKER_BASE_DIR'] + '/input/config') else 9)"  # noqa: E501
+        return real_popen([sys.executable, "-c", script], env=env, cwd=kwargs["cwd"])
+
+    monkeypatch.setattr("ringleader.tools.slurm.node.subprocess.Popen", fake_popen)
+    monkeypatch.setattr("ringleader.tools.slurm.node.become_subreaper", lambda: None)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT,
+                                                                 signal.SIGQUIT)}  # fmt: skip
+    try:
+        out = io.StringIO()
+        assert NodeRun(job, out).run() == 3
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert started == [[sys.executable, "-m", "ringleader.tools.cluster.host"]]
+    assert job.ml_root.resolve() == job.output_dir.resolve()
+    assert json.loads((job.output_dir / "input/config/hyperparameters.json").read_text())
+    assert not (job.output_dir / "input/config/resourceconfig.json").exists()
+    assert "job 42 step 0 on node2 of node1,node2,node3" in out.getvalue()
+    assert os.access(job.run_dir / "python", os.X_OK)
