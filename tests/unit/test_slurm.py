@@ -52,7 +52,6 @@ def test_the_step_is_read_from_slurms_variables() -> None:
     assert (step.job_id, step.step_id, step.node) == ("42", "0", "node2")
     assert step.hosts == ("node1", "node2", "node3")
     assert step.mark == "slurm-42.0"
-    assert step.submit_dir == "/shared/jobs"
     assert step.gpus_on_node is None
     assert read_step({**STEP, "SLURM_GPUS_ON_NODE": "8"}).gpus_on_node == 8
 
@@ -146,12 +145,12 @@ def test_each_node_gets_its_own_output_directory_and_the_jobs_hyperparameters(
         *("--setting", "ringleader_sigterm_grace=5", "--env", "TOKEN=s3cr3t"),
         *("--", "python", "t.py"),
     )
-    job = node_job(args, read_step({**STEP, "SLURM_SUBMIT_DIR": str(tmp_path)}), "/work")
+    job = node_job(args, read_step(STEP), str(tmp_path))
     assert job.output_dir == tmp_path / "ringleader-output" / "42" / "node2"
     assert job.output_dir.is_dir()
     values = {key: json.loads(value) for key, value in job.hyperparameters.items()}
     assert values["ringleader_command"] == ["python", "t.py"]
-    assert values["sagemaker_submit_directory"] == "/work"
+    assert values["sagemaker_submit_directory"] == str(tmp_path)
     assert values["sagemaker_mpi_enabled"] is True
     assert values["sagemaker_mpi_num_of_processes_per_host"] == 2
     assert values["ringleader_hang_timeout"] == "30"

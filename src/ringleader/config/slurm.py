@@ -42,7 +42,6 @@ class SlurmStep:
     step_id: str
     hosts: tuple[str, ...]  # the step's nodes, sorted
     node: str  # this node, as Slurm names it (SLURMD_NODENAME)
-    submit_dir: str
     gpus_on_node: int | None  # SLURM_GPUS_ON_NODE, when the job asked for GPUs
 
     @property
@@ -70,7 +69,6 @@ def read_step(environ: Mapping[str, str]) -> SlurmStep:
         step_id=_required(environ, "SLURM_STEP_ID"),
         hosts=topology.hosts,
         node=topology.current_host,
-        submit_dir=environ.get("SLURM_SUBMIT_DIR", ""),
         gpus_on_node=_gpus(environ.get("SLURM_GPUS_ON_NODE")),
     )
 

@@ -57,9 +57,7 @@ def job_settings(args: argparse.Namespace) -> dict[str, str]:
     """ringleader_* settings (without the prefix) given as dedicated flags."""
     settings = {}
     if args.metric_definitions:
-        path = Path(args.metric_definitions)
-        text = path.read_text() if path.is_file() else args.metric_definitions
-        settings["metric_definitions"] = text
+        settings["metric_definitions"] = _inline_or_file(args.metric_definitions)
     if args.log_ranks:
         settings["log_ranks"] = args.log_ranks
     if args.hang_timeout is not None:
@@ -72,3 +70,12 @@ def job_settings(args: argparse.Namespace) -> dict[str, str]:
         if getattr(args, name):
             settings[name] = "true"
     return settings
+
+
+def _inline_or_file(value: str) -> str:
+    """A file's text when `value` names one, else `value` itself (inline JSON, which can be
+    longer than a file name may be)."""
+    try:
+        return Path(value).read_text() if Path(value).is_file() else value
+    except OSError:
+        return value

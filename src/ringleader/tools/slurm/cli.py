@@ -62,7 +62,8 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "--output",
         type=Path,
         help=f"each node's output/ and model/ land in OUTPUT/<job id>/<node>/ (default "
-        f"./{DEFAULT_OUTPUT} in the submit directory)",
+        f"./{DEFAULT_OUTPUT}: in the step's working directory, the submit directory unless "
+        "sbatch or srun --chdir say otherwise)",
     )
     parser.add_argument(
         "--network-interface",
@@ -102,7 +103,7 @@ def node_job(args: argparse.Namespace, step: SlurmStep, cwd: str) -> "NodeJob":
     settings = {**job_settings(args)}
     for key, value in parse_key_values("--setting", args.setting).items():
         settings[key.removeprefix("ringleader_")] = value
-    base = args.output or Path(step.submit_dir or cwd) / DEFAULT_OUTPUT
+    base = args.output or Path(cwd) / DEFAULT_OUTPUT
     output_dir = base.absolute() / step.job_id / step.node
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
