@@ -31,6 +31,17 @@ demo: image venv  ## 3 fake hosts x 2 processes running examples/mpi_allreduce.p
 	$(BIN)/ringleader local --hosts 3 --processes-per-host 2 \
 		--source-dir examples --entry-point mpi_allreduce.py -- --rounds 3
 
+.PHONY: image-slurm slurm-up slurm-down
+image-slurm: image-horovod  ## ringleader:slurm = ringleader:horovod + Slurm 22.05 and MUNGE (Debian), a node of the Slurm test cluster (cold ~5 s: 4 MB of packages)
+	scripts/build-slurm.sh
+
+NODES ?= 3
+slurm-up:  ## a Slurm cluster of containers: ringleader-slurm-head + NODES (3) nodes, /shared = build/slurm-shared (needs image-slurm)
+	NODES=$(NODES) scripts/slurm-cluster.sh up
+
+slurm-down:  ## remove the Slurm cluster's containers and network
+	scripts/slurm-cluster.sh down
+
 .PHONY: image-tensorflow
 image-tensorflow: image  ## ringleader:tensorflow = the image + TensorFlow 2.21 (CPU), ~2 min
 	scripts/build-tensorflow.sh
@@ -47,7 +58,7 @@ image-trixie: image  ## ringleader:trixie = Debian trixie, Python 3.13, Open MPI
 image-tf-horovod: image  ## ringleader:tf-horovod = the image + TensorFlow 2.21 (CPU) + tf-keras + Horovod 0.28.1 for TensorFlow (cold ~4 min)
 	FRAMEWORK=tensorflow scripts/build-horovod.sh
 
-test: setup image-horovod image-tensorflow image-mxnet image-tf-horovod image-trixie  ## lint, type check and the whole test suite (unit + real containers)
+test: setup image-horovod image-tensorflow image-mxnet image-tf-horovod image-trixie image-slurm  ## lint, type check and the whole test suite (unit + real containers)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

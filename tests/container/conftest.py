@@ -20,6 +20,7 @@ import pytest
 
 from ringleader.tools.local.plan import LocalJobSpec
 from ringleader.tools.local.run import LocalJob, LocalJobResult
+from tests.container.slurm import slurm_cluster  # noqa: F401 (the Slurm cluster fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
