@@ -1,0 +1,174 @@
+"""`ringleader slurm` in a real Slurm cluster of containers (slurmctld, 3 slurmd, munge):
+success with mpi and torch_distributed, a failing rank's code everywhere, scancel and a lost
+node. Jobs are submitted from /shared, the project's examples copied there."""
+
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.container
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES = ("ringleader-slurm-node1", "ringleader-slurm-node2", "ringleader-slurm-node3")
+LEADER = NODES[0]
+JOB_END = 120.0  # seconds a test job may take on 2 busy cores
+NOTHING_LEFT_WITHIN = 15.0
+
+SECRET = """RINGLEADER_JOB_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+export RINGLEADER_JOB_SECRET
+"""
+
+
+def batch_script(srun: str, name: str) -> str:
+    """A batch script of 3 nodes that runs `srun` from /shared and says srun's own code."""
+    return (
+        f"#!/bin/bash\n#SBATCH --job-name={name}\n#SBATCH --nodes=3\n"
+        f"#SBATCH --ntasks-per-node=1\n#SBATCH --output=/shared/%x-%j.out\n"
+        f"cd /shared\n{SECRET}{srun}\ncode=$?\necho srun-exit=$code\nexit $code\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_cluster: Any) -> Iterator[Any]:
+    shutil.copytree(ROOT / "examples", slurm_cluster.shared / "examples", dirs_exist_ok=True)
+    yield slurm_cluster
+
+
+def submit(cluster: Any, argv: list[str]) -> int:
+    done = cluster.exec(
+        "ringleader-slurm-head", ["sbatch", "--parsable", "--chdir=/shared", *argv], 30
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return int(done.stdout.strip().split(";")[0])
+
+
+def output_of(cluster: Any, name: str, job: int) -> str:
+    path = cluster.shared / f"{name}-{job}.out"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def node_dir(cluster: Any, job: int, node: str) -> Path:
+    return cluster.shared / "ringleader-output" / str(job) / node
+
+
+def node_codes(output: str) -> dict[str, int]:
+    """Each node's last word: `[ringleader NODE] HH:MM:SS.mmm job succeeded|failed: exit code N`."""
+    found = re.findall(
+        r"\[ringleader (\S+)\] \S+ job (?:succeeded|failed): exit code (\d+)", output
+    )
+    return {node: int(code) for node, code in found}
+
+
+def wait_for_output(cluster: Any, name: str, job: int, text: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        output = output_of(cluster, name, job)
+        if text in output:
+            return output
+        time.sleep(0.5)
+    raise AssertionError(f"{text!r} not in job {job}'s output within {timeout} s:\n{output}")
+
+
+def assert_nothing_left(cluster: Any, nodes: tuple[str, ...]) -> None:
+    deadline = time.monotonic() + NOTHING_LEFT_WITHIN
+    left: dict[str, list[str]] = {}
+    while time.monotonic() < deadline:
+        left = {node: cluster.processes(node, "ringleader|mpi_allreduce|orted") for node in nodes}
+        if not any(left.values()):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"still running {NOTHING_LEFT_WITHIN} s after the job ended: {left}")
+
+
+def test_the_allreduce_example_runs_on_3_nodes_x_2_ranks(cluster: Any) -> None:
+    job = submit(cluster, ["examples/slurm/allreduce.sbatch", "--rounds", "3"])
+    state = cluster.wait(job, JOB_END)
+    output = output_of(cluster, "allreduce", job)
+    assert (state["JobState"], state["ExitCode"]) == ("COMPLETED", "0:0"), output
+    assert node_codes(output) == {node: 0 for node in NODES}, output
+    for rank in range(6):
+        assert re.search(rf"rank {rank} of 6\b", output), output
+    summary = (node_dir(cluster, job, LEADER) / "output" / "data" / "job.json").read_text()
+    assert '"exit_code": 0' in summary
+    for node in NODES:
+        assert not (node_dir(cluster, job, node) / "output" / "failure").exists()
+    assert_nothing_left(cluster, NODES)
+
+
+def test_the_ddp_example_runs_with_torch_distributed(cluster: Any) -> None:
+    job = submit(cluster, ["examples/slurm/ddp.sbatch", "--steps", "20", "--log-interval", "10"])
+    state = cluster.wait(job, JOB_END)
+    output = output_of(cluster, "ddp", job)
+    assert (state["JobState"], state["ExitCode"]) == ("COMPLETED", "0:0"), output
+    assert node_codes(output) == {node: 0 for node in NODES}, output
+    assert len(re.findall(r"env rank=\d+ .* ok", output)) == 6, output
+    assert (node_dir(cluster, job, LEADER) / "model" / "model.pt").is_file()
+    metrics = node_dir(cluster, job, LEADER) / "output" / "data" / "metrics.jsonl"
+    assert '"loss"' in metrics.read_text()
+
+
+def test_a_failing_rank_gives_its_code_to_srun_every_node_and_the_job(cluster: Any) -> None:
+    srun = (
+        "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 2 -- "
+        "python examples/mpi_allreduce.py --rounds 3 --fail-rank 4 --fail-code 3"
+    )
+    (cluster.shared / "fail.sbatch").write_text(batch_script(srun, "fail"))
+    job = submit(cluster, ["fail.sbatch"])
+    state = cluster.wait(job, JOB_END)
+    output = output_of(cluster, "fail", job)
+    assert state["ExitCode"] == "3:0", output
+    assert "srun-exit=3" in output
+    assert node_codes(output) == {node: 3 for node in NODES}, output
+    for node in NODES:
+        failure = (node_dir(cluster, job, node) / "output" / "failure").read_text()
+        assert "Rank 4" in failure and "ringleader-slurm-node3" in failure, failure
+    assert_nothing_left(cluster, NODES)
+
+
+def test_scancel_ends_every_node_with_143_and_leaves_nothing(cluster: Any) -> None:
+    srun = (
+        "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 2 -- "
+        "python examples/mpi_allreduce.py --rounds 100 --sleep 2"
+    )
+    (cluster.shared / "cancel.sbatch").write_text(batch_script(srun, "cancel"))
+    job = submit(cluster, ["cancel.sbatch"])
+    wait_for_output(cluster, "cancel", job, "rank 5 of 6", JOB_END)
+    cancelled = time.monotonic()
+    cluster.exec(cluster.head, ["scancel", str(job)], 30)
+    state = cluster.wait(job, JOB_END)
+    assert state["JobState"] == "CANCELLED"
+    assert_nothing_left(cluster, NODES)
+    ended = time.monotonic() - cancelled
+    for node in NODES:
+        failure = (node_dir(cluster, job, node) / "output" / "failure").read_text()
+        assert "SIGTERM" in failure, failure
+    codes = node_codes(output_of(cluster, "cancel", job))
+    assert set(codes.values()) <= {143}, codes
+    assert ended < 30, f"the nodes took {ended:.1f} s after scancel"
+
+
+def test_a_lost_node_ends_the_survivors_with_the_host_loss_code_naming_it(cluster: Any) -> None:
+    srun = (
+        "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 2 -- "
+        "python examples/mpi_allreduce.py --rounds 100 --sleep 2"
+    )
+    (cluster.shared / "lost.sbatch").write_text(batch_script(srun, "lost"))
+    job = submit(cluster, ["lost.sbatch"])
+    try:
+        wait_for_output(cluster, "lost", job, "rank 5 of 6", JOB_END)
+        cluster.kill_node(NODES[2])
+        cluster.wait(job, JOB_END)
+        output = output_of(cluster, "lost", job)
+        codes = node_codes(output)
+        assert {node: codes.get(node) for node in NODES[:2]} == {NODES[0]: 75, NODES[1]: 75}, output
+        for node in NODES[:2]:
+            failure = (node_dir(cluster, job, node) / "output" / "failure").read_text()
+            assert NODES[2] in failure, failure
+        assert_nothing_left(cluster, NODES[:2])
+    finally:  # the next tests get all three nodes again
+        cluster.start_node(NODES[2])
