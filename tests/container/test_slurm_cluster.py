@@ -87,28 +87,7 @@ def slurm_hostnames(slurm_cluster: SlurmCluster) -> dict[str, list[str]]:
     return printed
 
 
-# ringleader's parser takes n[1-2]-ib as n1-ib,n2-ib (tests/unit/test_hostlist.py expects it)
-# where Slurm refuses it. Slurm never writes such a list (`scontrol show hostlist n1-ib,n2-ib`
-# prints n1-ib,n2-ib: it compresses only names ending in digits), so SLURM_JOB_NODELIST cannot
-# carry one. An expected failure, strict: once the parser refuses the list too, the mark must go.
-SUFFIX_AFTER_BRACKET = "n[1-2]-ib"
-
-
-@pytest.mark.parametrize(
-    "hostlist",
-    [
-        pytest.param(
-            hostlist,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="Slurm refuses text after the last bracket; ringleader's parser expands it",
-            ),
-        )
-        if hostlist == SUFFIX_AFTER_BRACKET
-        else hostlist
-        for hostlist in HOSTLISTS
-    ],
-)
+@pytest.mark.parametrize("hostlist", HOSTLISTS)
 def test_hostlist_expands_as_slurm_does(
     slurm_hostnames: dict[str, list[str]], hostlist: str
 ) -> None:

@@ -48,6 +48,9 @@ def _parse_item(item: str, text: str, field: str) -> tuple[list[str], list[_Rang
     texts, contents = parts[0::2], parts[1::2]
     if any("[" in t or "]" in t for t in texts):
         raise ConfigError(field, f"unbalanced brackets in {item!r}")
+    # As Slurm: text may follow a bracket only when another bracket does (n[1-2]-ib[1]).
+    if contents and texts[-1]:
+        raise ConfigError(field, f"{item!r} has text after its last bracket, as Slurm refuses")
     return texts, [_parse_bracket(inside, item, field) for inside in contents]
 
 
