@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from ringleader.tools.cli import build_parser
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.slurm.cli import node_job
 from ringleader.tools.slurm.node import NodeRun, node_environment
+from ringleader.tools.slurm.timelimit import EndTime, at_time_limit, parse_end_time, say_time_limit
 
 # What srun gives each task of `srun -N3 --ntasks-per-node=1` (Slurm 22.05), on node 2.
 STEP = {
@@ -214,6 +216,14 @@ def test_the_supervision_reads_slurm_and_its_paths_are_the_same_on_every_node(
     assert other.output_dir != job.output_dir
 
 
+class NoLimit:
+    def __init__(self, job_id: str) -> None:
+        assert job_id == "42"
+
+    def value(self) -> None:
+        return None
+
+
 def test_a_node_runs_the_supervision_and_exits_with_its_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -233,6 +243,7 @@ def test_a_node_runs_the_supervision_and_exits_with_its_code(
 
     monkeypatch.setattr("ringleader.tools.slurm.node.subprocess.Popen", fake_popen)
     monkeypatch.setattr("ringleader.tools.slurm.node.become_subreaper", lambda: None)
+    monkeypatch.setattr("ringleader.tools.slurm.node.EndTime", NoLimit)
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT,
                                                                  signal.SIGQUIT)}  # fmt: skip
     try:
@@ -247,3 +258,47 @@ def test_a_node_runs_the_supervision_and_exits_with_its_code(
     assert not (job.output_dir / "input/config/resourceconfig.json").exists()
     assert "job 42 step 0 on node2 of node1,node2,node3" in out.getvalue()
     assert os.access(job.run_dir / "python", os.X_OK)
+
+
+def test_the_end_time_is_squeues_and_a_job_without_a_limit_has_none() -> None:
+    asked: list[list[str]] = []
+
+    def squeue(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "2026-11-26T03:10:00\n", "")
+
+    end = EndTime("42", squeue).value()
+    assert asked == [["squeue", "--noheader", "--jobs", "42", "--format", "%e"]]
+    assert end == time.mktime((2026, 11, 26, 3, 10, 0, 0, 0, -1))
+    for shown in ("Unknown", "N/A", "NONE", ""):
+        assert parse_end_time(shown) is None
+
+
+def test_no_squeue_or_a_failing_one_means_no_limit_known() -> None:
+    def missing(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        raise FileNotFoundError(argv[0])
+
+    def failing(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error")
+
+    assert EndTime("42", missing).value() is None
+    assert EndTime("42", failing).value() is None
+
+
+def test_a_sigterm_at_the_end_time_is_the_time_limit_and_one_before_is_not() -> None:
+    end = 1_000_000.0
+    assert at_time_limit(end, end + 0.5)
+    assert at_time_limit(end, end - 1.0)  # the clocks' slack
+    assert not at_time_limit(end, end - 60.0)  # scancel a minute before the limit
+    assert not at_time_limit(None, end)
+
+
+def test_the_time_limit_is_put_first_in_the_failure_file(tmp_path: Path) -> None:
+    failure = tmp_path / "failure"
+    failure.write_text("Job stopped by SIGTERM received on host node1; ...\n" + "x" * 2000)
+    line = say_time_limit(failure, time.mktime((2026, 11, 26, 3, 10, 0, 0, 0, -1)))
+    text = failure.read_text()
+    assert text.startswith(line + "\nJob stopped by SIGTERM")
+    assert "2026-11-26T03:10:00" in line
+    assert len(text.encode()) == 1024
+    say_time_limit(tmp_path / "missing-dir" / "failure", 0.0)  # best-effort: no error

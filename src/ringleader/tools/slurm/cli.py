@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 USAGE_ERROR = 2
 DEFAULT_OUTPUT = "ringleader-output"
+SIGTERM_GRACE = "10"  # ringleader_sigterm_grace under Slurm, unless --setting says otherwise
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -100,7 +101,8 @@ def node_job(args: argparse.Namespace, step: SlurmStep, cwd: str) -> "NodeJob":
         raise UsageError("PROGRAM: missing; give it after --, e.g. -- python train.py")
     env = parse_env(args.env)  # before anything is made: a bad option makes nothing
     per_host = processes_per_host(args, step)
-    settings = {**job_settings(args)}
+    # Within Slurm's KillWait (30 s by default) after a SIGTERM, with room for the verdict.
+    settings = {"sigterm_grace": SIGTERM_GRACE, **job_settings(args)}
     for key, value in parse_key_values("--setting", args.setting).items():
         settings[key.removeprefix("ringleader_")] = value
     base = args.output or Path(cwd) / DEFAULT_OUTPUT

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -19,6 +20,7 @@ from ringleader.rank.tree import become_subreaper
 from ringleader.tools.cluster.agent import SWEEP_GRACE, sweep
 from ringleader.tools.cluster.jobroot import default_root, make_job_dir
 from ringleader.tools.hostjob import host_environment, lay_out_host
+from ringleader.tools.slurm.timelimit import EndTime, at_time_limit, say_time_limit
 
 # SIGTERM (scancel, the time limit) and SIGINT (Ctrl-C on an interactive srun) stop the job
 # gracefully; SIGQUIT shows every rank's stacks and the job goes on.
@@ -76,12 +78,14 @@ class NodeRun:
         self._job, self._stdout = job, stdout
         self._child: subprocess.Popen[bytes] | None = None
         self._pending: list[signal.Signals] = []  # arrived before the child existed
+        self._sigterm_at: float | None = None  # the first SIGTERM: Slurm's time limit?
 
     def run(self) -> int:
         job = self._job
         for signum in PASSED_ON:
             signal.signal(signum, self._on_signal)
         become_subreaper()  # the job's daemons (ssh master connections) are adopted, then swept
+        end_time = EndTime(job.step.job_id)
         make_job_dir(str(job.job_dir))
         link_output(job.ml_root, job.output_dir)
         lay_out_host(job.ml_root, job.run_dir, job.hyperparameters)
@@ -101,9 +105,17 @@ class NodeRun:
         left = sweep(job.step.mark, SWEEP_GRACE, descendants=True)
         if left:
             self._say(f"ended {left} leftover process(es) of the job on {job.step.node}")
-        return code if code >= 0 else exitcodes.signal_exit_code(-code)
+        code = code if code >= 0 else exitcodes.signal_exit_code(-code)
+        stopped_at = self._sigterm_at
+        if stopped_at is not None and at_time_limit(end_time.value(), stopped_at):
+            limit = end_time.value()
+            assert limit is not None
+            self._say(say_time_limit(job.output_dir / "output" / "failure", limit))
+        return code
 
     def _on_signal(self, signum: int, _frame: object) -> None:
+        if signum == signal.SIGTERM and self._sigterm_at is None:
+            self._sigterm_at = time.time()
         if self._child is None:
             self._pending.append(signal.Signals(signum))
         else:

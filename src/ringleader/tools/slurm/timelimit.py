@@ -1,0 +1,65 @@
+"""Whether a SIGTERM from Slurm is its time limit (`--time`): Slurm stops a job at its limit
+exactly as scancel does, so the job's end time, asked once at the start, tells them apart."""
+
+import contextlib
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ringleader.core.files import write_atomically
+from ringleader.core.outcome import FAILURE_FILE_LIMIT
+
+QUERY_TIMEOUT = 10.0  # seconds squeue may take; the job starts meanwhile
+CLOCK_SLACK = 2.0  # the controller's and this node's clocks, and the signal's way here
+_END_TIME = "%Y-%m-%dT%H:%M:%S"  # squeue's %e, in the controller's (and node's) local time
+
+Run = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+def parse_end_time(text: str) -> float | None:
+    """squeue's end time; None for what a job without a limit shows (Unknown, N/A, NONE)."""
+    try:
+        return time.mktime(time.strptime(text.strip(), _END_TIME))
+    except ValueError:
+        return None
+
+
+def at_time_limit(end_time: float | None, stopped_at: float) -> bool:
+    return end_time is not None and stopped_at >= end_time - CLOCK_SLACK
+
+
+class EndTime:
+    """The job's end time, asked of squeue in the background (None: no limit, or no answer)."""
+
+    def __init__(self, job_id: str, run: Run = subprocess.run) -> None:
+        self._value: float | None = None
+        self._known = threading.Event()
+        self._thread = threading.Thread(target=self._ask, args=(job_id, run), daemon=True)
+        self._thread.start()
+
+    def _ask(self, job_id: str, run: Run) -> None:
+        argv = ["squeue", "--noheader", "--jobs", job_id, "--format", "%e"]
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            done = run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT, check=False)
+            if done.returncode == 0:
+                self._value = parse_end_time(done.stdout)
+        self._known.set()
+
+    def value(self) -> float | None:
+        """The answer, waiting for it at most as long as the query may take."""
+        self._known.wait(QUERY_TIMEOUT)
+        return self._value
+
+
+def say_time_limit(failure_file: Path, end_time: float) -> str:
+    """The line that names the time limit, put first in this node's failure file (best-effort:
+    a full disk never changes the job's exit code)."""
+    when = time.strftime(_END_TIME, time.localtime(end_time))
+    line = f"Slurm's time limit was reached (the job's end time {when}); it sent SIGTERM."
+    with contextlib.suppress(OSError):
+        previous = failure_file.read_text() if failure_file.exists() else ""
+        text = f"{line}\n{previous}".encode()[:FAILURE_FILE_LIMIT]
+        write_atomically(failure_file, text.decode(errors="ignore").encode())
+    return line
