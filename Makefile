@@ -36,7 +36,7 @@ image-slurm: image-horovod  ## ringleader:slurm = ringleader:horovod + Slurm 22.
 	scripts/build-slurm.sh
 
 NODES ?= 3
-slurm-up:  ## a Slurm cluster of containers: ringleader-slurm-head + NODES (3) nodes, /shared = build/slurm-shared (needs image-slurm)
+slurm-up: image-slurm  ## a Slurm cluster of containers: ringleader-slurm-head + NODES (3) nodes, /shared = build/slurm-shared (builds image-slurm first)
 	NODES=$(NODES) scripts/slurm-cluster.sh up
 
 slurm-down:  ## remove the Slurm cluster's containers and network

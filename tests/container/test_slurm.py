@@ -36,6 +36,10 @@ def batch_script(srun: str, name: str) -> str:
 @pytest.fixture(scope="module")
 def cluster(slurm_cluster: Any) -> Iterator[Any]:
     shutil.copytree(ROOT / "examples", slurm_cluster.shared / "examples", dirs_exist_ok=True)
+    hang_jobs = ROOT / "tests" / "container" / "hang_jobs"
+    shutil.copytree(
+        hang_jobs, slurm_cluster.shared / "tests/container/hang_jobs", dirs_exist_ok=True
+    )
     yield slurm_cluster
 
 
@@ -150,6 +154,43 @@ def test_scancel_ends_every_node_with_143_and_leaves_nothing(cluster: Any) -> No
     codes = node_codes(output_of(cluster, "cancel", job))
     assert set(codes.values()) <= {143}, codes
     assert ended < 30, f"the nodes took {ended:.1f} s after scancel"
+
+
+def test_a_hung_rank_is_named_and_every_node_ends_with_124(cluster: Any) -> None:
+    srun = (
+        "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 2 --hang-timeout 20 -- "
+        "python tests/container/hang_jobs/mpi_stuck.py --rank-to-hang 4"
+    )
+    (cluster.shared / "hang.sbatch").write_text(batch_script(srun, "hang"))
+    job = submit(cluster, ["hang.sbatch"])
+    state = cluster.wait(job, JOB_END)
+    output = output_of(cluster, "hang", job)
+    assert state["ExitCode"] == "124:0", output
+    assert node_codes(output) == {node: 124 for node in NODES}, output
+    failure = (node_dir(cluster, job, LEADER) / "output" / "failure").read_text()
+    assert failure.startswith("Rank 4 on host ringleader-slurm-node3 is in load_batch_forever")
+    assert_nothing_left(cluster, NODES)
+
+
+def test_the_time_limit_is_named_in_every_nodes_failure_file(cluster: Any) -> None:
+    srun = (
+        "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 2 -- "
+        "python examples/mpi_allreduce.py --rounds 100 --sleep 2"
+    )
+    script = batch_script(srun, "limit").replace(
+        "#SBATCH --nodes=3", "#SBATCH --nodes=3\n#SBATCH --time=1"
+    )
+    (cluster.shared / "limit.sbatch").write_text(script)
+    job = submit(cluster, ["limit.sbatch"])
+    state = cluster.wait(job, 60 + JOB_END)  # Slurm's shortest limit is a minute
+    output = output_of(cluster, "limit", job)
+    assert state["JobState"] == "TIMEOUT", output
+    for node in NODES:
+        failure = (node_dir(cluster, job, node) / "output" / "failure").read_text()
+        assert failure.startswith("Slurm's time limit was reached"), failure
+        assert "SIGTERM" in failure.splitlines()[1], failure
+    assert set(node_codes(output).values()) <= {143}, output
+    assert_nothing_left(cluster, NODES)
 
 
 def test_a_lost_node_ends_the_survivors_with_the_host_loss_code_naming_it(cluster: Any) -> None:
