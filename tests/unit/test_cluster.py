@@ -401,7 +401,7 @@ def test_sweep_ends_every_process_with_the_mark_and_nothing_else():
     try:
         assert marked.stdout.readline() == b"ready\n"
         assert [p.pid for p in agent.marked_processes(mark)] == [marked.pid]
-        assert agent.sweep(mark, 0.5) == 1  # SIGTERM is ignored: it takes the SIGKILL
+        assert len(agent.sweep(mark, 0.5)) == 1  # SIGTERM is ignored: it takes the SIGKILL
         assert not psutil.pid_exists(marked.pid) or marked.poll() is not None
         assert agent.marked_processes(mark) == []
         assert other.poll() is None
@@ -420,7 +420,7 @@ daemonize = "import os, time; os.fork() and os._exit(0); os.setsid(); time.sleep
 subprocess.run([sys.executable, "-c", daemonize], check=True)
 adopted = [p.pid for p in psutil.Process().children()]
 print("adopted", len(adopted))
-print("swept", agent.sweep("no-such-mark", 0.5, descendants=True))
+print("swept", len(agent.sweep("no-such-mark", 0.5, descendants=True)))
 print("left", [pid for pid in adopted if psutil.pid_exists(pid)])
 """
 

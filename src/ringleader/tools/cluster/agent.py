@@ -97,8 +97,8 @@ def marked_processes(mark: str) -> list[psutil.Process]:
     return found
 
 
-def sweep(mark: str, grace: float, descendants: bool = False) -> int:
-    """End every process of the job on this host; how many there were.
+def sweep(mark: str, grace: float, descendants: bool = False) -> list[str]:
+    """End every process of the job on this host; what they were (`name[pid]`).
 
     `descendants`: also every descendant of this process. The agent is a subreaper, so the
     job's daemons are among them even when they no longer carry the mark: an ssh master
@@ -112,8 +112,20 @@ def sweep(mark: str, grace: float, descendants: bool = False) -> int:
                 for process in psutil.Process().children(recursive=True)
                 if process.pid not in known
             ]
+    names = [_described(process) for process in left]
     stop_processes(left, grace)
-    return len(left)
+    return names
+
+
+def _described(process: psutil.Process) -> str:
+    try:
+        return f"{process.name()}[{process.pid}]"
+    except psutil.Error:
+        return f"?[{process.pid}]"
+
+
+def leftover_line(host: str, left: list[str]) -> str:
+    return f"ended {len(left)} leftover process(es) of the job on {host}: {', '.join(left)}"
 
 
 class Agent:
@@ -139,7 +151,8 @@ class Agent:
         code = child.wait()
         left = sweep(self._job.job, SWEEP_GRACE, descendants=True)
         if left:
-            self._relay(f"[{self._job.current_host}] ended {left} leftover process(es)\n".encode())
+            line = leftover_line(self._job.current_host, left)
+            self._relay(f"[{self._job.current_host}] {line}\n".encode())
         return code
 
     def _relay(self, data: bytes) -> None:

@@ -17,7 +17,7 @@ from ringleader.config.slurm import INTERFACE_VARIABLE, SLURM, TOPOLOGY_VARIABLE
 from ringleader.config.slurm import job_environment as slurm_job_environment
 from ringleader.core import exitcodes
 from ringleader.rank.tree import become_subreaper
-from ringleader.tools.cluster.agent import SWEEP_GRACE, sweep
+from ringleader.tools.cluster.agent import SWEEP_GRACE, leftover_line, sweep
 from ringleader.tools.cluster.jobroot import default_root, make_job_dir
 from ringleader.tools.hostjob import host_environment, lay_out_host
 from ringleader.tools.slurm.timelimit import EndTime, at_time_limit, say_time_limit
@@ -104,7 +104,7 @@ class NodeRun:
         code = self._child.wait()
         left = sweep(job.step.mark, SWEEP_GRACE, descendants=True)
         if left:
-            self._say(f"ended {left} leftover process(es) of the job on {job.step.node}")
+            self._say(leftover_line(job.step.node, left))
         code = code if code >= 0 else exitcodes.signal_exit_code(-code)
         stopped_at = self._sigterm_at
         if stopped_at is not None and at_time_limit(end_time.value(), stopped_at):
