@@ -193,6 +193,26 @@ def test_the_time_limit_is_named_in_every_nodes_failure_file(cluster: Any) -> No
     assert_nothing_left(cluster, NODES)
 
 
+def test_bad_launches_are_refused_with_the_configuration_code(cluster: Any) -> None:
+    outside = cluster.exec(NODES[0], ["ringleader", "slurm", "--", "true"], 60)
+    assert outside.returncode == 78, outside.stdout + outside.stderr
+    assert "SLURM_JOB_ID: missing: not inside a Slurm job step" in outside.stderr
+    srun = (
+        "srun --ntasks-per-node=2 ringleader slurm -- true\n"
+        "echo two-per-node=$?\n"
+        "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 3 -- true"
+    )
+    (cluster.shared / "bad.sbatch").write_text(batch_script(srun, "bad"))
+    job = submit(cluster, ["bad.sbatch"])
+    state = cluster.wait(job, JOB_END)
+    output = output_of(cluster, "bad", job)
+    assert state["ExitCode"] == "78:0", output
+    assert "two-per-node=78" in output and "srun-exit=78" in output, output
+    assert output.count("6 tasks on 3 node(s); start one per node") == 6, output
+    assert "3 ranks on ringleader-slurm-node2, but the allocation gave it 2 CPUs" in output
+    assert not (cluster.shared / "ringleader-output" / str(job)).exists()
+
+
 def test_a_lost_node_ends_the_survivors_with_the_host_loss_code_naming_it(cluster: Any) -> None:
     srun = (
         "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 2 -- "

@@ -302,3 +302,22 @@ def test_the_time_limit_is_put_first_in_the_failure_file(tmp_path: Path) -> None
     assert "2026-11-26T03:10:00" in line
     assert len(text.encode()) == 1024
     say_time_limit(tmp_path / "missing-dir" / "failure", 0.0)  # best-effort: no error
+
+
+def test_more_ranks_than_the_allocation_gave_the_node_is_a_configuration_error(
+    tmp_path: Path,
+) -> None:
+    out = str(tmp_path / "out")
+    cpus = read_step({**STEP, "SLURM_CPUS_ON_NODE": "2"})
+    with pytest.raises(ConfigError) as caught:
+        node_job(parse("--output", out, "--processes-per-host", "3", "--", "x"), cpus, "/w")
+    assert caught.value.field == "--processes-per-host"
+    assert "3 ranks on node2, but the allocation gave it 2 CPUs (SLURM_CPUS_ON_NODE)" in str(
+        caught.value
+    )
+    gpus = read_step({**STEP, "SLURM_CPUS_ON_NODE": "96", "SLURM_GPUS_ON_NODE": "8"})
+    with pytest.raises(ConfigError, match="gave it 8 GPUs"):
+        node_job(parse("--output", out, "--processes-per-host", "9", "--", "x"), gpus, "/w")
+    assert not (tmp_path / "out").exists()
+    job = node_job(parse("--output", out, "--processes-per-host", "2", "--", "x"), cpus, "/w")
+    assert json.loads(job.hyperparameters["sagemaker_mpi_num_of_processes_per_host"]) == 2

@@ -43,6 +43,7 @@ class SlurmStep:
     hosts: tuple[str, ...]  # the step's nodes, sorted
     node: str  # this node, as Slurm names it (SLURMD_NODENAME)
     gpus_on_node: int | None  # SLURM_GPUS_ON_NODE, when the job asked for GPUs
+    cpus_on_node: int | None = None  # SLURM_CPUS_ON_NODE: what the allocation gave this node
 
     @property
     def mark(self) -> str:
@@ -69,7 +70,8 @@ def read_step(environ: Mapping[str, str]) -> SlurmStep:
         step_id=_required(environ, "SLURM_STEP_ID"),
         hosts=topology.hosts,
         node=topology.current_host,
-        gpus_on_node=_gpus(environ.get("SLURM_GPUS_ON_NODE")),
+        gpus_on_node=_count(environ.get("SLURM_GPUS_ON_NODE")),
+        cpus_on_node=_count(environ.get("SLURM_CPUS_ON_NODE")),
     )
 
 
@@ -109,8 +111,8 @@ def _required(environ: Mapping[str, str], name: str) -> str:
     return value
 
 
-def _gpus(value: str | None) -> int | None:
-    """SLURM_GPUS_ON_NODE; anything but a count (absent, empty) means no GPUs were asked for."""
+def _count(value: str | None) -> int | None:
+    """A count Slurm gives; anything else (absent, empty) means none was asked for."""
     if value is None or not value.strip().isdigit():
         return None
     return int(value)

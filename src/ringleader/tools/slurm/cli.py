@@ -131,15 +131,26 @@ def node_job(args: argparse.Namespace, step: SlurmStep, cwd: str) -> "NodeJob":
 def processes_per_host(args: argparse.Namespace, step: SlurmStep) -> int | None:
     """--processes-per-host, else the GPUs Slurm gave the node; None: the supervision's
     default (the GPUs it finds, else 1). TensorFlow's distributions run fixed tasks."""
-    if args.processes_per_host is not None:
-        if args.distribution in TF_DISTRIBUTIONS:
-            raise UsageError(
-                f"--processes-per-host: {args.distribution} runs fixed tasks per host "
-                "(TensorFlow's, see the README), not a number of processes"
-            )
-        if args.processes_per_host < 1:
-            raise UsageError(
-                f"--processes-per-host: expected at least 1, got {args.processes_per_host}"
-            )
-        return int(args.processes_per_host)
-    return None if args.distribution in TF_DISTRIBUTIONS else step.gpus_on_node
+    wanted = args.processes_per_host
+    if wanted is None:
+        return None if args.distribution in TF_DISTRIBUTIONS else step.gpus_on_node
+    if args.distribution in TF_DISTRIBUTIONS:
+        raise UsageError(
+            f"--processes-per-host: {args.distribution} runs fixed tasks per host "
+            "(TensorFlow's, see the README), not a number of processes"
+        )
+    if wanted < 1:
+        raise UsageError(f"--processes-per-host: expected at least 1, got {wanted}")
+    given = (
+        ("GPUs", "SLURM_GPUS_ON_NODE", step.gpus_on_node)
+        if step.gpus_on_node
+        else ("CPUs", "SLURM_CPUS_ON_NODE", step.cpus_on_node)
+    )
+    kind, variable, count = given
+    if count is not None and wanted > count:
+        raise ConfigError(
+            "--processes-per-host",
+            f"{wanted} ranks on {step.node}, but the allocation gave it {count} {kind} "
+            f"({variable}); ask Slurm for more or start fewer ranks",
+        )
+    return int(wanted)
