@@ -1,7 +1,9 @@
 """The leader's control server, pulses, and a worker's links to it, over real TCP on 127.0.0.1."""
 
+import os
 import queue
 import re
+import signal
 import socket
 import threading
 import time
@@ -717,4 +719,32 @@ def test_one_pulse_process_serves_every_peer_and_names_the_one_lost():
         hub.stop()
         for pulse in peers.values():
             pulse.stop()
+        server.close()
+
+
+def test_the_pulse_process_outlives_a_stop_signal_sent_to_every_process_of_the_job():
+    """Slurm's scancel and time limit send SIGTERM to every process of the step at once: the
+    pulse process must go on until its parent ends it, or its peer takes this host for lost."""
+    server = socket.create_server(("127.0.0.1", 0))
+    hub = PulseHub(FAST.interval, FAST.timeout, "test_timeout")
+    ours = Channel(socket.create_connection(server.getsockname()))
+    theirs, _ = server.accept()
+    lost: queue.Queue = queue.Queue()
+    peer = Pulse(Channel(theirs), FAST.interval, FAST.timeout, "peer", lambda *a: lost.put(a))
+    try:
+        hub.watch("algo-2", ours, lambda reason, _heard: lost.put(reason))
+        connected = peer.last_heard
+        deadline = time.monotonic() + 30
+        while peer.last_heard == connected:  # the child pulses: its handlers are in place
+            assert time.monotonic() < deadline, "no pulse from the pulse process"
+            time.sleep(FAST.interval)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            os.kill(hub._child.pid, signum)
+        time.sleep(QUIET + FAST.timeout)
+        assert hub._child.poll() is None, "the pulse process ended on a stop signal"
+        assert lost.empty(), lost.get()
+        assert "algo-2" in hub.stop()
+    finally:
+        hub.stop()
+        peer.stop()
         server.close()

@@ -14,6 +14,7 @@ parent dying) ends the child.
 
 import argparse
 import functools
+import signal
 import socket
 import subprocess
 import sys
@@ -113,6 +114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--setting", required=True)
     args = parser.parse_args(argv)
+    # Its life is its parent's (the socket pair ends it). A stop signal sent to every process
+    # of the job at once (Slurm's scancel and time limit) must not end the pulses before the
+    # parent has handled its own: its peers would take this host for lost.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
     out_lock = threading.Lock()
 
     def report(line: str) -> None:
