@@ -64,6 +64,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ringleader.config.slurm import FINAL_JOB_STATES
+
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
 HEAD = "ringleader-slurm-head"
@@ -79,22 +81,6 @@ WORKLOADS = ("mpi4py", "ddp")
 BASELINE = {"mpi4py": "srun", "ddp": "torchrun"}
 CASES = ("ok", "fail")
 
-# Job states after which a job does nothing more (COMPLETING comes before them).
-FINAL_STATES = frozenset(
-    [
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "REVOKED",
-        "SPECIAL_EXIT",
-        "TIMEOUT",
-    ]
-)
 MARK = re.compile(r"BENCH (start|end|fail) (\d+) (\d+\.\d{6})")
 BATCH = re.compile(r"^BENCH batch (\d+\.\d+)$", re.M)
 SRUN = re.compile(r"^BENCH srun (\d+\.\d+) (\d+)$", re.M)
@@ -235,7 +221,7 @@ def run_job(shared: Path, name: str, script: str) -> Job:
     final_seen = None
     while True:
         fields = job_fields(job_id)
-        if fields.get("JobState") in FINAL_STATES:
+        if fields.get("JobState") in FINAL_JOB_STATES:
             final_seen = time.time()
             break
         if time.monotonic() >= deadline:

@@ -20,30 +20,14 @@ import docker
 import docker.errors
 import pytest
 
+from ringleader.config.slurm import FINAL_JOB_STATES
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
 SLURM_IMAGE = os.environ.get("RINGLEADER_SLURM_IMAGE", "ringleader:slurm")
 HEAD = "ringleader-slurm-head"
 NODE_COUNT = 3
 UP_TIMEOUT = 90  # SLURM_UP_TIMEOUT of `slurm-cluster.sh up`
-
-# Job states after which a job does nothing more (`scontrol show job` says COMPLETING while any
-# node still ends the job's processes, then one of these).
-FINAL_STATES = frozenset(
-    {
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "REVOKED",
-        "SPECIAL_EXIT",
-        "TIMEOUT",
-    }
-)
 
 
 def parse_job_line(line: str) -> dict[str, str]:
@@ -126,7 +110,7 @@ class SlurmCluster:
         deadline = time.monotonic() + timeout
         while True:
             fields = self.job(job_id)
-            if fields.get("JobState") in FINAL_STATES:
+            if fields.get("JobState") in FINAL_JOB_STATES:
                 return fields
             if time.monotonic() >= deadline:
                 raise AssertionError(

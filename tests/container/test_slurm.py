@@ -26,13 +26,26 @@ export RINGLEADER_JOB_SECRET
 """
 
 
-def batch_script(srun: str, name: str) -> str:
+RINGLEADER = "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 2"
+LONG_JOB = "python examples/mpi_allreduce.py --rounds 100 --sleep 2"  # runs until stopped
+
+
+def batch_script(srun: str, name: str, directives: str = "") -> str:
     """A batch script of 3 nodes that runs `srun` from /shared and says srun's own code."""
     return (
-        f"#!/bin/bash\n#SBATCH --job-name={name}\n#SBATCH --nodes=3\n"
+        f"#!/bin/bash\n#SBATCH --job-name={name}\n#SBATCH --nodes=3\n{directives}"
         f"#SBATCH --ntasks-per-node=1\n#SBATCH --output=/shared/%x-%j.out\n"
         f"cd /shared\n{SECRET}{srun}\ncode=$?\necho srun-exit=$code\nexit $code\n"
     )
+
+
+def submit_batch(cluster: Any, name: str, srun: str, directives: str = "") -> int:
+    (cluster.shared / f"{name}.sbatch").write_text(batch_script(srun, name, directives))
+    return submit(cluster, [f"{name}.sbatch"])
+
+
+def failure_of(cluster: Any, job: int, node: str) -> str:
+    return (node_dir(cluster, job, node) / "output" / "failure").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -119,30 +132,24 @@ def test_the_ddp_example_runs_with_torch_distributed(cluster: Any) -> None:
 
 
 def test_a_failing_rank_gives_its_code_to_srun_every_node_and_the_job(cluster: Any) -> None:
-    srun = (
-        "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 2 -- "
-        "python examples/mpi_allreduce.py --rounds 3 --fail-rank 4 --fail-code 3"
+    job = submit_batch(
+        cluster,
+        "fail",
+        f"{RINGLEADER} -- python examples/mpi_allreduce.py --rounds 3 --fail-rank 4 --fail-code 3",
     )
-    (cluster.shared / "fail.sbatch").write_text(batch_script(srun, "fail"))
-    job = submit(cluster, ["fail.sbatch"])
     state = cluster.wait(job, JOB_END)
     output = output_of(cluster, "fail", job)
     assert state["ExitCode"] == "3:0", output
     assert "srun-exit=3" in output
     assert node_codes(output) == {node: 3 for node in NODES}, output
     for node in NODES:
-        failure = (node_dir(cluster, job, node) / "output" / "failure").read_text()
+        failure = failure_of(cluster, job, node)
         assert "Rank 4" in failure and "ringleader-slurm-node3" in failure, failure
     assert_nothing_left(cluster, NODES)
 
 
 def test_scancel_ends_every_node_with_143_and_leaves_nothing(cluster: Any) -> None:
-    srun = (
-        "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 2 -- "
-        "python examples/mpi_allreduce.py --rounds 100 --sleep 2"
-    )
-    (cluster.shared / "cancel.sbatch").write_text(batch_script(srun, "cancel"))
-    job = submit(cluster, ["cancel.sbatch"])
+    job = submit_batch(cluster, "cancel", f"{RINGLEADER} -- {LONG_JOB}")
     wait_for_output(cluster, "cancel", job, "rank 5] round 1:", JOB_END)
     cancelled = time.monotonic()
     cluster.exec(cluster.head, ["scancel", str(job)], 30)
@@ -151,7 +158,7 @@ def test_scancel_ends_every_node_with_143_and_leaves_nothing(cluster: Any) -> No
     assert_nothing_left(cluster, NODES)
     ended = time.monotonic() - cancelled
     for node in NODES:
-        failure = (node_dir(cluster, job, node) / "output" / "failure").read_text()
+        failure = failure_of(cluster, job, node)
         assert "SIGTERM" in failure, failure
     codes = node_codes(output_of(cluster, "cancel", job))
     assert set(codes.values()) <= {143}, codes
@@ -159,36 +166,27 @@ def test_scancel_ends_every_node_with_143_and_leaves_nothing(cluster: Any) -> No
 
 
 def test_a_hung_rank_is_named_and_every_node_ends_with_124(cluster: Any) -> None:
-    srun = (
-        "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 2 --hang-timeout 20 -- "
-        "python tests/container/hang_jobs/mpi_stuck.py --rank-to-hang 4"
+    job = submit_batch(
+        cluster,
+        "hang",
+        f"{RINGLEADER} --hang-timeout 20 -- python tests/container/hang_jobs/mpi_stuck.py",
     )
-    (cluster.shared / "hang.sbatch").write_text(batch_script(srun, "hang"))
-    job = submit(cluster, ["hang.sbatch"])
     state = cluster.wait(job, JOB_END)
     output = output_of(cluster, "hang", job)
     assert state["ExitCode"] == "124:0", output
     assert node_codes(output) == {node: 124 for node in NODES}, output
-    failure = (node_dir(cluster, job, LEADER) / "output" / "failure").read_text()
+    failure = failure_of(cluster, job, LEADER)
     assert failure.startswith("Rank 4 on host ringleader-slurm-node3 is in load_batch_forever")
     assert_nothing_left(cluster, NODES)
 
 
 def test_the_time_limit_is_named_in_every_nodes_failure_file(cluster: Any) -> None:
-    srun = (
-        "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 2 -- "
-        "python examples/mpi_allreduce.py --rounds 100 --sleep 2"
-    )
-    script = batch_script(srun, "limit").replace(
-        "#SBATCH --nodes=3", "#SBATCH --nodes=3\n#SBATCH --time=1"
-    )
-    (cluster.shared / "limit.sbatch").write_text(script)
-    job = submit(cluster, ["limit.sbatch"])
+    job = submit_batch(cluster, "limit", f"{RINGLEADER} -- {LONG_JOB}", "#SBATCH --time=1\n")
     state = cluster.wait(job, 60 + JOB_END)  # Slurm's shortest limit is a minute
     output = output_of(cluster, "limit", job)
     assert state["JobState"] == "TIMEOUT", output
     for node in NODES:
-        failure = (node_dir(cluster, job, node) / "output" / "failure").read_text()
+        failure = failure_of(cluster, job, node)
         assert failure.startswith("Slurm's time limit was reached"), failure
         assert "SIGTERM" in failure.splitlines()[1], failure
     assert set(node_codes(output).values()) <= {143}, output
@@ -204,8 +202,7 @@ def test_bad_launches_are_refused_with_the_configuration_code(cluster: Any) -> N
         "echo two-per-node=$?\n"
         "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 3 -- true"
     )
-    (cluster.shared / "bad.sbatch").write_text(batch_script(srun, "bad"))
-    job = submit(cluster, ["bad.sbatch"])
+    job = submit_batch(cluster, "bad", srun)
     state = cluster.wait(job, JOB_END)
     output = output_of(cluster, "bad", job)
     assert state["ExitCode"] == "78:0", output
@@ -216,12 +213,7 @@ def test_bad_launches_are_refused_with_the_configuration_code(cluster: Any) -> N
 
 
 def test_a_lost_node_ends_the_survivors_with_the_host_loss_code_naming_it(cluster: Any) -> None:
-    srun = (
-        "srun --ntasks-per-node=1 ringleader slurm --processes-per-host 2 -- "
-        "python examples/mpi_allreduce.py --rounds 100 --sleep 2"
-    )
-    (cluster.shared / "lost.sbatch").write_text(batch_script(srun, "lost"))
-    job = submit(cluster, ["lost.sbatch"])
+    job = submit_batch(cluster, "lost", f"{RINGLEADER} -- {LONG_JOB}")
     try:
         wait_for_output(cluster, "lost", job, "rank 5] round 1:", JOB_END)
         cluster.kill_node(NODES[2])
@@ -230,7 +222,7 @@ def test_a_lost_node_ends_the_survivors_with_the_host_loss_code_naming_it(cluste
         codes = node_codes(output)
         assert {node: codes.get(node) for node in NODES[:2]} == {NODES[0]: 75, NODES[1]: 75}, output
         for node in NODES[:2]:
-            failure = (node_dir(cluster, job, node) / "output" / "failure").read_text()
+            failure = failure_of(cluster, job, node)
             assert NODES[2] in failure, failure
         assert_nothing_left(cluster, NODES[:2])
     finally:  # the next tests get all three nodes again

@@ -31,6 +31,23 @@ KEPT_VARIABLES = frozenset(
         "SLURMD_NODENAME",
     }
 )
+# Slurm's job states after which a job does nothing more (`scontrol show job` says COMPLETING
+# while a node still ends the job's processes, then one of these): for tools that wait on jobs.
+FINAL_JOB_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+        "TIMEOUT",
+    }
+)
 LAUNCH_FIX = "start one per node: srun --ntasks-per-node=1 ringleader slurm ..."
 
 
