@@ -85,7 +85,8 @@ ReturnToService=2
 JobRequeue=0
 # A node that stops answering is DOWN (and its job ends) about 30 s after it died.
 SlurmdTimeout=30
-KillWait=15
+# Slurm's default: SIGTERM (scancel, the time limit), then SIGKILL this many seconds later.
+KillWait=30
 MinJobAge=300
 InactiveLimit=0
 # No slurmdbd: sacct has nothing; \`scontrol show job\` keeps a job MinJobAge seconds after it ends.

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,7 +26,13 @@ from ringleader.tools.cli import build_parser
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.slurm.cli import node_job
 from ringleader.tools.slurm.node import NodeRun, node_environment
-from ringleader.tools.slurm.timelimit import EndTime, at_time_limit, parse_end_time, say_time_limit
+from ringleader.tools.slurm.timelimit import (
+    EndTime,
+    at_time_limit,
+    parse_end_time,
+    put_first,
+    time_limit_line,
+)
 
 # What srun gives each task of `srun -N3 --ntasks-per-node=1` (Slurm 22.05), on node 2.
 STEP = {
@@ -296,12 +303,13 @@ def test_a_sigterm_at_the_end_time_is_the_time_limit_and_one_before_is_not() -> 
 def test_the_time_limit_is_put_first_in_the_failure_file(tmp_path: Path) -> None:
     failure = tmp_path / "failure"
     failure.write_text("Job stopped by SIGTERM received on host node1; ...\n" + "x" * 2000)
-    line = say_time_limit(failure, time.mktime((2026, 11, 26, 3, 10, 0, 0, 0, -1)))
+    line = time_limit_line(time.mktime((2026, 11, 26, 3, 10, 0, 0, 0, -1)))
+    put_first(failure, line)
     text = failure.read_text()
     assert text.startswith(line + "\nJob stopped by SIGTERM")
     assert "2026-11-26T03:10:00" in line
     assert len(text.encode()) == 1024
-    say_time_limit(tmp_path / "missing-dir" / "failure", 0.0)  # best-effort: no error
+    put_first(tmp_path / "missing-dir" / "failure", line)  # best-effort: no error
 
 
 def test_more_ranks_than_the_allocation_gave_the_node_is_a_configuration_error(
@@ -321,3 +329,60 @@ def test_more_ranks_than_the_allocation_gave_the_node_is_a_configuration_error(
     assert not (tmp_path / "out").exists()
     job = node_job(parse("--output", out, "--processes-per-host", "2", "--", "x"), cpus, "/w")
     assert json.loads(job.hyperparameters["sagemaker_mpi_num_of_processes_per_host"]) == 2
+
+
+class LimitPassed:
+    """The job's end time, a minute ago: the SIGTERM that comes now is the time limit."""
+
+    def __init__(self, job_id: str) -> None:
+        self.end = time.time() - 60
+
+    def value(self) -> float:
+        return self.end
+
+
+def test_a_sigterm_at_the_time_limit_is_said_at_once_and_put_first_in_the_failure_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ringleader.tools.slurm.node.default_root", lambda: str(tmp_path / "r"))
+    monkeypatch.setattr("ringleader.tools.slurm.node.become_subreaper", lambda: None)
+    monkeypatch.setattr("ringleader.tools.slurm.node.EndTime", LimitPassed)
+    job = node_job(parse("--output", str(tmp_path / "out"), "--", "x"), read_step(STEP), "/")
+    ready = tmp_path / "ready"
+    # The supervision's stand-in: on SIGTERM it writes its own verdict and exits 143.
+    script = (
+        "import os, signal, sys, time\n"
+        "def stop(*_):\n"
+        "    path = os.environ['SAGEMAKER_BASE_DIR'] + '/output/failure'\n"
+        "    open(path, 'w').write('Job stopped by SIGTERM received on host node2.\\n')\n"
+        "    sys.exit(143)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        f"open({str(ready)!r}, 'w').close()\n"
+        "time.sleep(60)\n"
+    )
+    real_popen = subprocess.Popen
+
+    def fake_popen(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        return real_popen([sys.executable, "-c", script], env=kwargs["env"], cwd=kwargs["cwd"])
+
+    monkeypatch.setattr("ringleader.tools.slurm.node.subprocess.Popen", fake_popen)
+
+    def scancel_at_the_limit() -> None:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT,
+                                                                 signal.SIGQUIT)}  # fmt: skip
+    out = io.StringIO()
+    try:
+        threading.Thread(target=scancel_at_the_limit, daemon=True).start()
+        assert NodeRun(job, out).run() == 143
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    failure = (job.output_dir / "output" / "failure").read_text().splitlines()
+    assert failure[0].startswith("Slurm's time limit was reached (the job's end time ")
+    assert failure[1] == "Job stopped by SIGTERM received on host node2."
+    assert "[ringleader slurm] Slurm's time limit was reached" in out.getvalue()

@@ -176,14 +176,13 @@ class Worker:
         return None
 
     def _on_sigterm(self) -> None:
+        if self._sigterm_deadline is not None:
+            return  # stopping already: Slurm signals both a step's task and its children
         self._parts.log("SIGTERM received: stopping local ranks and telling the leader")
         self._stop_ranks(self._timeouts.sigterm_grace)
         self._parts.link.send(Sigterm(self._host))
-        if self._sigterm_deadline is None:
-            timeouts = self._timeouts
-            self._sigterm_deadline = (
-                self._clock.monotonic() + timeouts.sigterm_grace + timeouts.finish
-            )
+        timeouts = self._timeouts
+        self._sigterm_deadline = self._clock.monotonic() + timeouts.sigterm_grace + timeouts.finish
 
     def _on_leader_lost(self, event: LeaderLost) -> Outcome:
         self._local.terminate_all(self._timeouts.abort_grace)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,13 @@ from ringleader.rank.tree import become_subreaper
 from ringleader.tools.cluster.agent import SWEEP_GRACE, leftover_line, sweep
 from ringleader.tools.cluster.jobroot import default_root, make_job_dir
 from ringleader.tools.hostjob import host_environment, lay_out_host
-from ringleader.tools.slurm.timelimit import EndTime, at_time_limit, say_time_limit
+from ringleader.tools.slurm.timelimit import (
+    QUERY_TIMEOUT,
+    EndTime,
+    at_time_limit,
+    put_first,
+    time_limit_line,
+)
 
 # SIGTERM (scancel, the time limit) and SIGINT (Ctrl-C on an interactive srun) stop the job
 # gracefully; SIGQUIT shows every rank's stacks and the job goes on.
@@ -78,14 +85,16 @@ class NodeRun:
         self._job, self._stdout = job, stdout
         self._child: subprocess.Popen[bytes] | None = None
         self._pending: list[signal.Signals] = []  # arrived before the child existed
-        self._sigterm_at: float | None = None  # the first SIGTERM: Slurm's time limit?
+        self._end_time: EndTime | None = None
+        self._time_limit: threading.Thread | None = None  # started by the first SIGTERM
+        self._limit_line: str | None = None  # set when that SIGTERM was the time limit
 
     def run(self) -> int:
         job = self._job
         for signum in PASSED_ON:
             signal.signal(signum, self._on_signal)
         become_subreaper()  # the job's daemons (ssh master connections) are adopted, then swept
-        end_time = EndTime(job.step.job_id)
+        self._end_time = EndTime(job.step.job_id)
         make_job_dir(str(job.job_dir))
         link_output(job.ml_root, job.output_dir)
         lay_out_host(job.ml_root, job.run_dir, job.hyperparameters)
@@ -106,20 +115,30 @@ class NodeRun:
         if left:
             self._say(leftover_line(job.step.node, left))
         code = code if code >= 0 else exitcodes.signal_exit_code(-code)
-        stopped_at = self._sigterm_at
-        if stopped_at is not None and at_time_limit(end_time.value(), stopped_at):
-            limit = end_time.value()
-            assert limit is not None
-            self._say(say_time_limit(job.output_dir / "output" / "failure", limit))
+        if self._time_limit is not None:
+            self._time_limit.join(QUERY_TIMEOUT)
+            if self._limit_line is not None:
+                put_first(job.output_dir / "output" / "failure", self._limit_line)
         return code
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        if signum == signal.SIGTERM and self._sigterm_at is None:
-            self._sigterm_at = time.time()
+        if signum == signal.SIGTERM and self._time_limit is None:
+            self._time_limit = threading.Thread(
+                target=self._name_time_limit, args=(time.time(),), daemon=True
+            )
+            self._time_limit.start()
         if self._child is None:
             self._pending.append(signal.Signals(signum))
         else:
             self._pass_on(signal.Signals(signum))
+
+    def _name_time_limit(self, stopped_at: float) -> None:
+        """Said at once (Slurm's SIGKILL follows KillWait later); the failure file gets it
+        when the supervision has written its own."""
+        end_time = self._end_time.value() if self._end_time is not None else None
+        if end_time is not None and at_time_limit(end_time, stopped_at):
+            self._limit_line = time_limit_line(end_time)
+            self._say(self._limit_line)
 
     def _pass_on(self, signum: signal.Signals) -> None:
         assert self._child is not None

@@ -53,13 +53,15 @@ class EndTime:
         return self._value
 
 
-def say_time_limit(failure_file: Path, end_time: float) -> str:
-    """The line that names the time limit, put first in this node's failure file (best-effort:
-    a full disk never changes the job's exit code)."""
+def time_limit_line(end_time: float) -> str:
     when = time.strftime(_END_TIME, time.localtime(end_time))
-    line = f"Slurm's time limit was reached (the job's end time {when}); it sent SIGTERM."
+    return f"Slurm's time limit was reached (the job's end time {when}); it sent SIGTERM."
+
+
+def put_first(failure_file: Path, line: str) -> None:
+    """`line` first in this node's failure file, within its 1024 bytes (best-effort: a full
+    disk never changes the job's exit code)."""
     with contextlib.suppress(OSError):
         previous = failure_file.read_text() if failure_file.exists() else ""
         text = f"{line}\n{previous}".encode()[:FAILURE_FILE_LIMIT]
         write_atomically(failure_file, text.decode(errors="ignore").encode())
-    return line
