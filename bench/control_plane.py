@@ -40,7 +40,8 @@ host, the leader 1 per host, its pulse process 1 per host). A size that cannot b
 says what limit it hit.
 
 --listen-backlog B is an experiment, not ringleader as it is: the control server listens with
-backlog B instead of its own 256 (the kernel caps it at net.core.somaxconn).
+backlog B instead of its own (wire.control.listen_backlog: two per worker, at least 256; the
+kernel caps it at net.core.somaxconn).
 
 Usage: .venv/bin/python bench/control_plane.py [--hosts N] [--per-process 512] [--steady 10]
        [--rounds 3] [--trials 1] [--leader-timeout 10] [--startup 180] [--listen-backlog B]

@@ -21,6 +21,7 @@ from ringleader.wire.control import (
     bye_message,
     connect_to_leader,
     hello_message,
+    listen_backlog,
 )
 from ringleader.wire.events import (
     LeaderLost,
@@ -748,3 +749,11 @@ def test_the_pulse_process_outlives_a_stop_signal_sent_to_every_process_of_the_j
         hub.stop()
         peer.stop()
         server.close()
+
+
+def test_the_listen_queue_holds_every_workers_two_connections_at_once():
+    """bench/control_plane.py: with a queue of 256, 174 of 1,024 simulated workers got no
+    greeting in time and took the port for another job's."""
+    assert listen_backlog(2) == 256
+    assert listen_backlog(1024) >= 2 * 1024
+    assert listen_backlog(4096) >= 2 * 4096

@@ -132,6 +132,13 @@ class Admission:
     ssh_key: str | None = None  # the job's public ssh key, for each control connection
 
 
+def listen_backlog(workers: int) -> int:
+    """Room for every worker's two connections arriving at once: a full accept queue drops
+    joins, and a worker that gets no greeting in time takes the port for another's (seen at
+    1,024 simulated workers with 256). The kernel caps it at net.core.somaxconn."""
+    return max(256, 2 * workers + 16)
+
+
 class ControlServer:
     """Runs on the leader: admits workers, turns what they send into events, broadcasts."""
 
@@ -165,7 +172,7 @@ class ControlServer:
         self._turned_away = 0
         self._closing = threading.Event()
         try:
-            self._server = socket.create_server(("", port), backlog=256)
+            self._server = socket.create_server(("", port), backlog=listen_backlog(len(workers)))
         except OSError as error:
             raise ControlPortTaken(listen_problem(port, error), job_at(port)) from None
         self._pulses = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
