@@ -82,15 +82,23 @@ def instances(docker_client: docker.DockerClient) -> Iterator[Instances]:
 
 def wait_for_line(process: "subprocess.Popen[str]", text: str, timeout: float) -> list[str]:
     """Lines of `process` until one holds `text` (bounded by the test's own timeout)."""
+    return wait_for_lines(process, [text], timeout)
+
+
+def wait_for_lines(process: "subprocess.Popen[str]", texts: list[str], timeout: float) -> list[str]:
+    """Lines of `process` until each of `texts` has been in one (each rank's output comes
+    through its own pipes: one rank's line says nothing about another's)."""
     assert process.stdout is not None
-    seen = []
+    seen: list[str] = []
+    missing = list(texts)
     deadline = time.monotonic() + timeout
     for line in process.stdout:
         seen.append(line)
-        if text in line:
+        missing = [text for text in missing if text not in line]
+        if not missing:
             return seen
-        assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n{''.join(seen)}"
-    raise AssertionError(f"output ended without {text!r}:\n{''.join(seen)}")
+        assert time.monotonic() < deadline, f"no {missing!r} within {timeout} s:\n{''.join(seen)}"
+    raise AssertionError(f"output ended without {missing!r}:\n{''.join(seen)}")
 
 
 def assert_every_mpi_rank_ran(output: str) -> None:
@@ -558,7 +566,8 @@ def test_a_lost_host_is_replaced_by_a_spare_and_the_job_completes(
         options = ["--spares", "1", "--max-restarts", "1"]
         process = instances.start([*command, *options, "--", "python", "job.py"])
         try:
-            seen = "".join(wait_for_line(process, "rank 5 sleeping", 120))
+            every_rank = [f"rank {rank} sleeping" for rank in range(6)]
+            seen = "".join(wait_for_lines(process, every_rank, 120))
             instances.nodes["node2"].kill()
             output, _ = process.communicate(timeout=180)
         finally:
