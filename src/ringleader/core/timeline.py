@@ -129,9 +129,10 @@ def spans(marks: Sequence[Mark]) -> list[Span]:
     return result
 
 
-def summary_line(marks: Sequence[Mark]) -> str | None:
-    """The host that was ready last and its longest step of the startup (the job's first
-    start of its ranks: after a restart in place, a host has a first rank per attempt)."""
+def _last_ready(marks: Sequence[Mark]) -> tuple[float, Mark] | None:
+    """(the first host's entry, the mark of the host whose first rank started last), over the
+    job's first start of its ranks (after a restart in place a host has a first rank per
+    attempt); None without both."""
     ready: dict[str, Mark] = {}
     for mark in sorted(marks, key=lambda mark: mark.at):
         if mark.phase == FIRST_RANK:
@@ -139,8 +140,21 @@ def summary_line(marks: Sequence[Mark]) -> str | None:
     starts = [mark.at for mark in marks if mark.phase == ENTRY]
     if not ready or not starts:
         return None
-    origin = min(starts)
-    last = max(ready.values(), key=lambda mark: mark.at)
+    return min(starts), max(ready.values(), key=lambda mark: mark.at)
+
+
+def startup_seconds(marks: Sequence[Mark]) -> float | None:
+    """The job's startup: from the first host's entry point to the last host's first rank."""
+    found = _last_ready(marks)
+    return None if found is None else found[1].at - found[0]
+
+
+def summary_line(marks: Sequence[Mark]) -> str | None:
+    """The host that was ready last and its longest step of the startup."""
+    found = _last_ready(marks)
+    if found is None:
+        return None
+    origin, last = found
     # The slowest host's own longest step (the leader's wait for it says nothing new).
     startup = [
         span
