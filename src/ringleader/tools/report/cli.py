@@ -1,8 +1,9 @@
-"""`ringleader report PATH [--out DIR]`.
+"""`ringleader report PATH [--out DIR]`, and `ringleader report --compare RUN RUN [...]`
+(compare_cli.py).
 
 Exit codes: 0 the report was written (whatever the job's own outcome); 1 it could not be
 written; 2 PATH holds no job output or cannot be read. The text summary goes to stdout,
-errors to stderr.
+errors to stderr. --compare adds 3 (written, some runs left out).
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ringleader.tools.report.compare_cli import (
+    DEFAULT_OUT,
+    add_compare_arguments,
+    request_from,
+    run_compare,
+)
 from ringleader.tools.report.discover import (
     AUTOTUNE_PATTERN,
     JOB_FILE,
@@ -44,18 +51,39 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "output folder (one host's /opt/ml/output, or `ringleader local`'s OUTPUT/<job>/) or "
         "an output.tar.gz. Exit codes: 0 written, 1 could not write, 2 no job output in PATH.",
     )
-    parser.add_argument("path", type=Path, metavar="PATH", help="output folder or output.tar.gz")
+    parser.add_argument(
+        "path", type=Path, nargs="?", metavar="PATH", help="output folder or output.tar.gz"
+    )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="RUN",
+        help="compare runs of one job at several sizes instead (output folders, "
+        "output.tar.gz or s3://): one page and compare.csv with a row per run: hosts, ranks, "
+        "wall and startup time, throughput, scaling efficiency, time per epoch and cost. "
+        "Exit codes: 0 written, 1 could not write, 2 bad input, 3 written with runs left out",
+    )
     parser.add_argument(
         "--out",
         type=Path,
         metavar="DIR",
         help="where index.html and the PNGs go (default PATH/report, or NAME-report beside "
-        "an archive)",
+        f"an archive; with --compare ./{DEFAULT_OUT})",
     )
+    add_compare_arguments(parser)
     parser.set_defaults(func=cmd_report)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.compare is not None:
+        if args.path is not None:
+            _err(f"{PROG}: error: give PATH (one job's report) or --compare RUN RUN ..., not both")
+            return EXIT_INVALID
+        out = args.out if args.out is not None else DEFAULT_OUT
+        return run_compare(request_from(args, args.compare, out), sys.stdout, sys.stderr)
+    if args.path is None:
+        _err(f"{PROG}: error: expected PATH (a job's output folder or output.tar.gz) or --compare")
+        return EXIT_INVALID
     path: Path = args.path
     out_dir: Path = args.out if args.out is not None else default_out_dir(path)
     try:

@@ -3,8 +3,8 @@
 PATH may be one host's /opt/ml/output (or a copy of it), `ringleader local`'s OUTPUT/<job>/
 with one `<host>/output/` per host, or the unpacked output.tar.gz; so files are found by name
 at any depth: job.json, metrics.jsonl, `*timeline*.json`, `*autotune*.csv`,
-`logs/<host>/rank-<N>.log`, a hang's `hang/stacks.json`, and `failure`/`success` at the top or
-next to a `data/` folder.
+`logs/<host>/rank-<N>.log`, a hang's `hang/stacks.json`, `run.json`, and `failure`/`success`
+at the top or next to a `data/` folder.
 `classify` is pure (relative paths in, roles out); `list_files` walks the disk.
 """
 
@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from ringleader.core.runfile import RUN_FILE
 
 JOB_FILE = "job.json"
 METRICS_FILE = "metrics.jsonl"
@@ -43,6 +45,7 @@ class JobFiles:
     autotune: tuple[PurePosixPath, ...] = ()
     rank_logs: tuple[RankLog, ...] = ()  # by host, then rank
     hangs: tuple[PurePosixPath, ...] = ()  # the leader's first
+    runs: tuple[PurePosixPath, ...] = ()  # run.json (`ringleader local`'s), the shallowest first
 
     @property
     def empty(self) -> bool:
@@ -108,6 +111,7 @@ def classify(paths: Iterable[PurePosixPath]) -> JobFiles:
                 key=lambda p: (_output_dir(p.parent) not in leader_dirs, *_key(p)),
             )
         ),
+        runs=tuple(p for p in files if p.name == RUN_FILE),
     )
 
 
