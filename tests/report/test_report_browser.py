@@ -46,8 +46,8 @@ def render(tmp_path: Path) -> Path:
     return index
 
 
-def screenshot(index: Path, tmp_path: Path) -> Path:
-    png = tmp_path / "screenshot.png"
+def headless(index: Path, tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """Headless chromium on the page, offline, with a profile of its own."""
     command = [
         chromium(),
         "--headless",
@@ -60,14 +60,18 @@ def screenshot(index: Path, tmp_path: Path) -> Path:
         "--disable-sync",
         "--hide-scrollbars",
         f"--user-data-dir={tmp_path / 'profile'}",
-        f"--screenshot={png}",
-        f"--window-size={WIDTH},{HEIGHT}",
+        *options,
         index.resolve().as_uri(),
     ]
     env = {**os.environ, "HOME": str(tmp_path)}
-    result = subprocess.run(
+    return subprocess.run(
         command, capture_output=True, text=True, timeout=BROWSER_TIMEOUT, env=env, check=False
     )
+
+
+def screenshot(index: Path, tmp_path: Path, height: int = HEIGHT) -> Path:
+    png = tmp_path / "screenshot.png"
+    result = headless(index, tmp_path, f"--screenshot={png}", f"--window-size={WIDTH},{height}")
     assert result.returncode == 0 and png.is_file(), (
         f"chromium exited {result.returncode} without a screenshot:\n{result.stderr[-3000:]}"
     )

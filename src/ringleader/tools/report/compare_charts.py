@@ -35,7 +35,7 @@ def render_scaling(comparison: Comparison, out_dir: Path) -> Chart | None:
     left.legend(loc="upper left")
     right.axhline(1.0, linestyle="--", color=IDEAL, label="ideal (100 %)")
     right.plot(ranks, [p[3] for p in points], "o-", color=ACCENT, label="scaling efficiency")
-    right.set_title("scaling efficiency against ranks (throughput per rank / the smallest run's)")
+    right.set_title("scaling efficiency against ranks")
     right.set_xlabel("ranks")
     right.yaxis.set_major_formatter(PercentFormatter(1.0))
     right.set_ylim(0, max(1.1, max(p[3] for p in points) * 1.1))

@@ -143,7 +143,8 @@ def _write(comparison: Comparison, request: CompareRequest, warnings: list[str])
 def summary_lines(comparison: Comparison) -> list[str]:
     """The table as aligned text, for the terminal."""
     header, rows = table(comparison)
-    keep = [0, 2, 3, 5, 7, 10, 15]  # run, hosts, ranks, wall time, throughput, efficiency, cost
+    wanted = {"run", "hosts", "ranks", comparison.metric, "scaling efficiency", "wall time (s)"}
+    keep = [i for i, name in enumerate(header) if name in (*wanted, "cost (USD)", "status")]
     shown = [[header[i] for i in keep], *([row[i] or "-" for i in keep] for row in rows)]
     widths = [max(len(line[i]) for line in shown) for i in range(len(keep))]
     return [

@@ -12,6 +12,12 @@ from ringleader.tools.report.page import CSS, _e, _table
 from ringleader.tools.report.prices import PriceTable
 
 CSV_FILE = "compare.csv"
+# 18 columns: the table scrolls sideways rather than wrapping every cell into a tall row.
+COMPARE_CSS = """
+#compare-table { overflow-x: auto; }
+#compare-table td, #compare-table th { white-space: nowrap; }
+#compare-table td:first-child { white-space: normal; word-break: break-all; min-width: 14em; }
+"""
 
 
 def _summary(comparison: Comparison, per_rank_rule: str) -> str:
@@ -103,7 +109,8 @@ def render_compare_page(
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>ringleader scaling study</title><style>{CSS}</style></head>\n<body><main>"
+        f"<title>ringleader scaling study</title><style>{CSS}{COMPARE_CSS}</style></head>\n"
+        "<body><main>"
         "<h1>ringleader scaling study</h1>"
         f'<section id="summary">{_summary(comparison, per_rank_rule)}{figure}</section>'
         f'<section id="runs"><h2>Runs</h2><div id="compare-table">{body}</div>'

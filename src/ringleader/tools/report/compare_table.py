@@ -54,12 +54,8 @@ def columns(comparison: Comparison) -> tuple[Column, ...]:
     metric = comparison.metric or "throughput"
     return (
         Column("run", lambda row: row.run.source, numeric=False),
-        Column("status", _status, numeric=False),
         Column("hosts", lambda row: str(row.run.hosts)),
         Column("ranks", lambda row: str(row.run.ranks)),
-        Column("instance type", lambda row: row.run.instance_type or MISSING, numeric=False),
-        Column("wall time (s)", lambda row: seconds(row.run.wall_seconds)),
-        Column("startup (s)", lambda row: seconds(row.run.startup_seconds)),
         Column(
             metric,
             lambda row: throughput(row.run.throughput.value if row.run.throughput else None),
@@ -68,11 +64,15 @@ def columns(comparison: Comparison) -> tuple[Column, ...]:
         Column("speedup", lambda row: ratio(row.speedup)),
         Column("scaling efficiency", lambda row: ratio(row.efficiency)),
         Column(f"ideal {metric}", lambda row: throughput(row.ideal)),
+        Column("wall time (s)", lambda row: seconds(row.run.wall_seconds)),
+        Column("startup (s)", lambda row: seconds(row.run.startup_seconds)),
         Column("epochs", lambda row: str(row.run.epochs) if row.run.epochs else MISSING),
         Column("time per epoch (s)", lambda row: seconds(row.run.epoch_seconds)),
+        Column("instance type", lambda row: row.run.instance_type or MISSING, numeric=False),
         Column("USD per hour", lambda row: usd(row.price.usd_per_hour if row.price else None)),
         Column("cost (USD)", lambda row: usd(row.cost)),
         Column("cost per epoch (USD)", lambda row: usd(row.cost_per_epoch)),
+        Column("status", _status, numeric=False),
         Column("note", _note, numeric=False),
     )
 
