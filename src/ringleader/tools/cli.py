@@ -29,7 +29,17 @@ from ringleader.tools.local.plan import (
     parse_key_values,
     parse_script_args,
 )
+from ringleader.tools.local.sweep import (
+    SweepRun,
+    parse_sweep,
+    run_sweep,
+    sweep_id,
+    sweep_specs,
+    write_sweep_notes,
+)
 from ringleader.tools.report import cli as report_cli
+from ringleader.tools.report import compare_cli as report_compare
+from ringleader.tools.report.runfacts import EPOCH_METRIC
 from ringleader.tools.slurm import cli as slurm_cli
 from ringleader.tools.stack import cli as stack_cli
 
@@ -182,6 +192,14 @@ def _add_local_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         "--keep", action="store_true", help="leave the containers and network for inspection"
     )
     parser.add_argument(
+        "--sweep",
+        metavar="hosts=N,N[,N...]",
+        help="run the same job at each of these host counts, one after the other, then write "
+        "their comparison (ringleader report --compare) to OUTPUT/sweep-<id>/; name the "
+        "throughput metric with --throughput",
+    )
+    report_compare.add_compare_arguments(parser)
+    parser.add_argument(
         "script_args", nargs=argparse.REMAINDER, help="-- then the script's --name value arguments"
     )
     parser.set_defaults(func=_run_local)
@@ -196,7 +214,9 @@ def _run_local(args: argparse.Namespace) -> int:
         hyperparameters.update(parse_script_args(script_args))
         groups = parse_instance_groups(args.instance_groups) if args.instance_groups else ()
         default_hosts = sum(count for _, count in groups) if groups else 3
-        hosts = args.hosts if args.hosts is not None else default_hosts
+        sizes = parse_sweep(args.sweep) if args.sweep else ()
+        _check_compare_options(args)
+        hosts = max(sizes) if sizes else args.hosts if args.hosts is not None else default_hosts
         env: dict[str, str] = {}
         for env_file in args.env_file:
             try:
@@ -239,10 +259,45 @@ def _run_local(args: argparse.Namespace) -> int:
             output_uri=args.output_uri,
             keep=args.keep,
         )
+        if sizes:
+            return _sweep(args, sweep_specs(spec, sizes))
         return LocalJob(spec, sys.stdout).run().exit_code
     except UsageError as error:
         print(f"ringleader local: {error}", file=sys.stderr)
         return USAGE_ERROR
+
+
+def _check_compare_options(args: argparse.Namespace) -> None:
+    if args.sweep and args.hosts is not None:
+        raise UsageError("--hosts: the sweep sets the host counts (--sweep hosts=...)")
+    if args.sweep:
+        return
+    for option, given in (
+        ("--throughput", args.throughput is not None),
+        ("--per-rank", args.per_rank),
+        ("--price", bool(args.price)),
+        ("--instance-type", args.instance_type is not None),
+        ("--epoch-metric", args.epoch_metric != EPOCH_METRIC),
+    ):
+        if given:
+            raise UsageError(f"{option}: only with --sweep (or ringleader report --compare)")
+
+
+def _sweep(args: argparse.Namespace, specs: list[LocalJobSpec]) -> int:
+    from ringleader.tools.local.run import LocalJob  # imports the Docker SDK
+
+    def run_job(spec: LocalJobSpec) -> SweepRun:
+        job = LocalJob(spec, sys.stdout)
+        result = job.run()
+        return SweepRun(spec.hosts, result.exit_code, result.output_dir, job.interrupted)
+
+    out_dir = args.output / sweep_id()
+
+    def compare(runs: Sequence[Path]) -> int:
+        request = report_compare.request_from(args, [str(run) for run in runs], out_dir)
+        return report_compare.run_compare(request, sys.stdout, sys.stderr)
+
+    return run_sweep(specs, run_job, compare, write_sweep_notes(sys.stdout))
 
 
 def _distribution(args: argparse.Namespace) -> str:

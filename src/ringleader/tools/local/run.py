@@ -21,6 +21,7 @@ import docker.errors
 
 from ringleader.config.timeouts import DEFAULTS
 from ringleader.core import exitcodes
+from ringleader.core.runfile import RUN_FILE, RunInfo, write_run_file
 from ringleader.output.console import LinePrinter
 from ringleader.output.lines import LineSplitter
 from ringleader.tools.local.data import HostData, cache_root, fetch_s3_channel
@@ -104,6 +105,7 @@ class LocalJob:
         self._data: dict[str, HostData] = {}
         self._gpu_plan = gpu_plan(spec.gpus, available_gpus(), spec.hosts)
         self.output_dir = spec.output_dir.resolve() / self.job_id
+        self.interrupted = False  # Ctrl-C (or SIGTERM) stopped the job
 
     @property
     def container_ids(self) -> dict[str, str]:
@@ -130,6 +132,7 @@ class LocalJob:
             results = self._wait_all(self._start())
             return self._finish(results)
         except KeyboardInterrupt:
+            self.interrupted = True
             # A second Ctrl-C must not abandon the containers half-stopped.
             for signum in (signal.SIGTERM, signal.SIGINT):
                 if signum in previous:
@@ -237,6 +240,7 @@ class LocalJob:
             f"image {self.spec.image}, output in {self.output_dir}"
         )
         self._network = self._client.networks.create(network_name, driver="bridge")
+        write_run_file(self.output_dir / RUN_FILE, self._run_info())
         for host in self.hosts:
             if host.name in self.spec.absent_hosts:
                 continue
@@ -262,6 +266,18 @@ class LocalJob:
                 labels={"ringleader.job": self.job_id},
             )
             self._containers[host.name] = container["Id"]
+
+    def _run_info(self) -> RunInfo:
+        """What `ringleader report --compare` needs to know of this run (core/runfile.py)."""
+        spec = self.spec
+        return RunInfo(
+            program=spec.entry_point,
+            instance_type=str(self.hosts[0].resource_config["current_instance_type"]),
+            hosts=spec.hosts,
+            processes_per_host=spec.processes_per_host,
+            distribution=spec.distribution,
+            image=spec.image,
+        )
 
     def _write_config(self, host: HostPlan) -> Path:
         config_dir = self._config_root / host.name
