@@ -133,8 +133,10 @@ def main() -> None:
             now = time.perf_counter()
             if rank == 0:
                 rate = args.log_interval / (now - interval_start)
+                samples = rate * args.batch_size * world  # every rank's batch per step
                 print(
-                    f"step {step} loss={mean.item() / world:.4f} steps_per_s={rate:.1f}",
+                    f"step {step} loss={mean.item() / world:.4f} steps_per_s={rate:.1f} "
+                    f"samples_per_sec={samples:.1f}",
                     flush=True,
                 )
             interval_start = now

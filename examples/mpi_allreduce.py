@@ -1,5 +1,10 @@
 """ringleader's demo job: every rank allreduces its rank number and prints what it got.
 
+Each round every rank first works through --batch-size synthetic samples (a SHA-256 of
+--sample-bytes each, plain CPU work) and prints its own rate, `samples_per_sec_per_rank=R`,
+so a sweep over host counts (`ringleader local --sweep hosts=1,2,4`) has a throughput to
+compare; `round N:` marks an epoch.
+
 Options make a chosen rank fail, for trying out how failures are reported:
   --fail-rank 4 --fail-code 3      rank 4 exits with code 3 after the first round
   --fail-rank 4 --fail-signal KILL rank 4 kills itself with SIGKILL
@@ -9,6 +14,7 @@ Options make a chosen rank fail, for trying out how failures are reported:
 """
 
 import argparse
+import hashlib
 import os
 import signal
 import socket
@@ -27,6 +33,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fail-code", type=int, default=1)
     parser.add_argument("--fail-signal", default=None, help="e.g. KILL, SEGV")
     parser.add_argument("--leave-child", type=int, default=0, help="1: leave a helper running")
+    parser.add_argument("--batch-size", type=int, default=256, help="samples per round per rank")
+    parser.add_argument("--sample-bytes", type=int, default=16384, help="work per sample")
     return parser.parse_args()
 
 
@@ -47,10 +55,19 @@ def main() -> None:
     if args.leave_child:
         helper = subprocess.Popen(["sleep", "600"], start_new_session=True)
         print(f"rank {rank} left helper {helper.pid} running", flush=True)
+    sample = bytes(args.sample_bytes)
     for round_number in range(1, args.rounds + 1):
+        started = time.perf_counter()
+        for index in range(args.batch_size):
+            hashlib.sha256(index.to_bytes(8, "little") + sample).digest()
         total = comm.allreduce(rank, op=MPI.SUM)
+        rate = args.batch_size / (time.perf_counter() - started)
         status = "ok" if total == expected else f"WRONG, expected {expected}"
-        print(f"round {round_number}: allreduce_sum={total} {status}", flush=True)
+        print(
+            f"round {round_number}: allreduce_sum={total} {status} "
+            f"samples_per_sec_per_rank={rate:.1f}",
+            flush=True,
+        )
         if rank == args.fail_rank:
             if args.fail_signal:
                 print(f"rank {rank} raising SIG{args.fail_signal}", file=sys.stderr, flush=True)

@@ -6,7 +6,8 @@ context from the local rank, broadcast_parameters, DistributedTrainer. Run it in
         --horovod-timeline --horovod-autotune -- --epochs 3
 
 Each rank trains a small MLP on its own slice of a synthetic classification task and rank 0
-prints the loss and accuracy per epoch (averaged over the ranks with hvd.allreduce).
+prints the loss and accuracy per epoch (averaged over the ranks with hvd.allreduce) and the
+job's samples_per_sec (every rank's samples of the epoch over its time).
 """
 
 import argparse
@@ -60,6 +61,7 @@ def main() -> None:
 
     started = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
+        epoch_start = time.perf_counter()
         total_loss = mx.nd.zeros((1,), ctx=ctx)
         correct = mx.nd.zeros((1,), ctx=ctx)
         for batch in range(args.batches):
@@ -77,9 +79,13 @@ def main() -> None:
             correct += (mx.nd.argmax(output, axis=1) == y).mean()
         mean_loss = hvd.allreduce(total_loss / args.batches, average=True, name="loss")
         accuracy = hvd.allreduce(correct / args.batches, average=True, name="accuracy")
+        mean_loss_value, accuracy_value = mean_loss.asscalar(), accuracy.asscalar()  # waits
+        # every rank's samples of the epoch over its time: the job's throughput
+        rate = args.batches * args.batch_size * size / (time.perf_counter() - epoch_start)
         if rank == 0:
             print(
-                f"epoch {epoch} loss={mean_loss.asscalar():.4f} accuracy={accuracy.asscalar():.3f}",
+                f"epoch {epoch} loss={mean_loss_value:.4f} accuracy={accuracy_value:.3f} "
+                f"samples_per_sec={rate:.1f}",
                 flush=True,
             )
     # MXNet runs operations asynchronously: finish this rank's, then wait for every rank's,

@@ -62,6 +62,7 @@ def main() -> None:
 
     started = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
+        epoch_start = time.perf_counter()
         total = 0.0
         for batch in range(args.batches):
             if rank == args.fail_rank and epoch == 2 and batch == 0:
@@ -76,8 +77,13 @@ def main() -> None:
             loss.backward()
             trainer.step(args.batch_size * workers)
             total += loss.mean().asscalar()
+        # dist_sync: every worker's step waits for all, so this is the job's throughput
+        rate = args.batches * args.batch_size * workers / (time.perf_counter() - epoch_start)
         if first_host:
-            print(f"epoch {epoch} loss={total / args.batches:.4f}", flush=True)
+            print(
+                f"epoch {epoch} loss={total / args.batches:.4f} samples_per_sec={rate:.1f}",
+                flush=True,
+            )
     mx.nd.waitall()
     if first_host:
         model_dir = Path(args.model_dir)

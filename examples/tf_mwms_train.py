@@ -58,14 +58,21 @@ def main() -> None:
         losses = strategy.run(replica_fn)
         return strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
 
-    started = time.perf_counter()
+    started = interval_start = time.perf_counter()
+    interval_steps = 0
     for step in range(1, args.steps + 1):
         if index == args.fail_worker and step == args.fail_step:
             print(f"worker {index} failing on purpose", file=sys.stderr, flush=True)
             sys.exit(args.fail_code)
         loss = train_step()
+        interval_steps += 1
         if index == 0 and (step % args.log_interval == 0 or step == args.steps):
-            print(f"step {step} loss={float(loss):.4f}", flush=True)
+            value = float(loss)  # waits for the step: every worker's batch, in sync
+            now = time.perf_counter()
+            samples = interval_steps * args.batch_size * strategy.num_replicas_in_sync
+            rate = samples / (now - interval_start)
+            print(f"step {step} loss={value:.4f} samples_per_sec={rate:.1f}", flush=True)
+            interval_start, interval_steps = now, 0
     if index == 0:
         rate = args.steps / (time.perf_counter() - started)
         print(

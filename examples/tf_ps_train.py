@@ -88,13 +88,22 @@ def train_with_coordinator(args: argparse.Namespace) -> None:
         losses = strategy.run(replica_fn, args=(x, y))
         return strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
 
-    started = time.perf_counter()
+    started = interval_start = time.perf_counter()
+    interval_steps = 0
     for step in range(1, args.steps + 1):
         maybe_fail(args, "chief:0", step)
         result = coordinator.schedule(step_fn, args=(iterator,))
+        interval_steps += 1
         if step % args.log_interval == 0 or step == args.steps:
             coordinator.join()
-            print(f"step {step} loss={float(result.fetch()):.4f}", flush=True)
+            # every scheduled step is one batch on some worker: the job's throughput
+            now = time.perf_counter()
+            rate = interval_steps * args.batch_size / (now - interval_start)
+            print(
+                f"step {step} loss={float(result.fetch()):.4f} samples_per_sec={rate:.1f}",
+                flush=True,
+            )
+            interval_start, interval_steps = now, 0
     coordinator.join()
     rate = args.steps / (time.perf_counter() - started)
     print(f"done: {args.steps} steps ({rate:.1f} steps/s)", flush=True)
@@ -128,13 +137,20 @@ def train_between_graph(args: argparse.Namespace, config: dict, role: str) -> No
         config=session_config,
     ) as session:
         done = 0
-        started = time.perf_counter()
+        started = interval_start = time.perf_counter()
         while not session.should_stop():
             _, value, step = session.run([train, loss, global_step])
             done += 1
             maybe_fail(args, role, done)
             if done % args.log_interval == 0:
-                print(f"step {step} loss={value:.4f}", flush=True)
+                # each task trains on its own: its own share of the job's throughput
+                now = time.perf_counter()
+                rate = args.log_interval * args.batch_size / (now - interval_start)
+                print(
+                    f"step {step} loss={value:.4f} samples_per_sec_per_worker={rate:.1f}",
+                    flush=True,
+                )
+                interval_start = now
     rate = done / (time.perf_counter() - started)
     print(f"done: {role} ran {done} steps ({rate:.1f} steps/s)", flush=True)
 
@@ -144,7 +160,7 @@ def train_alone(args: argparse.Namespace) -> None:
     weights = tf.Variable(tf.zeros([FEATURES, 1]))
     bias = tf.Variable(0.0)
     optimizer = tf.keras.optimizers.SGD(args.lr)
-    started = time.perf_counter()
+    started = interval_start = time.perf_counter()
     for step in range(1, args.steps + 1):
         maybe_fail(args, "master:0", step)
         x, y = synthetic_batch(args.batch_size)
@@ -153,7 +169,10 @@ def train_alone(args: argparse.Namespace) -> None:
         variables = [weights, bias]
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         if step % args.log_interval == 0:
-            print(f"step {step} loss={float(loss):.4f}", flush=True)
+            now = time.perf_counter()
+            rate = args.log_interval * args.batch_size / (now - interval_start)
+            print(f"step {step} loss={float(loss):.4f} samples_per_sec={rate:.1f}", flush=True)
+            interval_start = now
     rate = args.steps / (time.perf_counter() - started)
     print(f"done: alone ran {args.steps} steps ({rate:.1f} steps/s)", flush=True)
 
