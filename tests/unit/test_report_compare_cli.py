@@ -257,3 +257,15 @@ def test_archives_and_s3_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
             f"ringleader report: error: --compare s3://{BUCKET}/jobs/none/: "
             f"s3://{BUCKET}/jobs/none/: no objects under this prefix\n"
         )
+
+
+def test_the_cli_loads_without_matplotlib() -> None:
+    """Images without matplotlib run `ringleader image setup`: the chart loads only to draw."""
+    import subprocess
+    import sys
+
+    probe = "import sys, ringleader.tools.cli; print('matplotlib' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "False"

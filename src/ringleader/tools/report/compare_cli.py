@@ -17,8 +17,7 @@ from typing import TextIO
 
 from ringleader.tools.report.compare_load import CompareInputError, Wanted, load_run
 from ringleader.tools.report.compare_model import Comparison, compare
-from ringleader.tools.report.compare_page import CSV_FILE, render_compare_page
-from ringleader.tools.report.compare_table import csv_text, table
+from ringleader.tools.report.compare_table import CSV_FILE, csv_text, table
 from ringleader.tools.report.prices import PriceError, bundled_table, resolve_prices
 from ringleader.tools.report.runfacts import EPOCH_METRIC, is_per_rank
 
@@ -128,7 +127,9 @@ def _rule(request: CompareRequest) -> str:
 
 
 def _write(comparison: Comparison, request: CompareRequest, warnings: list[str]) -> Path:
-    from ringleader.tools.report.compare_charts import render_scaling  # loads matplotlib
+    # matplotlib loads only when there is a comparison to draw (images without it run the CLI)
+    from ringleader.tools.report.compare_charts import render_scaling
+    from ringleader.tools.report.compare_page import render_compare_page
 
     out_dir = request.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)

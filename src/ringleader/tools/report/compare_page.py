@@ -7,11 +7,10 @@ from collections.abc import Sequence
 
 from ringleader.tools.report.charts import Chart
 from ringleader.tools.report.compare_model import Comparison
-from ringleader.tools.report.compare_table import columns, table
+from ringleader.tools.report.compare_table import CSV_FILE, columns, table
 from ringleader.tools.report.page import CSS, _e, _table
 from ringleader.tools.report.prices import PriceTable
 
-CSV_FILE = "compare.csv"
 # 18 columns: the table scrolls sideways rather than wrapping every cell into a tall row.
 COMPARE_CSS = """
 #compare-table { overflow-x: auto; }

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ringleader.tools.report.compare_model import Comparison, Row
 
 MISSING = ""
+CSV_FILE = "compare.csv"
 
 
 @dataclass(frozen=True)
