@@ -59,7 +59,7 @@ def test_a_sweep_over_one_and_two_hosts_writes_the_comparison(
                 "--rounds",
                 str(ROUNDS),
                 "--batch-size",
-                "2000",
+                "20000",
             ]
         )
     output = out.getvalue()
