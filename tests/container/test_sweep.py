@@ -3,18 +3,16 @@ comparison page and CSV, read back and checked against the runs' own output."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
 from pathlib import Path
 
 import docker
 import pytest
 
-from ringleader.tools import cli as ringleader_cli
 from ringleader.tools.report.prices import bundled_table
 from tests.container.conftest import EXAMPLES, IMAGE
+from tests.report.compare_runs import ringleader
 
 pytestmark = pytest.mark.container
 
@@ -30,40 +28,35 @@ DEFINITIONS = json.dumps(
 def test_a_sweep_over_one_and_two_hosts_writes_the_comparison(
     docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = ringleader_cli.main(
-            [
-                "local",
-                "--sweep",
-                "hosts=1,2",
-                "--processes-per-host",
-                "1",
-                "--image",
-                IMAGE,
-                "--source-dir",
-                str(EXAMPLES),
-                "--entry-point",
-                "mpi_allreduce.py",
-                "--metric-definitions",
-                DEFINITIONS,
-                "--setting",
-                "metric_ranks=all",
-                "--throughput",
-                "samples_per_sec_per_rank",
-                "--instance-type",
-                "c5.18xlarge",
-                "--output",
-                str(tmp_path),
-                "--",
-                "--rounds",
-                str(ROUNDS),
-                "--batch-size",
-                "20000",
-            ]
-        )
-    output = out.getvalue()
-    assert (code, err.getvalue()) == (0, ""), output[-4000:]
+    code, output, err = ringleader(
+        "local",
+        "--sweep",
+        "hosts=1,2",
+        "--processes-per-host",
+        "1",
+        "--image",
+        IMAGE,
+        "--source-dir",
+        str(EXAMPLES),
+        "--entry-point",
+        "mpi_allreduce.py",
+        "--metric-definitions",
+        DEFINITIONS,
+        "--setting",
+        "metric_ranks=all",
+        "--throughput",
+        "samples_per_sec_per_rank",
+        "--instance-type",
+        "c5.18xlarge",
+        "--output",
+        str(tmp_path),
+        "--",
+        "--rounds",
+        str(ROUNDS),
+        "--batch-size",
+        "20000",
+    )
+    assert (code, err) == (0, ""), output[-4000:]
     assert "==> sweep: run 1 of 2: 1 host(s)" in output
     assert "==> sweep: run 2 of 2: 2 host(s)" in output
     sweeps = list(tmp_path.glob("sweep-*"))

@@ -4,6 +4,8 @@ comparison's tests. Written with the project's own job.json and run.json writers
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +14,7 @@ from ringleader.core.jobfile import JobSummary, write_job_file
 from ringleader.core.records import RankRecord
 from ringleader.core.runfile import RUN_FILE, RunInfo, write_run_file
 from ringleader.core.timeline import ENTRY, EXITED, FIRST_RANK, Mark
+from ringleader.tools import cli as ringleader_cli
 
 T0 = 1_750_000_000.0
 
@@ -92,3 +95,11 @@ def write_run(folder: Path, run: FakeRun) -> Path:
 
 def write_study(root: Path, runs: dict[str, FakeRun]) -> list[Path]:
     return [write_run(root / name, run) for name, run in runs.items()]
+
+
+def ringleader(*argv: str) -> tuple[int, str, str]:
+    """The `ringleader` command in this process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = ringleader_cli.main(list(argv))
+    return code, out.getvalue(), err.getvalue()

@@ -6,9 +6,7 @@ Like test_report_browser.py this fails, rather than skips, when chromium is miss
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import os
 import shutil
 from html.parser import HTMLParser
@@ -16,9 +14,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from ringleader.tools import cli as ringleader_cli
 from ringleader.tools.report.charts import ACCENT, BAR
-from tests.report.compare_runs import FakeRun, write_study
+from tests.report.compare_runs import FakeRun, ringleader, write_study
 from tests.report.test_report_browser import WIDTH, headless, near, screenshot
 
 HEIGHT = 1400
@@ -67,22 +64,18 @@ def compare_page(tmp_path: Path) -> Path:
         },
     )
     out_dir = tmp_path / "compare"
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = ringleader_cli.main(
-            [
-                "report",
-                "--compare",
-                *map(str, runs),
-                "--throughput",
-                "images_per_sec",
-                "--instance-type",
-                "p3.16xlarge",
-                "--out",
-                str(out_dir),
-            ]
-        )
-    assert code == 3, err.getvalue()  # the failed run is left out
+    code, _, err = ringleader(
+        "report",
+        "--compare",
+        *map(str, runs),
+        "--throughput",
+        "images_per_sec",
+        "--instance-type",
+        "p3.16xlarge",
+        "--out",
+        str(out_dir),
+    )
+    assert code == 3, err  # the failed run is left out
     return out_dir / "index.html"
 
 

@@ -3,29 +3,16 @@ hand-computed figures, runs left out, and every bad input as a message and an ex
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
-import os
 import tarfile
 from pathlib import Path
+from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
-from ringleader.tools import cli as ringleader_cli
 from ringleader.tools.report.prices import bundled_table
-from tests.report.compare_runs import FakeRun, write_run, write_study
-
-REGION, BUCKET = "us-east-1", "ringleader-runs"
-
-
-def ringleader(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = ringleader_cli.main(list(argv))
-    return code, out.getvalue(), err.getvalue()
+from tests.report.compare_runs import FakeRun, ringleader, write_run, write_study
+from tests.unit.test_artifacts_s3 import BUCKET, s3  # noqa: F401 (moto's S3, AWS_* isolated)
 
 
 def rows(out_dir: Path) -> list[dict[str, str]]:
@@ -218,45 +205,37 @@ def archive(folder: Path, target: Path) -> Path:
     return target
 
 
-def test_archives_and_s3_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+def test_archives_and_s3_runs(tmp_path: Path, s3: Any) -> None:  # noqa: F811
+    client = s3
     one = archive(write_run(tmp_path / "one", FakeRun(1, 1, 100.0)), tmp_path / "one.tar.gz")
     two = archive(write_run(tmp_path / "two", FakeRun(2, 1, 90.0)), tmp_path / "two.tar.gz")
     four = write_run(tmp_path / "four", FakeRun(4, 1, 85.0))
     out = tmp_path / "cmp"
-    with mock_aws():
-        client = boto3.client("s3", region_name=REGION)
-        client.create_bucket(Bucket=BUCKET)
-        client.upload_file(str(two), BUCKET, "jobs/two/output/output.tar.gz")
-        for path in four.rglob("*"):
-            if path.is_file():
-                client.upload_file(str(path), BUCKET, f"jobs/four/{path.relative_to(four)}")
-        code, _, stderr = ringleader(
-            "report",
-            "--compare",
-            str(one),
-            f"s3://{BUCKET}/jobs/two/output/output.tar.gz",
-            f"s3://{BUCKET}/jobs/four/",
-            "--throughput",
-            "images_per_sec",
-            "--out",
-            str(out),
-        )
-        assert (code, stderr) == (0, "")
-        assert [r["scaling efficiency"] for r in rows(out)] == ["1.000", "0.900", "0.850"]
-        code, _, stderr = ringleader(
-            "report", "--compare", str(one), f"s3://{BUCKET}/jobs/none/", "--out", str(out)
-        )
-        assert code == 2
-        assert stderr == (
-            f"ringleader report: error: --compare s3://{BUCKET}/jobs/none/: "
-            f"s3://{BUCKET}/jobs/none/: no objects under this prefix\n"
-        )
+    client.upload_file(str(two), BUCKET, "jobs/two/output/output.tar.gz")
+    for path in four.rglob("*"):
+        if path.is_file():
+            client.upload_file(str(path), BUCKET, f"jobs/four/{path.relative_to(four)}")
+    code, _, stderr = ringleader(
+        "report",
+        "--compare",
+        str(one),
+        f"s3://{BUCKET}/jobs/two/output/output.tar.gz",
+        f"s3://{BUCKET}/jobs/four/",
+        "--throughput",
+        "images_per_sec",
+        "--out",
+        str(out),
+    )
+    assert (code, stderr) == (0, "")
+    assert [r["scaling efficiency"] for r in rows(out)] == ["1.000", "0.900", "0.850"]
+    code, _, stderr = ringleader(
+        "report", "--compare", str(one), f"s3://{BUCKET}/jobs/none/", "--out", str(out)
+    )
+    assert code == 2
+    assert stderr == (
+        f"ringleader report: error: --compare s3://{BUCKET}/jobs/none/: "
+        f"s3://{BUCKET}/jobs/none/: no objects under this prefix\n"
+    )
 
 
 def test_the_cli_loads_without_matplotlib() -> None:
