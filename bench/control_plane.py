@@ -1,24 +1,26 @@
 """The leader's control plane against N simulated worker hosts on loopback (no containers).
 
-This process is the leader: ringleader's real ControlServer (handshake, admission, a thread per
-control connection, broadcast), its real pulse process (one child for every pulse link), and
-the real verdict path (Leader.tell_workers: finish(), then every worker's bye). The workers
-are simulated by bench/probe/control_workers.py, --per-process hosts per process, each host
-joining with ringleader's own connect_to_leader (both links, the job secret's proofs), saying
-hello, pulsing every interval and answering the exit with its bye. The leader process and its
-pulse child are measured alone (psutil); the simulators' CPU is shown beside it, as it shares
-the machine's cores.
+This process is the leader: ringleader's real ControlServer (one thread reading every
+connection: accept, handshake, hellos; a few admission threads; broadcast), its real pulse
+process (one child for every pulse link), and the real verdict path (Leader.tell_workers:
+finish(), then every worker's bye). The workers are simulated by
+bench/probe/control_workers.py, --per-process hosts per process, each host joining with
+ringleader's own connect_to_leader (both links, the job secret's proofs), saying hello, pulsing
+every interval and answering the exit with its bye. The leader process and its pulse child are
+measured alone (psutil); the simulators' CPU is shown beside it, as it shares the machine's
+cores.
 
 Printed per N (one column each; the median over --trials when more than one):
   hellos accepted   from the first connect until the leader has the last hello it got (a
                     worker joins both links, then says hello), all hosts starting at once
-  hosts without     hellos that never came: hosts that gave up (a greeting that did not come
-    hello           within ringleader_leader_timeout reads as "not this job's leader", a
+  hosts without     hellos that never came: hosts that gave up (no greeting on any try until
+    hello           the startup deadline reads as another process on the port, a
                     configuration error), control links the leader dropped for want of a
                     hello within ringleader_leader_timeout; the rows below are measured with
                     the hosts that did say hello
-  turned away       connections the leader closed at once (MAX_UNIDENTIFIED were waiting to
-                    join), each retried by its host after its backoff
+  turned away       connections the leader closed at once (accept() failed, or no admission
+                    thread), each retried by its host after its backoff; past
+                    MAX_UNIDENTIFIED waiting to join, the rest wait in the listen queue
   slowest join      the longest connect_to_leader() of any host, per link
   join CPU          leader + pulse process CPU-seconds spent while they joined
   steady CPU        cores used by the leader and by its pulse process over --steady s of
@@ -319,7 +321,7 @@ def run_size(hosts: int, args: argparse.Namespace) -> Result:
         values["hosts measured"] = float(len(present))
         values["hosts without hello"] = float(hosts - len(hellos))
         values["  gave up: not the leader"] = float(
-            sum("not this job's leader" in why for why in failed.values())
+            sum("not this job's leader" in why or "never greeted" in why for why in failed.values())
         )
         values["  dropped: no hello in time"] = float(
             sum("no hello within" in event.reason for event in lost)
@@ -486,7 +488,8 @@ def main() -> int:
     parser.add_argument(
         "--listen-backlog",
         type=int,
-        help="an experiment: force the control server's listen backlog (ringleader's: 256)",
+        help="an experiment: force the control server's listen backlog (ringleader's: "
+        "wire.control.listen_backlog)",
     )
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one trial
     args = parser.parse_args()

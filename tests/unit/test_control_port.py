@@ -152,19 +152,76 @@ def test_another_jobs_leader_on_the_port_is_a_config_error_at_once():
     assert "the leader of another job, 'job-2', answers there" in error.problem
 
 
-def test_a_silent_listener_is_a_config_error_after_the_greeting_timeout():
+def test_a_silent_listener_is_a_config_error_only_at_the_startup_deadline():
+    # A leader busy accepting thousands of hosts is silent for a while too: every try gets the
+    # greeting timeout, and only the startup deadline ends the tries, naming both settings.
     with listener() as silent:
         port = port_of(silent)
-        serve_once(silent, None)
+        serve_once(silent, None)  # the other tries wait in its listen queue, as silent
         started = time.monotonic()
         with pytest.raises(ConfigError) as caught:
-            connect(port, greeting_timeout=0.5)
+            connect(port, greeting_timeout=0.3, deadline=1.5)
         elapsed = time.monotonic() - started
-    assert 0.5 <= elapsed < 5.0
+    assert 1.5 <= elapsed < 5.0
+    assert caught.value.field == "ringleader_control_port"
     assert caught.value.problem.startswith(
-        f"what answers on 127.0.0.1:{port} is not this job's leader: no greeting "
-        "within 0.5 s (ringleader_leader_timeout). Another process holds the port on 127.0.0.1"
+        f"what answers on 127.0.0.1:{port} never greeted this host: no greeting within 0.3 s "
+        "(ringleader_leader_timeout), on every try until the startup deadline "
+        "(ringleader_startup_timeout). Another process holds the port on 127.0.0.1"
     )
+
+
+def test_a_leader_that_greets_late_is_tried_again_until_it_answers():
+    """The first connection is held without a greeting (the leader busy with other hosts);
+    the worker tries again and joins once the leader answers, instead of taking the port for
+    another process's (exit 78)."""
+    tries: list[socket.socket] = []
+    with listener() as busy:
+        port = port_of(busy)
+        answered = threading.Event()
+
+        def leader_after_the_first_try() -> None:
+            first, _ = busy.accept()
+            tries.append(first)
+            first.recv(1)  # the worker gave up on it: closed
+            busy.close()
+            tries.append(server(port))  # type: ignore[arg-type]
+            answered.set()
+
+        threading.Thread(target=leader_after_the_first_try, daemon=True).start()
+        try:
+            channel = connect(port, greeting_timeout=0.3, deadline=30.0)
+            assert channel is not None and answered.is_set()
+            channel.close()
+        finally:
+            for held in tries:
+                held.close()
+
+
+def test_a_late_welcome_is_waited_for_until_the_deadline(monkeypatch):
+    """A greeting from this job's leader proves the port is its: a welcome later than the
+    greeting timeout is a busy leader, waited for (not a configuration error)."""
+    from ringleader.wire import control
+
+    real_welcome = control.ControlServer._welcome
+    release = threading.Event()
+
+    def slow_welcome(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        release.wait(5.0)
+        return real_welcome(self, *args, **kwargs)
+
+    monkeypatch.setattr(control.ControlServer, "_welcome", slow_welcome)
+    with listener() as probe:
+        port = port_of(probe)
+    leader = server(port)
+    try:
+        threading.Timer(0.8, release.set).start()
+        channel = connect(port, greeting_timeout=0.3, deadline=30.0)
+        assert channel is not None and release.is_set()
+        channel.close()
+    finally:
+        release.set()
+        leader.close()
 
 
 def test_a_listener_that_answers_something_else_is_a_config_error_at_once():

@@ -9,19 +9,21 @@ failure text; reply bye, then exit). The pulse connection carries only pulses, b
 (ringleader.wire.liveness), served on the leader by one pulse process for all workers.
 
 Every connection starts with a handshake. The leader greets it with the job's identity and a
-nonce; a worker that gets another job's identity, something else, or nothing within
-ringleader_leader_timeout has not reached its leader (another process holds the port) and ends
-with a configuration error naming the port. The worker joins: its name, the job, which of its
-two connections this is, and, when the job has a secret, its proof (ringleader.wire.auth); the
-leader welcomes it with its own proof (and, on the control connection, the job's ssh key) or
-refuses it. A join is admitted only for this job, from one of its workers' own addresses, with
-the right proof, and only once per worker and connection: a live link is never replaced. At most
-MAX_UNIDENTIFIED connections wait to join at once, each at most JOIN_TIMEOUT seconds and with a
-first frame of at most JOIN_FRAME_BYTES; more are closed at once.
+nonce; a worker that gets another job's identity or something else has not reached its leader
+(another process holds the port) and ends with a configuration error naming the port. One that
+gets nothing within ringleader_leader_timeout tries again (a leader accepting thousands of hosts
+greets late) until the startup deadline, and only then ends with that error.
+
+The worker joins: its name, the job, which of its two connections this is, and, when the job
+has a secret, its proof (ringleader.wire.auth); the leader welcomes it with its own proof (and,
+on the control connection, the job's ssh key) or refuses it. A join is admitted only for this
+job, from one of its workers' own addresses, with the right proof, and only once per worker and
+connection: a live link is never replaced. At most MAX_UNIDENTIFIED connections wait to join at
+once, each at most JOIN_TIMEOUT seconds and with a first frame of at most JOIN_FRAME_BYTES;
+more wait, not greeted yet, in the listen queue (the kernel's: listen_backlog).
 """
 
 import contextlib
-import errno
 import queue
 import socket
 import threading
@@ -46,7 +48,7 @@ from ringleader.wire.events import (
     WorkerLost,
     WorkerReady,
 )
-from ringleader.wire.liveness import bound_sends, close_at_once
+from ringleader.wire.liveness import bound_sends, close_at_once, cut
 from ringleader.wire.messages import (
     CONTROL_LINK,
     PULSE_LINK,
@@ -79,14 +81,16 @@ from ringleader.wire.protocol import (
     is_output,
 )
 from ringleader.wire.pulse_process import PulseHub
+from ringleader.wire.server_loop import CallPool, ServerLoop
 
 JOIN_TIMEOUT = 10.0  # a connection that has not joined this long after its greeting is dropped
-MAX_UNIDENTIFIED = 64  # connections waiting to join at once; more are closed at once
+MAX_UNIDENTIFIED = 64  # connections waiting to join at once; more wait in the listen queue
+ADMISSION_THREADS = 8  # joins answered at once (each may wait on a name lookup)
 JOIN_FRAME_BYTES = 16 << 10  # a join is a few hundred bytes
 LEADER_TIMEOUT_SETTING = "ringleader_leader_timeout"
+STARTUP_TIMEOUT_SETTING = "ringleader_startup_timeout"
 CONTROL_PORT_SETTING = "ringleader_control_port"
 _GREETING_CHECK_SECONDS = 0.5  # how often a worker waiting for a greeting looks at its stop
-_ACCEPT_RETRY_SECONDS = 0.1  # after accept() failed for want of descriptors or memory
 _PROBE_SECONDS = 1.0  # asking what holds a taken control port for its greeting
 
 # The addresses a host name stands for (resolved when its join arrives).
@@ -134,8 +138,8 @@ class Admission:
 
 def listen_backlog(workers: int) -> int:
     """Room for every worker's two connections arriving at once: a full accept queue drops
-    joins, and a worker that gets no greeting in time takes the port for another's (seen at
-    1,024 simulated workers with 256). The kernel caps it at net.core.somaxconn."""
+    joins (seen at 1,024 simulated workers with 256: they got no greeting in time). The kernel
+    caps it at net.core.somaxconn (4,096 on the machines measured)."""
     return max(256, 2 * workers + 16)
 
 
@@ -168,7 +172,7 @@ class ControlServer:
         self._workers: dict[str, Channel] = {}
         self._joined: set[tuple[str, str]] = set()  # (host, link): admitted once, never again
         self._final: Exit | None = None
-        self._unidentified = threading.BoundedSemaphore(MAX_UNIDENTIFIED)
+        self._unidentified = 0  # connections between their accept and their join's answer
         self._turned_away = 0
         self._closing = threading.Event()
         try:
@@ -176,18 +180,23 @@ class ControlServer:
         except OSError as error:
             raise ControlPortTaken(listen_problem(port, error), job_at(port)) from None
         self._pulses = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
-        threading.Thread(target=self._accept, name="control-accept", daemon=True).start()
+        # Admitting a join may resolve a host name (slow DNS must hold up neither the other
+        # joins nor the workers' frames): a few threads of their own, not one per worker.
+        self._admitting = CallPool(ADMISSION_THREADS, "control-admit")
+        self._loop = ServerLoop(self._server, self._greet, self._accept_failed, "control-loop", log)
 
     def broadcast(self, message: Message) -> None:
+        frame = messages.encode(message)  # once, not once per worker
         with self._lock:
             channels = list(self._workers.values())
         for channel in channels:
             try:
-                channel.send(message)
+                channel.send_frame(frame)
             except ChannelClosed:
                 # Gone, or not reading for ringleader_leader_timeout (a frozen host whose
-                # receive window is full): the next send must not wait on it again.
-                close_at_once(channel)
+                # receive window is full): the next send must not wait on it again. The loop
+                # reading it sees its end and closes it.
+                cut(channel)
 
     def finish(self, exit_code: int, failure: str | None) -> None:
         """Send the job's result to every worker, including ones that connect from now on."""
@@ -198,43 +207,64 @@ class ControlServer:
 
     def close(self) -> None:
         self._closing.set()
-        close_listener(self._server)
-        with self._lock:
-            channels = list(self._workers.values())
         # The workers leave once their channel closes: release them before the pulse process
         # winds down (a busy machine takes a while to run it to its end). By now every worker
         # that could has confirmed the verdict; the others are gone, frozen or cut off, and
-        # the leader's end must not wait on them: reset, no lingering.
+        # the leader's end must not wait on them: reset, no lingering (the loop closes every
+        # connection it reads that way as it stops).
         self._pulses.mute()
+        self._loop.stop()
+        close_listener(self._server)
+        self._admitting.close()
+        with self._lock:
+            channels = list(self._workers.values())
         for channel in channels:
             close_at_once(channel)
         for host, summary in sorted(self._pulses.stop().items()):
             self._log(f"pulses from {host}: {summary}")
 
-    def _accept(self) -> None:
-        """Accept until closed; nothing a peer does ends this loop."""
-        while not self._closing.is_set():
-            try:
-                connection, _ = self._server.accept()
-            except OSError as error:
-                if self._closing.is_set() or error.errno in (errno.EBADF, errno.EINVAL):
-                    return
-                # Out of descriptors or memory for now: what is queued waits in the backlog.
-                self._turn_away(f"accept failed ({error.strerror or error})")
-                self._closing.wait(_ACCEPT_RETRY_SECONDS)
-                continue
-            if not self._unidentified.acquire(blocking=False):
-                connection.close()
-                self._turn_away(f"{MAX_UNIDENTIFIED} connections are waiting to join already")
-                continue
-            try:
-                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                channel = Channel(connection)
-                threading.Thread(target=self._serve, args=(channel,), daemon=True).start()
-            except (OSError, RuntimeError) as error:  # no thread to be had: refuse this one
-                self._unidentified.release()
-                connection.close()
-                self._turn_away(f"could not serve it ({error})")
+    # On the loop's thread: a new connection is greeted, its join read.
+
+    def _accept_failed(self, error: OSError) -> None:
+        self._turn_away(f"accept failed ({error.strerror or error})")
+
+    def _greet(self, connection: socket.socket) -> None:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        channel = Channel(connection)
+        bound_sends(channel, JOIN_TIMEOUT)  # the greeting and the answer fit in any buffer
+        nonce = auth.new_nonce()
+        joining = _Joining(self, channel.peer_address or "?", nonce)
+        try:
+            channel.send(Greeting(self._job, nonce))
+        except ChannelClosed:
+            channel.close()
+            return
+        self._unidentified += 1
+        # The rest wait in the listen queue until one is done: closing them instead made
+        # 4,096 simulated workers reconnect 19,198 times while they joined.
+        self._loop.hold_connections(self._unidentified >= MAX_UNIDENTIFIED)
+        self._loop.read(channel, joining, JOIN_FRAME_BYTES, JOIN_TIMEOUT)
+
+    def _join_came(self, joining: "_Joining", channel: Channel, frame: bytes) -> None:
+        self._loop.pause(channel)
+        try:
+            self._admitting.submit(lambda: self._admit(joining, channel, frame))
+        except RuntimeError as error:  # no thread to be had, or closing: refuse this one
+            self._handshake_over()
+            channel.close()
+            self._turn_away(f"could not serve it ({error})")
+
+    def _no_join(self, joining: "_Joining", channel: Channel, error: Exception) -> None:
+        if isinstance(error, TimeoutError):
+            problem = f"no join within {JOIN_TIMEOUT:g} s"
+        else:
+            problem = f"no join ({error or type(error).__name__})"
+        self._handshake_over()
+        self._refuse(channel, joining.address, problem)
+
+    def _handshake_over(self) -> None:
+        self._unidentified -= 1
+        self._loop.hold_connections(self._unidentified >= MAX_UNIDENTIFIED)
 
     def _turn_away(self, why: str) -> None:
         """Log the first connection turned away, then every hundredth."""
@@ -242,43 +272,47 @@ class ControlServer:
         if self._turned_away % 100 == 1:
             self._log(f"turned a connection away: {why} ({self._turned_away} so far)")
 
-    def _serve(self, channel: Channel) -> None:
+    # On an admission thread: the join answered.
+
+    def _admit(self, joining: "_Joining", channel: Channel, frame: bytes) -> None:
         try:
-            admitted = self._handshake(channel)
+            admitted = self._answer(joining, channel, frame)
         finally:
-            self._unidentified.release()
+            self._loop.call_soon(self._handshake_over)
         if admitted is None:
             channel.close()
         elif admitted.link == PULSE_LINK:
             self._watch(admitted.host, channel)
         else:
-            self._serve_worker(admitted, channel)
+            bound_sends(channel, self._liveness.timeout)  # a worker that stopped reading
+            worker = _Worker(self, admitted)
+            if not self._loop.call_soon(lambda: self._await_hello(worker, channel)):
+                close_at_once(channel)  # the server is closing
 
-    def _handshake(self, channel: Channel) -> "_Admitted | None":
-        """Greet, read the join, answer it: the join admitted (its host the worker it comes
-        from), or None when refused (logged)."""
-        address = channel.peer_address or "?"
-        nonce = auth.new_nonce()
+    def _answer(self, joining: "_Joining", channel: Channel, frame: bytes) -> "_Admitted | None":
+        """Answer the join: the join admitted (its host the worker it comes from), or None
+        when refused (logged)."""
         try:
-            channel.send(Greeting(self._job, nonce))
-            join = channel.receive_message(timeout=JOIN_TIMEOUT, limit=JOIN_FRAME_BYTES)
+            join = messages.decode(frame)
         except UnknownMessage as error:
             problem = f"expected a join, got {error.kind[:50]!r}"
-        except TimeoutError:
-            problem = f"no join within {JOIN_TIMEOUT:g} s"
-        except ChannelClosed as error:  # ProtocolError included
+        except ProtocolError as error:
             problem = f"no join ({error or type(error).__name__})"
         else:
             if isinstance(join, Join):
-                admitted, problem = self._identify(join, address, nonce)
+                admitted, problem = self._identify(join, joining.address, joining.nonce)
                 if admitted is not None:
-                    return self._welcome(channel, join, nonce, admitted)
+                    return self._welcome(channel, join, joining.nonce, admitted)
             else:
                 problem = f"expected a join, got {join.kind!r}"
+        self._refuse(channel, joining.address, problem)
+        return None
+
+    def _refuse(self, channel: Channel, address: str, problem: str) -> None:
         self._log(f"refused a connection from {address}: {problem}")
         with contextlib.suppress(ChannelClosed):
             channel.send(Refused(problem))
-        return None
+        channel.close()
 
     def _welcome(
         self, channel: Channel, join: Join, nonce: str, admitted: "_Admitted"
@@ -343,60 +377,65 @@ class ControlServer:
 
         self._pulses.watch(host, channel, lost)
 
-    def _serve_worker(self, admitted: "_Admitted", channel: Channel) -> None:
-        host = admitted.host
-        bound_sends(channel, self._liveness.timeout)  # a worker that stopped reading
-        try:
-            hello = self._receive_hello(host, channel)
-            if admitted.error_only and hello.error is None:
-                self._log(
-                    f"refused {hello.host[:100]!r} from {host}'s address: a host not in the "
-                    "job may report only its error"
+    # On the loop's thread: a welcomed worker's hello, then everything it sends.
+
+    def _await_hello(self, worker: "_Worker", channel: Channel) -> None:
+        if self._closing.is_set():
+            close_at_once(channel)
+            return
+        self._loop.read(channel, worker, None, self._liveness.timeout)
+
+    def _hello(self, worker: "_Worker", channel: Channel, frame: bytes) -> None:
+        """A welcomed worker's first message: its hello (ProtocolError when it is not one)."""
+        host = worker.admitted.host
+        hello = messages.decode(frame)
+        if not isinstance(hello, Hello):
+            raise ProtocolError(f"expected a hello from {host}, got {hello.kind!r}")
+        if worker.admitted.error_only and hello.error is None:
+            self._log(
+                f"refused {hello.host[:100]!r} from {host}'s address: a host not in the "
+                "job may report only its error"
+            )
+            self._loop.pause(channel)
+            channel.close()
+            return
+        worker.greeted = True
+        self._loop.read(channel, worker, None, None)  # no deadline from now on
+        with self._lock:
+            self._workers[host] = channel
+            final = self._final
+        if hello.error is not None:
+            self._events.put(WorkerHello(host, hello.error.code, hello.error.message))
+        else:
+            offset = 0.0 if hello.sent_at is None else time.time() - hello.sent_at
+            self._events.put(
+                WorkerHello(
+                    host, marks=hello.timeline, clock_offset=offset, host_key=hello.host_key
                 )
-                channel.close()
-                return
-            with self._lock:
-                self._workers[host] = channel
-                final = self._final
-            if hello.error is not None:
-                self._events.put(WorkerHello(host, hello.error.code, hello.error.message))
-            else:
-                offset = 0.0 if hello.sent_at is None else time.time() - hello.sent_at
-                self._events.put(
-                    WorkerHello(
-                        host, marks=hello.timeline, clock_offset=offset, host_key=hello.host_key
-                    )
-                )
-            if final is not None:
-                channel.send(final)
-            while True:
-                self._dispatch(host, channel.receive_frame(timeout=None))
-        except ProtocolError as error:
+            )
+        if final is not None:
+            channel.send(final)
+
+    def _worker_ended(
+        self, worker: "_Worker", channel: Channel, error: ChannelClosed | TimeoutError
+    ) -> None:
+        host = worker.admitted.host
+        if isinstance(error, TimeoutError):  # only the hello has a deadline
+            error = ChannelClosed(
+                f"no hello within {self._liveness.timeout:g} s ({LEADER_TIMEOUT_SETTING})"
+            )
+        if isinstance(error, ProtocolError):
             # A frame with a field missing or of the wrong type is as garbled as one that
             # does not decode.
             self._log(f"protocol error from {host}: {error}")
             self._events.put(WorkerLost(host, f"protocol error: {error}", time.time(), True))
-        except ChannelClosed as error:
+        else:
             reason = f"control connection closed ({error or type(error).__name__})"
             self._events.put(WorkerLost(host, reason, time.time()))
-        finally:
-            with self._lock:
-                if self._workers.get(host) is channel:
-                    del self._workers[host]
-            channel.close()
-
-    def _receive_hello(self, host: str, channel: Channel) -> Hello:
-        """A welcomed worker's first message: its hello (ProtocolError when it is not one,
-        ChannelClosed when it does not come within ringleader_leader_timeout)."""
-        try:
-            message = channel.receive_message(timeout=self._liveness.timeout)
-        except TimeoutError:
-            raise ChannelClosed(
-                f"no hello within {self._liveness.timeout:g} s ({LEADER_TIMEOUT_SETTING})"
-            ) from None
-        if not isinstance(message, Hello):
-            raise ProtocolError(f"expected a hello from {host}, got {message.kind!r}")
-        return message
+        with self._lock:
+            if self._workers.get(host) is channel:
+                del self._workers[host]
+        channel.close()
 
     def _dispatch(self, host: str, frame: bytes) -> None:
         if is_output(frame):
@@ -451,6 +490,39 @@ class _Admitted:
     error_only: bool = False  # named itself wrongly: known by its address, for its error
 
 
+class _Joining:
+    """A connection greeted and not yet joined: its join goes to the server's admission."""
+
+    def __init__(self, server: ControlServer, address: str, nonce: str) -> None:
+        self._server = server
+        self.address = address
+        self.nonce = nonce
+
+    def frame(self, channel: Channel, frame: bytes) -> None:
+        self._server._join_came(self, channel, frame)
+
+    def ended(self, channel: Channel, error: ChannelClosed | TimeoutError) -> None:
+        self._server._no_join(self, channel, error)
+
+
+class _Worker:
+    """A welcomed worker's control connection: its hello, then its messages."""
+
+    def __init__(self, server: ControlServer, admitted: _Admitted) -> None:
+        self._server = server
+        self.admitted = admitted
+        self.greeted = False
+
+    def frame(self, channel: Channel, frame: bytes) -> None:
+        if self.greeted:
+            self._server._dispatch(self.admitted.host, frame)
+        else:
+            self._server._hello(self, channel, frame)
+
+    def ended(self, channel: Channel, error: ChannelClosed | TimeoutError) -> None:
+        self._server._worker_ended(self, channel, error)
+
+
 def job_at(port: int) -> str | None:
     """The job whose leader holds `port` on this host, from its greeting; None when what
     holds it does not greet like one (within _PROBE_SECONDS)."""
@@ -490,21 +562,32 @@ def connect_to_leader(
     Returns None when `deadline` (a time.monotonic() value) passes or `stop` is set. The retry
     delay grows from 50 ms to 1 s: fast when hosts start together, cheap when one is late. A
     connection closed before its greeting is retried like a refused one (a leader going down,
-    or not up yet). Raises ConfigError (ringleader_control_port) when what answers is not this
-    job's leader (another job's greeting, something else, nothing within the greeting
-    timeout, a proof that does not match the job's secret) or when the leader refuses this
-    host.
+    or not up yet), and so is one not greeted within the greeting timeout (a leader busy with
+    thousands of hosts), until `deadline`. Raises ConfigError (ringleader_control_port) when
+    what answers is not this job's leader (another job's greeting, something else, a proof
+    that does not match the job's secret), when the leader refuses this host, or when the
+    last try before `deadline` got no greeting either.
     """
     delay = 0.05
+    unanswered: NoAnswer | None = None  # the last try's, if its connection got no greeting
     while not stop.is_set() and time.monotonic() < deadline:
         try:
             joined = _join(leader, host, link, deadline, stop)
+        except NoAnswer as error:
+            # A leader busy accepting thousands of hosts greets late; what else holds the port
+            # never does. Only the startup deadline tells them apart.
+            unanswered, joined = error, None
         except (NotTheLeader, NotAdmitted) as error:
             raise ConfigError(CONTROL_PORT_SETTING, _not_joined(leader, error)) from None
+        else:
+            if time.monotonic() < deadline:  # refused or closed: not what holds it silent
+                unanswered = None
         if joined is not None:
             return joined
         stop.wait(min(delay, max(deadline - time.monotonic(), 0)))
         delay = min(delay * 2, 1.0)
+    if unanswered is not None and not stop.is_set():
+        raise ConfigError(CONTROL_PORT_SETTING, _not_joined(leader, unanswered))
     return None
 
 
@@ -536,11 +619,12 @@ def _join(
         if leader.secret is not None:
             proof = auth.join_proof(leader.secret, leader.job, host, link, greeting.nonce, nonce)
         channel.send(Join(host, leader.job, link, nonce, proof))
-        answer = _from_leader(channel, "welcome", leader.greeting_timeout, deadline, stop)
+        # It greeted as this job's leader: a late welcome is a busy leader, not another process.
+        answer = _from_leader(channel, "welcome", None, deadline, stop)
     except ChannelClosed:  # gone before it answered: not up yet, or going down
         channel.close()
         return None
-    except NotTheLeader:
+    except (NotTheLeader, NoAnswer):
         channel.close()
         raise
     if answer is None:
@@ -570,17 +654,26 @@ class NotAdmitted(Exception):
     """This job's leader refused the connection: why."""
 
 
+class NoAnswer(Exception):
+    """What holds the control port accepted the connection and sent nothing: why."""
+
+
 def _from_leader(
-    channel: Channel, expected: str, timeout: float, deadline: float, stop: threading.Event
+    channel: Channel,
+    expected: str,
+    timeout: float | None,
+    deadline: float,
+    stop: threading.Event,
 ) -> Message | None:
     """The leader's next message (`expected`: which, for errors); None when `stop` was set
-    or `deadline` (the whole connect's) passed first. NotTheLeader when something else or
-    nothing came within `timeout`; ChannelClosed when the connection closed first."""
-    answer_deadline = time.monotonic() + timeout
+    or `deadline` (the whole connect's) passed first. NoAnswer when nothing came within
+    `timeout` (None: until the deadline), NotTheLeader when something else came;
+    ChannelClosed when the connection closed first."""
+    answer_deadline = deadline if timeout is None else time.monotonic() + timeout
     while not stop.is_set():
         now = time.monotonic()
-        if now >= answer_deadline:
-            raise NotTheLeader(f"no {expected} within {timeout:g} s ({LEADER_TIMEOUT_SETTING})")
+        if now >= answer_deadline and timeout is not None:
+            raise NoAnswer(f"no {expected} within {timeout:g} s ({LEADER_TIMEOUT_SETTING})")
         if now >= deadline:
             return None
         wait = min(answer_deadline, deadline) - now
@@ -601,6 +694,13 @@ def _not_joined(leader: LeaderAddress, error: Exception) -> str:
     where = f"{leader.host}:{leader.port}"
     if isinstance(error, NotAdmitted):
         return f"the leader on {where} refused this host: {error}"
+    if isinstance(error, NoAnswer):
+        return (
+            f"what answers on {where} never greeted this host: {error}, on every try until "
+            f"the startup deadline ({STARTUP_TIMEOUT_SETTING}). Another process holds the "
+            f"port on {leader.host} (the leader's failure file names it), or the leader is "
+            "too busy to greet its hosts; choose another port, or raise those timeouts"
+        )
     return (
         f"what answers on {where} is not this job's leader: {error}. Another process holds "
         f"the port on {leader.host} (the leader's failure file names it); choose another port"

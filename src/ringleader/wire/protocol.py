@@ -91,30 +91,52 @@ class Channel:
         """The next frame still encoded; TimeoutError when it was not all there within
         `timeout` seconds (a peer sending a byte at a time gets no longer), ProtocolError when
         it is longer than `limit` bytes (MAX_FRAME_BYTES when None)."""
-        limit = MAX_FRAME_BYTES if limit is None else limit
         deadline = None if timeout is None else time.monotonic() + timeout
-        while (end := self._buffer.find(b"\n", self._scanned)) < 0:
-            self._scanned = len(self._buffer)
-            if self._scanned > limit:
-                raise ProtocolError(f"frame longer than {limit} bytes")
+        while (frame := self.buffered_frame(limit)) is None:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
                 raise TimeoutError("timed out")
             try:
                 self._sock.settimeout(wait)
-                # never more than the limit allows: what a peer makes us hold stays bounded
-                chunk = self._sock.recv(min(_RECEIVE_BYTES, limit + 1 - self._scanned))
-            except TimeoutError:
-                raise
             except OSError as error:
                 raise ChannelClosed(str(error)) from error
-            if not chunk:
-                raise ChannelClosed("connection closed")
-            self._buffer += chunk
+            self._receive_some(limit, 0)
+        return frame
+
+    def buffered_frame(self, limit: int | None = None) -> bytes | None:
+        """The next frame if it has arrived whole, else None (nothing is read from the socket);
+        ProtocolError when what has arrived of it is longer than `limit` bytes."""
+        limit = MAX_FRAME_BYTES if limit is None else limit
+        end = self._buffer.find(b"\n", self._scanned)
+        if end < 0:
+            self._scanned = len(self._buffer)
+            if self._scanned > limit:
+                raise ProtocolError(f"frame longer than {limit} bytes")
+            return None
         line = bytes(self._buffer[:end])
         del self._buffer[: end + 1]
         self._scanned = 0
         return line
+
+    def read_available(self, limit: int | None = None) -> None:
+        """Take what has arrived into the buffer without waiting (for a caller that knows the
+        socket is readable: a selector loop); ChannelClosed at the connection's end."""
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            self._receive_some(limit, socket.MSG_DONTWAIT)
+
+    def _receive_some(self, limit: int | None, flags: int) -> None:
+        limit = MAX_FRAME_BYTES if limit is None else limit
+        try:
+            # never more than the limit allows: what a peer makes us hold stays bounded
+            room = max(min(_RECEIVE_BYTES, limit + 1 - len(self._buffer)), 1)
+            chunk = self._sock.recv(room, flags)
+        except (TimeoutError, BlockingIOError, InterruptedError):
+            raise
+        except OSError as error:
+            raise ChannelClosed(str(error)) from error
+        if not chunk:
+            raise ChannelClosed("connection closed")
+        self._buffer += chunk
 
     def ask_peer_kernel_when_idle(self, idle_seconds: float) -> None:
         """Have our kernel probe the peer's TCP stack (keepalive) after `idle_seconds` without
