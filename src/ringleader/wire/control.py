@@ -182,7 +182,7 @@ class ControlServer:
         self._pulses = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
         # Admitting a join may resolve a host name (slow DNS must hold up neither the other
         # joins nor the workers' frames): a few threads of their own, not one per worker.
-        self._admitting = CallPool(ADMISSION_THREADS, "control-admit")
+        self._admitting = CallPool(ADMISSION_THREADS, "control-admit", log)
         self._loop = ServerLoop(self._server, self._greet, self._accept_failed, "control-loop", log)
 
     def broadcast(self, message: Message) -> None:

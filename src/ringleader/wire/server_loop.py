@@ -271,9 +271,10 @@ class CallPool:
     """At most `size` threads running the calls handed to them, started as calls need them
     (concurrent.futures would do, but it imports logging, which no host should pay for)."""
 
-    def __init__(self, size: int, name: str) -> None:
+    def __init__(self, size: int, name: str, log: Callable[[str], None]) -> None:
         self._size = size
         self._name = name
+        self._log = log
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
@@ -309,4 +310,7 @@ class CallPool:
                 self._idle -= 1
             if call is None:
                 return
-            call()
+            try:
+                call()
+            except Exception as error:  # a bug in one call must not cost the pool a thread
+                self._log(f"{self._name}: {error!r}")
