@@ -16,7 +16,7 @@ can ssh to the others and runs mpirun of the probe, as an expert would by hand.
 
 Usage: .venv/bin/python bench/startup.py [--hosts 2 4 8] [--per-host 2]
        [--runners ringleader bare toolkit] [--toolkit-hosts 2 4 16]
-       [--mpi-options '--mca plm_rsh_no_tree_spawn 1'] [--rounds 3]
+       [--mpi-options '--mca plm_rsh_no_tree_spawn 1'] [--rounds 3] [--image IMAGE]
 The toolkit's failure runs take minutes (its workers poll); --skip-toolkit-failure skips them.
 """
 
@@ -182,6 +182,7 @@ def main() -> int:
     parser.add_argument(
         "--per-host", type=int, default=2, help="ranks per host (--hosts 1 --per-host 4: one host)"
     )
+    parser.add_argument("--image", help="image of every runner (default ringleader:latest)")
     args = parser.parse_args()
     runs: dict[tuple[int, str], tuple[list[Measurement], list[Measurement]]] = {}
     with tempfile.TemporaryDirectory(prefix="rl-bench-") as workdir:
@@ -201,7 +202,15 @@ def main() -> int:
                         flush=True,
                     )
                     oks.append(
-                        run(runner, hosts, False, Path(workdir), args.mpi_options, args.per_host)
+                        run(
+                            runner,
+                            hosts,
+                            False,
+                            Path(workdir),
+                            args.mpi_options,
+                            args.per_host,
+                            args.image,
+                        )
                     )
                     if runner == "toolkit" and args.skip_toolkit_failure:
                         continue
@@ -211,7 +220,15 @@ def main() -> int:
                         flush=True,
                     )
                     fails.append(
-                        run(runner, hosts, True, Path(workdir), args.mpi_options, args.per_host)
+                        run(
+                            runner,
+                            hosts,
+                            True,
+                            Path(workdir),
+                            args.mpi_options,
+                            args.per_host,
+                            args.image,
+                        )
                     )
     rows = [
         (hosts, runner, median_of(oks), median_of(fails) if fails else None)
