@@ -15,15 +15,16 @@ program=$1
 shift
 /usr/sbin/sshd -f "$ssh/sshd_config"
 per_host=${RANKS_PER_HOST:-2}
+deadline=$(($(date +%s) + ${SSH_WAIT_SECONDS:-600}))
 list=""
 count=0
 for host in $hosts; do
   list="$list${list:+,}$host:$per_host"
   count=$((count + per_host))
   [ "$host" = "$first" ] && continue
-  tries=0
+  # bounded by time, not tries: 32 hosts x 8 ranks on 2 cores start their sshd slowly
   until ssh -F "$ssh/ssh_config" -o ConnectTimeout=2 "$host" true 2>/dev/null; do
-    tries=$((tries + 1)); [ "$tries" -lt 300 ] || exit 69
+    [ "$(date +%s)" -lt "$deadline" ] || exit 69
     sleep 0.1
   done
 done
