@@ -77,6 +77,17 @@ class Channel:
             except OSError as error:
                 raise ChannelClosed(str(error)) from error
 
+    def send_without_waiting(self, data: bytes) -> int:
+        """Send what fits in the socket's buffer now: how many bytes of `data` went (the
+        caller keeps the rest); ChannelClosed when the connection is gone."""
+        with self._send_lock:
+            try:
+                return self._sock.send(data, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return 0
+            except OSError as error:
+                raise ChannelClosed(str(error)) from error
+
     def receive_message(self, timeout: float | None, limit: int | None = None) -> messages.Message:
         """The next control message; TimeoutError when no frame came in `timeout` seconds,
         ProtocolError when it is not a message (UnknownMessage: one of an unknown type)."""

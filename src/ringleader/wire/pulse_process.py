@@ -3,7 +3,8 @@ output relay, printing, JSON) can hold the GIL while a pulse is due or arriving.
 
 One child process serves every pulse connection of its parent: a worker's one link to its
 leader, or all of the leader's links to its workers (one process per worker cost the leader
-of a 32-host job 31 Python start-ups and as many resident interpreters).
+of a 32-host job 31 Python start-ups and as many resident interpreters), on one thread
+(liveness.PulseLoop).
 
 The parent hands each connected socket, named by its peer host, to
 `python -m ringleader.wire.pulse_process` over a Unix socket pair (SCM_RIGHTS), and reads one
@@ -21,7 +22,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from ringleader.wire.liveness import OnLost, Pulse
+from ringleader.wire.liveness import OnLost, PulseLink, PulseLoop
 from ringleader.wire.protocol import Channel
 
 STOP_SECONDS = 2.0  # how long the child gets to report its summaries and end once asked
@@ -130,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         report(f"lost\t{host}\t{last_heard!r}\t{reason}")
 
     control = socket.socket(fileno=args.control_fd)
-    pulses: dict[str, Pulse] = {}
+    loop = PulseLoop(args.interval, args.timeout, args.setting)
+    links: dict[str, PulseLink] = {}
     while True:
         message, fds, _flags, _address = socket.recv_fds(control, _MESSAGE_BYTES, 1)
         if not message:
@@ -138,17 +140,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         kind, _, host = message.decode(errors="replace").partition("\t")
         if kind != _WATCH or len(fds) != 1:
             continue
-        replaced = pulses.pop(host, None)
+        replaced = links.pop(host, None)
         if replaced is not None:
-            replaced.stop()
+            loop.end(replaced)
         channel = Channel(socket.socket(fileno=fds[0]))
-        pulses[host] = Pulse(
-            channel, args.interval, args.timeout, args.setting, functools.partial(lost, host)
-        )
-    for pulse in pulses.values():
-        pulse.stop()
-    for host, pulse in sorted(pulses.items()):
-        report(f"summary\t{host}\t{pulse.gap_summary()}")
+        links[host] = loop.watch(channel, functools.partial(lost, host))
+    loop.stop()
+    for host, link in sorted(links.items()):
+        report(f"summary\t{host}\t{link.summary()}")
     return 0
 
 
