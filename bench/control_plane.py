@@ -2,8 +2,8 @@
 
 This process is the leader: ringleader's real ControlServer (one thread reading every
 connection: accept, handshake, hellos; a few admission threads; broadcast), its real pulse
-process (one child for every pulse link), and the real verdict path (Leader.tell_workers:
-finish(), then every worker's bye). The workers are simulated by
+process (one child, one thread, for every pulse link), and the real verdict path
+(Leader.tell_workers: finish(), then every worker's bye). The workers are simulated by
 bench/probe/control_workers.py, --per-process hosts per process, each host joining with
 ringleader's own connect_to_leader (both links, the job secret's proofs), saying hello, pulsing
 every interval and answering the exit with its bye. The leader process and its pulse child are

@@ -9,7 +9,7 @@ frames through ringleader's Channel and messages.decode) and one other sends eac
 frame (liveness.PULSE_FRAME) every interval, starting one interval after that host joined, as
 a worker's Pulse does. A host answers the leader's exit with its bye, as a worker does.
 
-Not simulated: a worker's two threads per link in its own pulse process, its host agent and
+Not simulated: a worker's own pulse process (liveness.PulseLoop), its host agent and
 ranks. What the leader sees is the same: the same frames at the same rate on the same
 connections.
 
