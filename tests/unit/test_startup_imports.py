@@ -1,6 +1,7 @@
 """What every host pays at start: modules only some jobs need stay out of the entry point's and
 the rank wrapper's imports (each fresh interpreter here imports only the module under test)."""
 
+import os
 import subprocess
 import sys
 
@@ -31,3 +32,50 @@ def imported_by(module: str) -> set[str]:
 def test_start_imports_nothing_only_some_jobs_need(module: str) -> None:
     loaded = imported_by(module)
     assert {name: why for name, why in DEFERRED.items() if name in loaded} == {}
+
+
+# module -> why a rank's wrapper runs its rank without it (a large job has one wrapper per rank:
+# each module costs its memory that many times over)
+WRAPPER_DEFERRED = {
+    "shutil": "only a rank's end (its files) and taking its stacks; argparse's help formatter "
+    "imports it for the terminal's width unless given one",
+    "bz2": "shutil's",
+    "lzma": "shutil's",
+}
+
+# Runs the wrapper for real; what it holds once its rank has started is written to stderr.
+RUNNING_WRAPPER = """
+import sys
+from ringleader.rank import wrapper
+
+run = wrapper.RankSupervisor.run
+
+def run_and_look(self, output, on_started):
+    def started(pid):
+        on_started(pid)
+        print("\\n".join(sys.modules), file=sys.stderr)
+    return run(self, output, started)
+
+wrapper.RankSupervisor.run = run_and_look
+wrapper.main(sys.argv[1:])
+"""
+
+
+def test_a_running_wrapper_holds_nothing_only_some_ranks_need(tmp_path) -> None:
+    command = [
+        *(sys.executable, "-c", RUNNING_WRAPPER, "--agent", str(tmp_path / "no-agent.sock")),
+        *("--host-env", str(tmp_path / "absent.json"), "--log-dir", str(tmp_path / "logs")),
+        *("--", sys.executable, "-c", "pass"),
+    ]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "RINGLEADER_RUN_DIR": str(tmp_path)},
+    )
+    loaded = set(result.stderr.split())
+    assert "ringleader.rank.capture" in loaded  # what it printed is the module list
+    deferred = {**DEFERRED, **WRAPPER_DEFERRED}
+    assert {name: why for name, why in deferred.items() if name in loaded} == {}

@@ -19,7 +19,6 @@ import enum
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -83,6 +82,8 @@ def py_spy_path() -> str | None:
     beside = Path(sys.executable).parent / "py-spy"
     if os.access(beside, os.X_OK):
         return str(beside)
+    import shutil  # only when stacks are taken: each rank's wrapper imports this module
+
     return shutil.which("py-spy")
 
 

@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -261,8 +260,16 @@ def _load_host_env(path: str) -> dict[str, str] | None:
     return {str(key): str(value) for key, value in data["env"].items()}
 
 
+def _help_formatter(prog: str) -> argparse.HelpFormatter:
+    # With no width given, argparse imports shutil (with bz2 and lzma: 0.5 MiB in every rank's
+    # wrapper) for the terminal's; a rank has none, and this is its fallback (80, less 2).
+    return argparse.HelpFormatter(prog, width=78)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ringleader.rank")
+    parser = argparse.ArgumentParser(
+        prog="python -m ringleader.rank", formatter_class=_help_formatter
+    )
     parser.add_argument("--agent", default=str(paths.AGENT_SOCKET))
     parser.add_argument("--host-env", default=str(paths.HOST_ENV_FILE))
     parser.add_argument("--forwarded", default="", help="comma-separated -x variable names")
@@ -389,6 +396,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     output.start(channel)
     record = supervisor.run(output, announce)
     watch.stop()
+    # Imported only now: shutil (with bz2 and lzma) would be 0.5 MiB of every rank's wrapper
+    # for its whole run.
+    import shutil
+
     shutil.rmtree(rank_dir, ignore_errors=True)  # its heartbeat and faulthandler files
     if channel is not None:
         with contextlib.suppress(ChannelClosed):
