@@ -165,6 +165,18 @@ def fmt(value: float | None) -> str:
     return "   n/a" if value is None else f"{value:6.2f}"
 
 
+def say_done(measured: Measurement) -> None:
+    """One run's figures as soon as it ends (a long study stopped early keeps what it ran)."""
+    print(
+        f"    startup {fmt(measured.startup).strip()} s, teardown "
+        f"{fmt(measured.teardown).strip()} s, failure {fmt(measured.failure).strip()} s, "
+        f"mpirun returned {fmt(measured.mpirun_returned).strip()} s, exit codes "
+        f"{' '.join(str(code) for code in measured.codes)}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, nargs="+", default=[2, 4, 8])
@@ -212,6 +224,7 @@ def main() -> int:
                             args.image,
                         )
                     )
+                    say_done(oks[-1])
                     if runner == "toolkit" and args.skip_toolkit_failure:
                         continue
                     print(
@@ -230,6 +243,7 @@ def main() -> int:
                             args.image,
                         )
                     )
+                    say_done(fails[-1])
     rows = [
         (hosts, runner, median_of(oks), median_of(fails) if fails else None)
         for (hosts, runner), (oks, fails) in runs.items()
