@@ -16,6 +16,11 @@ def test_existing_interface_is_chosen_without_warning():
     choice = choose_interface("eth1", INTERFACES, ["172.18.0.4"])
     assert choice.name == "eth1"
     assert choice.warning is None
+    assert choice.networks == ("10.0.0.0/16",)  # for PRRTE's out-of-band include list
+
+
+def test_a_fallback_interface_carries_its_networks_too():
+    assert choose_interface("eth0", INTERFACES, ["172.18.0.4"]).networks == ("172.18.0.0/16",)
 
 
 def test_missing_interface_falls_back_to_the_one_reaching_all_peers():

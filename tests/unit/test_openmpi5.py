@@ -2,6 +2,7 @@
 what mpirun 5 prints, as captured from Debian trixie's Open MPI 5.0.7 and bookworm's 4.1.4."""
 
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -178,6 +179,17 @@ def test_open_mpi_5_options():
     assert not [token for token in argv if token.startswith(("orte_", "btl_vader", "plm_rsh"))]
     assert "-bind-to" not in argv and "-map-by" not in argv
     assert argv[-len(RANK_COMMAND) :] == list(RANK_COMMAND)
+
+
+def test_open_mpi_5_pins_its_out_of_band_channel_by_network_not_by_name():
+    """PRRTE 5.0.7 rejects an interface named in its include list once the kernel numbered it
+    above 32767 (eth0 was interface 34045 on a long-running Docker host): the network matches.
+    The BTL keeps the name."""
+    argv = build_mpirun_argv(replace(plan(V5), interface_networks=("172.18.0.0/16",)))
+    assert ("oob_tcp_if_include", "172.18.0.0/16") in params(argv, "--prtemca")
+    assert ("btl_tcp_if_include", "eth0") in params(argv, "--mca")
+    v4 = build_mpirun_argv(replace(plan(V4), interface_networks=("172.18.0.0/16",)))
+    assert ("oob_tcp_if_include", "eth0") in params(v4, "--mca")  # ORTE takes the name
 
 
 def test_open_mpi_4_options():

@@ -68,6 +68,8 @@ class MpiPlan:
     # Containers lack CAP_SYS_PTRACE, so single copy between a host's ranks (CMA) fails there
     # ("Read -1, expected N, errno = 1"); a cluster machine keeps it.
     single_copy: bool = False
+    # The interface's IPv4 networks (CIDR): how PRRTE's out-of-band channel is pinned to it.
+    interface_networks: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -99,9 +101,14 @@ def default_options(plan: MpiPlan) -> list[Option]:
             ssh_args = " ".join((*plan.ssh_config, *plan.ssh_options))
             defaults.append(_prtemca("plm_ssh_args", ssh_args))
         if plan.interface is not None:
+            # PRRTE (5.0.7) rejects an interface named in its include list once the kernel
+            # has numbered it above 32767 (a long-running Docker host: eth0 was interface
+            # 34045, and mpirun found "no network interfaces"); its network, in CIDR form,
+            # matches. The BTL takes the name as ever.
+            oob = ",".join(plan.interface_networks) or plan.interface
             defaults += [
                 _mca("btl_tcp_if_include", plan.interface),
-                _prtemca("oob_tcp_if_include", plan.interface),
+                _prtemca("oob_tcp_if_include", oob),
             ]
         return defaults
     # Open MPI 4 (ORTE). Containers lack CAP_SYS_PTRACE, so the vader BTL's CMA single copy

@@ -156,6 +156,7 @@ class MpirunStrategy:
             ssh_config=masters.config_options() if masters is not None else (),
             open_mpi=open_mpi,
             single_copy=not self.setup.own_sshd,  # a container's own sshd: in a container
+            interface_networks=choice.networks,
         )
         stops_all = stops_all_on_rank_failure(self.config.mpi.custom_options, open_mpi)
         policy = EndPolicy(rank_failure_stops_all=stops_all)

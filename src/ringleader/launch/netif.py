@@ -19,6 +19,12 @@ Interfaces = Mapping[str, Sequence[str]]
 class InterfaceChoice:
     name: str
     warning: str | None = None
+    networks: tuple[str, ...] = ()  # its IPv4 networks in CIDR form, e.g. ("172.18.0.0/16",)
+
+
+def networks_of(addresses: Sequence[str]) -> tuple[str, ...]:
+    """The networks of an interface's addresses ("172.18.0.2/16" -> "172.18.0.0/16")."""
+    return tuple(str(ipaddress.ip_interface(address).network) for address in addresses)
 
 
 def choose_interface(
@@ -29,7 +35,7 @@ def choose_interface(
     if not _INTERFACE_NAME.match(requested):
         raise ConfigError(field, f"{requested!r} is not a valid interface name")
     if requested in interfaces:
-        return InterfaceChoice(requested)
+        return InterfaceChoice(requested, networks=networks_of(interfaces[requested]))
     peers = [ipaddress.ip_address(address) for address in peer_addresses]
     for name, networks in sorted(interfaces.items()):
         for network in networks:
@@ -39,6 +45,7 @@ def choose_interface(
                     name,
                     f"interface {requested!r} does not exist here; using {name!r} "
                     f"({network}), which reaches the other hosts",
+                    networks_of(networks),
                 )
     raise ConfigError(
         field,
