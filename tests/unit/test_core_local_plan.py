@@ -106,11 +106,7 @@ def test_plan_hosts(source):
         # Each host's resource config is a valid topology with itself as current host.
         assert parse_topology({}, plan.resource_config).current_host == plan.name
     # The job's identity and secret on every host (wire.auth), the overrides on theirs.
-    own = {
-        "TRAINING_JOB_NAME": "rl-abc123",
-        "RINGLEADER_JOB_SECRET": "5ec2e7",
-        "RINGLEADER_SHARED_MACHINE": "1",
-    }
+    own = {"TRAINING_JOB_NAME": "rl-abc123", "RINGLEADER_JOB_SECRET": "5ec2e7"}
     assert plans[1].environment == {**own, "X": "1"}
     assert plans[0].environment == own
 

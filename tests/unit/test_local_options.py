@@ -127,7 +127,7 @@ def test_env_reaches_every_host_and_host_env_one(tmp_path):
         output_uri=str(tmp_path / "out"),
     )
     hosts = plan_hosts(spec, "rl-x", ["algo-1-abcde", "algo-2-fghij"], 2)
-    job = {"TRAINING_JOB_NAME": "rl-x", "RINGLEADER_SHARED_MACHINE": "1"}
+    job = {"TRAINING_JOB_NAME": "rl-x"}
     assert [host.environment for host in hosts] == [{**job, "A": "1"}, {**job, "A": "1", "B": "2"}]
     assert json.loads(hosts[0].hyperparameters["ringleader_output_uri"]) == str(tmp_path / "out")
 

@@ -15,10 +15,8 @@ with an injected clock):
   is up and only frozen or starved, and it gets FROZEN_FACTOR timeouts before it counts as lost.
   A partitioned or dead host acknowledges nothing and is lost after one timeout.
 - An observer that is starved itself must not blame a live peer: the seconds during which its
-  own timers fired late (it, or the whole machine, did not get the CPU), and those during which
-  the kernel says this machine's CPUs were saturated (PSI: its network stack waits for the CPU
-  too), do not count towards the silence, up to STARVED_PATIENCE_FACTOR times the usual limit
-  (SHARED_MACHINE_PATIENCE_FACTOR for fake hosts sharing one machine).
+  own timers fired late (it, or the whole machine, did not get the CPU) do not count towards the
+  silence, up to STARVED_PATIENCE_FACTOR times the usual limit.
 """
 
 import contextlib
@@ -31,7 +29,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ringleader.wire import messages
@@ -45,19 +43,6 @@ FROZEN_FACTOR = 3.0
 # An observer whose own timers fired late during a silence discounts that time, but waits at
 # most this many times its usual limit in all.
 STARVED_PATIENCE_FACTOR = 2.0
-# Fake hosts on one machine (`ringleader local` sets this variable) starve together: a peer's
-# silence while the shared CPUs are saturated is that saturation, seen from both ends (32 hosts
-# x 8 ranks on 2 cores: the leader's pulse loop ran 62 s late while mpirun aborted 256 ranks).
-# They wait longer before blaming one another, still bounded.
-SHARED_MACHINE_VARIABLE = "RINGLEADER_SHARED_MACHINE"
-SHARED_MACHINE_PATIENCE_FACTOR = 6.0
-# The kernel's measure of CPU starvation (PSI): microseconds during which some runnable task of
-# this machine waited for a CPU. A stretch in which that was so this share of the time counts
-# as this end running late: its network stack waits for the CPU like its processes do (32 fake
-# hosts x 8 ranks on 2 cores: pulses took 30 s between two loops that each ran within 2-6 s
-# of time).
-CPU_PRESSURE_FILE = "/proc/pressure/cpu"
-SATURATED_PRESSURE = 0.9
 # The peer's kernel answers while its last ACK is younger than this part of the timeout. Our
 # pulses go out every quarter timeout and are acknowledged at once (and when we cannot send
 # them, keepalive probes are answered within the keepalive idle time plus a second); after a
@@ -78,42 +63,6 @@ GAP_FLOOR = 1e-4
 
 # Called once, with why the peer is considered gone and the wall-clock time it was last heard.
 OnLost = Callable[[str, float], None]
-
-
-def patience_factor(environment: Mapping[str, str]) -> float:
-    """How many times its usual limit a starved observer waits at most."""
-    if environment.get(SHARED_MACHINE_VARIABLE) == "1":
-        return SHARED_MACHINE_PATIENCE_FACTOR
-    return STARVED_PATIENCE_FACTOR
-
-
-def parse_cpu_pressure(text: str) -> float | None:
-    """Seconds of "some" CPU stall from a PSI file's text (None when it has none)."""
-    for line in text.splitlines():
-        kind, _, fields = line.partition(" ")
-        if kind != "some":
-            continue
-        for field in fields.split():
-            name, _, value = field.partition("=")
-            if name == "total" and value.isdigit():
-                return int(value) / 1e6
-    return None
-
-
-def read_cpu_stall_seconds(path: str = CPU_PRESSURE_FILE) -> float | None:
-    """This machine's CPU stall so far, in seconds; None without PSI (an older kernel, or one
-    booted with psi=0)."""
-    try:
-        with open(path, encoding="ascii") as file:
-            return parse_cpu_pressure(file.read())
-    except (OSError, ValueError):
-        return None
-
-
-def saturated(since: float, now: float, stalled: float) -> bool:
-    """Whether the machine's CPUs had a task waiting nearly all the time from `since` to
-    `now` (`stalled` seconds of it)."""
-    return now > since and stalled >= SATURATED_PRESSURE * (now - since)
 
 
 @dataclass(frozen=True)
@@ -159,12 +108,9 @@ class Silence:
     whether the peer is lost or else how long until it could be.
     """
 
-    def __init__(
-        self, timeout: float, setting: str, now: float, patience: float = STARVED_PATIENCE_FACTOR
-    ) -> None:
+    def __init__(self, timeout: float, setting: str, now: float) -> None:
         self.timeout = timeout
         self._setting = setting  # named in the loss message: which setting bounds the wait
-        self._patience = patience  # times the usual limit a starved observer waits at most
         self.heard_at = now
         self._late: list[tuple[float, float]] = []  # (due, ran) of our timers that ran late
         self.worst_lateness = 0.0
@@ -199,7 +145,7 @@ class Silence:
         fresh_for = FRESH_ACK_FRACTION * self.timeout
         answers = ack_age is not None and ack_age < fresh_for
         limit = self.timeout * (FROZEN_FACTOR if answers else 1.0)
-        cap = self._patience * limit
+        cap = STARVED_PATIENCE_FACTOR * limit
         if silent - starved >= limit or silent >= cap:
             return Lost(self._reason(silent, starved, answers, capped=silent >= cap))
         wait = min(limit - (silent - starved), cap - silent)
@@ -220,7 +166,7 @@ class Silence:
         if starved >= 0.5:
             text += f"; this host itself ran late for {starved:.0f} s of it"
             if capped:
-                text += f" (waited at most {self._patience:g} x as long)"
+                text += f" (waited at most {STARVED_PATIENCE_FACTOR:g} x as long)"
         return text
 
 
@@ -285,23 +231,13 @@ class PulseLoop:
 
     Sends never wait: a peer that does not read keeps what its window did not take for the next
     interval. Each link's `on_lost` fires at most once, on this thread; the loop's timers that
-    ran late count as this end's own lateness for every link (Silence.woke), and so does a
-    stretch in which the kernel says this machine's CPUs were saturated (`saturated`).
+    ran late count as this end's own lateness for every link (Silence.woke).
     """
 
-    def __init__(
-        self,
-        interval: float,
-        timeout: float,
-        setting: str,
-        patience: float = STARVED_PATIENCE_FACTOR,
-        cpu_stall: Callable[[], float | None] = read_cpu_stall_seconds,
-    ) -> None:
+    def __init__(self, interval: float, timeout: float, setting: str) -> None:
         self._interval = interval
         self._timeout = timeout
         self._setting = setting
-        self._patience = patience
-        self._cpu_stall = cpu_stall
         self._selector = selectors.DefaultSelector()
         self._links: dict[Channel, PulseLink] = {}
         self._checks: list[tuple[float, int, PulseLink]] = []  # stale ones are skipped
@@ -317,8 +253,7 @@ class PulseLoop:
 
     def watch(self, channel: Channel, on_lost: OnLost) -> PulseLink:
         """Pulse with the peer on `channel` (the loop owns it from now on)."""
-        silence = Silence(self._timeout, self._setting, time.monotonic(), self._patience)
-        link = PulseLink(channel, silence, on_lost)
+        link = PulseLink(channel, Silence(self._timeout, self._setting, time.monotonic()), on_lost)
         # Without this, a pulse process starved of CPU sends nothing for the peer to
         # acknowledge, and its watcher, once it runs again, mistakes a live peer for a
         # partitioned one (seen with busy-polling ranks on 2 cores).
@@ -348,7 +283,6 @@ class PulseLoop:
 
     def _run(self) -> None:
         next_pulse = time.monotonic() + self._interval
-        pressure = (time.monotonic(), self._cpu_stall())  # the last look at the CPU stall
         try:
             while not self._stopping.is_set():
                 due = min(next_pulse, self._next_check())
@@ -364,7 +298,6 @@ class PulseLoop:
                 now = time.monotonic()
                 if now >= next_pulse:
                     self._pulse_all(next_pulse, now)
-                    pressure = self._count_saturation(*pressure, now)
                     next_pulse = now + self._interval
                 self._check_due(now)
         finally:
@@ -433,21 +366,6 @@ class PulseLoop:
                 link.unsent = link.unsent[sent:]
             except ChannelClosed as error:
                 self._lost(link, f"pulse connection closed ({error})")
-
-    def _count_saturation(
-        self, since: float, stalled_before: float | None, now: float
-    ) -> tuple[float, float | None]:
-        """Count `since`..`now` as every link's lateness when the CPUs were saturated; the
-        new look at the CPU stall."""
-        stalled = self._cpu_stall()
-        if (
-            stalled is not None
-            and stalled_before is not None
-            and saturated(since, now, stalled - stalled_before)
-        ):
-            for link in self._links.values():
-                link.silence.woke(since, now)
-        return now, stalled
 
     def _check_later(self, link: PulseLink, at: float) -> None:
         link.check_at = at

@@ -15,7 +15,6 @@ parent dying) ends the child.
 
 import argparse
 import functools
-import os
 import signal
 import socket
 import subprocess
@@ -23,7 +22,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from ringleader.wire.liveness import OnLost, PulseLink, PulseLoop, patience_factor
+from ringleader.wire.liveness import OnLost, PulseLink, PulseLoop
 from ringleader.wire.protocol import Channel
 
 STOP_SECONDS = 2.0  # how long the child gets to report its summaries and end once asked
@@ -132,9 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report(f"lost\t{host}\t{last_heard!r}\t{reason}")
 
     control = socket.socket(fileno=args.control_fd)
-    loop = PulseLoop(
-        args.interval, args.timeout, args.setting, patience=patience_factor(os.environ)
-    )
+    loop = PulseLoop(args.interval, args.timeout, args.setting)
     links: dict[str, PulseLink] = {}
     while True:
         message, fds, _flags, _address = socket.recv_fds(control, _MESSAGE_BYTES, 1)

@@ -18,7 +18,6 @@ from ringleader.config.topology import elect_leader
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.local.options import DEFAULT_SHM, Channel, parse_size
 from ringleader.wire.auth import JOB_SECRET_VARIABLE
-from ringleader.wire.liveness import SHARED_MACHINE_VARIABLE
 
 # Each runs fixed tasks per host (TensorFlow's or MXNet's), not a number of processes.
 _FIXED_TASKS = (PARAMETER_SERVER, MULTI_WORKER_MIRRORED)
@@ -209,8 +208,7 @@ def plan_hosts(
     spec: LocalJobSpec, job_id: str, names: Sequence[str], cpus: int, secret: str | None = None
 ) -> list[HostPlan]:
     """Each host's container; `secret`: the job's, which every host gets (wire.auth)."""
-    # the job's identity, as SageMaker names a job; and that its hosts share this machine
-    own = {"TRAINING_JOB_NAME": job_id, SHARED_MACHINE_VARIABLE: "1"}
+    own = {"TRAINING_JOB_NAME": job_id}  # the job's identity, as SageMaker names a job
     if secret is not None:
         own[JOB_SECRET_VARIABLE] = secret
     hyperparameters = sagemaker_hyperparameters(spec, cpus)
