@@ -34,7 +34,6 @@ from ringleader.wire.events import (
     WorkerLost,
 )
 from ringleader.wire.leader_link import LeaderLink
-from ringleader.wire.liveness import Pulse
 from ringleader.wire.messages import (
     CONTROL_LINK,
     PULSE_LINK,
@@ -50,6 +49,7 @@ from ringleader.wire.messages import (
 )
 from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
 from ringleader.wire.pulse_process import PulseHub
+from tests.unit.pulse_peer import Pulse
 
 WORKERS = ("algo-2", "algo-3")
 SLOW = Liveness(interval=60.0, timeout=600.0)  # pulses play no part
@@ -625,8 +625,6 @@ def test_connect_retries_until_the_leader_is_up():
 def loss_of_a_silent_peer(setting: str) -> tuple[str, float]:
     """A pulse to a peer that never reads or writes (only its kernel answers): why it was
     declared lost, and how long that took."""
-    from ringleader.wire.liveness import Pulse
-
     server = socket.create_server(("127.0.0.1", 0))
     client = socket.create_connection(server.getsockname())
     peer, _ = server.accept()

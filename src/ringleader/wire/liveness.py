@@ -391,25 +391,3 @@ class PulseLoop:
                 self._lost(link, verdict.reason, at_once=True)
             else:
                 self._check_later(link, now + verdict)
-
-
-class Pulse:
-    """Sends pulses to one peer and watches for the peer's (a PulseLoop of its own);
-    `on_lost` fires at most once."""
-
-    def __init__(
-        self, channel: Channel, interval: float, timeout: float, setting: str, on_lost: OnLost
-    ) -> None:
-        self._loop = PulseLoop(interval, timeout, setting)
-        self._link = self._loop.watch(channel, on_lost)
-
-    @property
-    def last_heard(self) -> float:
-        return self._link.last_heard
-
-    def stop(self) -> None:
-        """Stop and close the connection without reporting a loss."""
-        self._loop.stop()
-
-    def gap_summary(self) -> str:
-        return self._link.summary()

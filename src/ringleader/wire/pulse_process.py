@@ -31,7 +31,7 @@ _MESSAGE_BYTES = 4096
 
 
 class PulseHub:
-    """Pulse links to any number of peers (the contract of Pulse, per peer), in one child."""
+    """Pulse links to any number of peers (the contract of PulseLoop), in one child."""
 
     def __init__(self, interval: float, timeout: float, setting: str) -> None:
         self._on_lost: dict[str, OnLost] = {}
