@@ -53,7 +53,7 @@ from faults import (
     progress,
     wait_until,
 )
-from startup import ENTRYPOINTS
+from startup import ENTRYPOINTS, bare_env
 
 from ringleader.tools.local.plan import LocalJobSpec, host_names, mpi_options
 from ringleader.tools.local.run import LocalJob
@@ -124,7 +124,7 @@ def build_spec(peer: Peer, source: Path, out: Path, steps: int, timeout: float) 
     # bare mpirun as bench/startup.py runs it, with the mpirun options ringleader would use
     spec = replace(spec, entrypoint=ENTRYPOINTS["bare"], command=(peer.script, *argv))
     options = mpi_options(spec, os.cpu_count() or 1)
-    return replace(spec, env={"MPIRUN_OPTIONS": options, "RANKS_PER_HOST": str(PER_HOST)})
+    return replace(spec, env=bare_env(options, PER_HOST))
 
 
 @dataclass

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import docker
+from startup import bare_env
 
 from ringleader.tools.local.plan import YIELD_OPTION, LocalJobSpec, oversubscribed
 from ringleader.tools.local.run import LocalJob
@@ -63,10 +64,7 @@ def samples_per_second(runner: str, args: argparse.Namespace, source: Path, out:
                 **spec.__dict__,
                 "entrypoint": ("/bin/sh", "/opt/ml/code/bare_mpirun.sh"),
                 "command": command,
-                "env": {
-                    "MPIRUN_OPTIONS": YIELD_OPTION if yield_option else "",
-                    "RANKS_PER_HOST": str(args.per_host),
-                },
+                "env": bare_env(YIELD_OPTION if yield_option else "", args.per_host),
             }
         )
     text = io.StringIO()

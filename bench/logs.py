@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import docker
+from startup import bare_env
 
 from ringleader.tools.local.plan import LocalJobSpec
 from ringleader.tools.local.run import LocalJob
@@ -69,7 +70,7 @@ def measure(raw: bool, lines: int, long_every: int, workdir: Path) -> Result:
         output_dir=workdir,
         command=("print_lines.py", *args) if raw else ("train",),
         entrypoint=("/bin/sh", "/opt/ml/code/bare_mpirun.sh") if raw else None,
-        env={"MPIRUN_OPTIONS": "--tag-output"} if raw else {},
+        env=bare_env("--tag-output", 2) if raw else {},
     )
     sink = TimedSink()
     LocalJob(spec, sink, docker.from_env()).run()

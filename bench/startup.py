@@ -21,10 +21,12 @@ The toolkit's failure runs take minutes (its workers poll); --skip-toolkit-failu
 """
 
 import argparse
+import functools
 import io
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -54,6 +56,27 @@ class Measurement:
     codes: tuple[int | None, ...]
     phases: dict[str, float] = field(default_factory=dict)  # ringleader: see phase_times
     mpirun_returned: float | None = None  # bare: last rank's end (or the failure) -> mpirun done
+
+
+@functools.cache
+def shared_ssh_key() -> str:
+    """One ed25519 key for every host of the bare runs (bench/probe/bare_mpirun.sh)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "key"
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bare", "-f", str(path)],
+            check=True,
+        )
+        return path.read_text().strip()
+
+
+def bare_env(mpirun_options: str, per_host: int) -> dict[str, str]:
+    """The environment of bench/probe/bare_mpirun.sh's containers."""
+    return {
+        "MPIRUN_OPTIONS": mpirun_options,
+        "RANKS_PER_HOST": str(per_host),
+        "BARE_SSH_KEY": shared_ssh_key(),
+    }
 
 
 def phase_times(job_file: Path, origin: float) -> dict[str, float]:
@@ -107,8 +130,7 @@ def run(
         # mpirun gets the options ringleader would give it (the user's, and yielding ranks
         # when the fake hosts oversubscribe the machine)
         mpirun_options = mpi_options(spec, os.cpu_count() or 1)
-        env = {"MPIRUN_OPTIONS": mpirun_options, "RANKS_PER_HOST": str(per_host)}
-        spec = replace(spec, env=env)
+        spec = replace(spec, env=bare_env(mpirun_options, per_host))
     out = io.StringIO()
     result: LocalJobResult = LocalJob(spec, out, docker.from_env()).run()
     output = out.getvalue()

@@ -6,7 +6,19 @@
 # ranks per host (default 2) and $MPIRUN_OPTIONS, then stops the others' sshd so their
 # containers exit. On one host it is just `mpirun -np N` in that container.
 # The job's own ssh files and the user's interpreter, as `ringleader image setup` recorded them.
+# ringleader makes each job's keys when it starts and the image has none, so the expert brings
+# one key that every host shares ($BARE_SSH_KEY, from bench/startup.py's bare_env): the host key
+# of every sshd, the client's identity, authorized, and trusted as any host's key.
 ssh=/etc/ringleader/ssh
+[ -n "$BARE_SSH_KEY" ] || { echo "bare_mpirun.sh: BARE_SSH_KEY is not set" >&2; exit 78; }
+(
+  umask 077
+  printf '%s\n' "$BARE_SSH_KEY" >"$ssh/ssh_host_ed25519_key"
+  cp "$ssh/ssh_host_ed25519_key" "$ssh/id_ed25519"
+  public=$(ssh-keygen -y -f "$ssh/id_ed25519") || exit 78
+  echo "$public" >"$ssh/authorized_keys"
+  echo "* $public" >"$ssh/known_hosts"
+) || exit 78
 python=$(sed -n 's/^ *"python": "\(.*\)",\{0,1\}$/\1/p' /etc/ringleader/image.json)
 hosts=$(python3 -c 'import json; print(" ".join(json.load(open("/opt/ml/input/config/resourceconfig.json"))["hosts"]))')
 first=${hosts%% *}

@@ -16,6 +16,7 @@ from ringleader.tools.local.plan import (
     parse_script_args,
     plan_hosts,
     sagemaker_hyperparameters,
+    shared_machine_leader_timeout,
     validate,
 )
 
@@ -197,3 +198,44 @@ def test_the_users_yield_setting_wins(source):
         cpus=2,
     )["sagemaker_mpi_custom_mpi_options"]
     assert json.loads(appended) == "-x A=1 --mca mpi_yield_when_idle 1"
+
+
+def test_crowded_fake_hosts_get_a_longer_leader_timeout(source):
+    seed = LocalJobSpec(hosts=32, source_dir=source, entry_point="train.py", processes_per_host=8)
+    # 256 ranks on 2 cores: 128 per core, a third of a second each
+    assert shared_machine_leader_timeout(seed, cpus=2) == 43
+    values = sagemaker_hyperparameters(seed, cpus=2)
+    assert json.loads(values["ringleader_leader_timeout"]) == 43
+    # 64 ranks on 2 cores: 11 s, already more than the default
+    sixteen = LocalJobSpec(
+        hosts=16, source_dir=source, entry_point="train.py", processes_per_host=4
+    )
+    assert shared_machine_leader_timeout(sixteen, cpus=2) == 11
+    # the default covers a few ranks per core, and every other distribution counts its ranks
+    small = LocalJobSpec(hosts=3, source_dir=source, entry_point="train.py", processes_per_host=2)
+    assert shared_machine_leader_timeout(small, cpus=2) is None
+    assert "ringleader_leader_timeout" not in sagemaker_hyperparameters(small, cpus=2)
+    torch = LocalJobSpec(
+        hosts=32,
+        source_dir=source,
+        entry_point="train.py",
+        processes_per_host=8,
+        distribution="torch_distributed",
+    )
+    assert shared_machine_leader_timeout(torch, cpus=64) is None
+    assert shared_machine_leader_timeout(torch, cpus=2) == 43
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"settings": {"leader_timeout": "5"}},
+        {"hyperparameters": {"ringleader_leader_timeout": "5"}},
+    ],
+)
+def test_the_users_leader_timeout_wins(source, changes):
+    spec = LocalJobSpec(
+        hosts=32, source_dir=source, entry_point="train.py", processes_per_host=8, **changes
+    )
+    assert shared_machine_leader_timeout(spec, cpus=2) is None
+    assert json.loads(sagemaker_hyperparameters(spec, cpus=2)["ringleader_leader_timeout"]) == "5"

@@ -1,6 +1,7 @@
 """Pure planning of a local job: host names, per-host configuration files, hyperparameters."""
 
 import json
+import math
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from ringleader.config.job import (
     MULTI_WORKER_MIRRORED,
     PARAMETER_SERVER,
 )
+from ringleader.config.timeouts import DEFAULTS as TIMEOUT_DEFAULTS
 from ringleader.config.topology import elect_leader
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.local.options import DEFAULT_SHM, Channel, parse_size
@@ -178,6 +180,29 @@ def mpi_options(spec: LocalJobSpec, cpus: int) -> str:
     return f"{spec.mpi_options} {YIELD_OPTION}".strip()
 
 
+# Fake hosts share one kernel. With many ranks per core, a process that sleeps between two
+# pulses can wait tens of seconds for a CPU whatever its priority, unevenly from one process
+# to the next (2 cores, 32 fake hosts x 8 ranks: pulse gaps of 18-65 s, a nice -20 process
+# unscheduled for 47 s; docs/scale.md). The pulses of such hosts get this many seconds of
+# ringleader_leader_timeout per rank per core, so that three timeouts (the frozen-host bound)
+# cover about twice the worst gap seen.
+LEADER_TIMEOUT_PER_RANK_PER_CORE = 1 / 3
+LEADER_TIMEOUT_SETTING = "leader_timeout"
+
+
+def shared_machine_leader_timeout(spec: LocalJobSpec, cpus: int) -> int | None:
+    """The ringleader_leader_timeout (s) the fake hosts need when they crowd the machine's
+    `cpus` cores more than the default allows for; None when the default does, or when the
+    user chose a timeout (theirs wins)."""
+    if LEADER_TIMEOUT_SETTING in spec.settings or (
+        f"ringleader_{LEADER_TIMEOUT_SETTING}" in spec.hyperparameters
+    ):
+        return None
+    ranks = spec.hosts * (spec.processes_per_host or 1)
+    needed = math.ceil(ranks / cpus * LEADER_TIMEOUT_PER_RANK_PER_CORE)
+    return needed if needed > TIMEOUT_DEFAULTS.leader_loss else None
+
+
 def sagemaker_hyperparameters(spec: LocalJobSpec, cpus: int) -> dict[str, str]:
     """Every value JSON-encoded, exactly as the SageMaker SDK writes hyperparameters.json."""
     values: dict[str, Any] = {
@@ -197,6 +222,8 @@ def sagemaker_hyperparameters(spec: LocalJobSpec, cpus: int) -> dict[str, str]:
         values["sagemaker_mpi_custom_mpi_options"] = options
     if spec.distribution_groups:
         values["sagemaker_distribution_instance_groups"] = list(spec.distribution_groups)
+    if leader_timeout := shared_machine_leader_timeout(spec, cpus):
+        values[f"ringleader_{LEADER_TIMEOUT_SETTING}"] = leader_timeout
     values.update({f"ringleader_{key}": value for key, value in spec.settings.items()})
     if spec.output_uri is not None:
         values["ringleader_output_uri"] = output_uri_inside(spec.output_uri)

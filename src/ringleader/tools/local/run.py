@@ -43,6 +43,7 @@ from ringleader.tools.local.plan import (
     output_uri_inside,
     oversubscribed,
     plan_hosts,
+    shared_machine_leader_timeout,
     validate,
 )
 from ringleader.wire.auth import new_secret
@@ -88,6 +89,13 @@ class LocalJob:
             self._note(
                 f"{spec.hosts} host(s) x {spec.processes_per_host or 1} rank(s) on {cpus} core(s): "
                 f"ranks yield while they wait ({YIELD_OPTION})"
+            )
+        if leader_timeout := shared_machine_leader_timeout(spec, cpus):
+            self._note(
+                f"{spec.hosts} host(s) x {spec.processes_per_host or 1} rank(s) on {cpus} "
+                f"core(s): ringleader_leader_timeout {leader_timeout} s (fake hosts crowding "
+                "one machine can starve each other's pulses for tens of seconds; a frozen "
+                "host is named after 3 x that; --setting leader_timeout=SECONDS to choose)"
             )
         memory = parse_size("--memory", spec.memory) if spec.memory else None
         machine_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
