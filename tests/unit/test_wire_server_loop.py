@@ -44,6 +44,7 @@ class Rig:
         self.loop = ServerLoop(
             self.listener, accepted, lambda error: None, "test-loop", self.logs.append
         )
+        self.loop.start()
 
     def connect(self) -> tuple[socket.socket, Recorder]:
         sock = socket.create_connection(("127.0.0.1", self.port))
@@ -134,6 +135,37 @@ def test_stop_ends_every_connection_and_the_listener(rigs):
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", rig.port), timeout=1.0).close()
     sock.close()
+
+
+def test_nothing_is_accepted_before_start_so_the_owner_holds_the_loop_first():
+    """A connection already waiting when the loop is made is greeted by an owner that can use
+    its loop: the control server's `_greet` once found no `_loop` and dropped a worker."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    greeted: queue.Queue = queue.Queue()
+
+    class Owner:
+        def __init__(self) -> None:
+            self.loop = ServerLoop(listener, self.greet, lambda error: None, "owner-loop", print)
+            assert "owner-loop" not in {thread.name for thread in threading.enumerate()}
+            self.loop.start()
+
+        def greet(self, connection: socket.socket) -> None:
+            greeted.put(self.loop)
+            connection.close()
+
+    owner = Owner()
+    try:
+        assert greeted.get(timeout=WAIT) is owner.loop
+    finally:
+        owner.loop.stop()
+        client.close()
+
+
+def test_a_loop_stopped_before_it_started_closes_its_listener():
+    listener = socket.create_server(("127.0.0.1", 0))
+    ServerLoop(listener, lambda connection: None, lambda error: None, "idle-loop", print).stop()
+    assert listener.fileno() == -1
 
 
 def test_a_reader_that_fails_ends_only_its_connection(rigs):

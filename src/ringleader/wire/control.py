@@ -184,6 +184,7 @@ class ControlServer:
         # joins nor the workers' frames): a few threads of their own, not one per worker.
         self._admitting = CallPool(ADMISSION_THREADS, "control-admit", log)
         self._loop = ServerLoop(self._server, self._greet, self._accept_failed, "control-loop", log)
+        self._loop.start()
 
     def broadcast(self, message: Message) -> None:
         frame = messages.encode(message)  # once, not once per worker

@@ -85,6 +85,11 @@ class ServerLoop:
         self._selector.register(listener, selectors.EVENT_READ)
         self._selector.register(self._wake_in, selectors.EVENT_READ)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Begin accepting. Separate from construction: `on_accept` may use the loop through
+        its owner, who holds it only once the constructor has returned (a connection accepted
+        before then was dropped with an AttributeError, at 32 fake hosts)."""
         self._thread.start()
 
     # On the loop's thread (from on_accept, a reader or a call_soon callback):
@@ -133,7 +138,9 @@ class ServerLoop:
             self._stopping = True
         with contextlib.suppress(OSError):
             self._wake_out.send(b"\0")
-        if threading.current_thread() is not self._thread:
+        if self._thread.ident is None:  # never started: nothing else closes what it holds
+            self._close_all()
+        elif threading.current_thread() is not self._thread:
             self._thread.join(STOP_SECONDS)
 
     def _run(self) -> None:
