@@ -242,3 +242,27 @@ def test_a_log_stream_that_stalls_is_given_up_with_a_warning(spec, monkeypatch):
     assert "algo-2 | only line" in text and "too late" not in text
     assert "warning: no log line for 0.3 s from 1 stream(s) still open" in text
     assert text.index("warning: no log line") < text.index("job exit code 0")
+
+
+def test_a_crowded_machine_is_told_its_longer_leader_timeout(spec, monkeypatch):
+    monkeypatch.setattr(run_module.os, "cpu_count", lambda: 2)
+    crowded = LocalJobSpec(
+        hosts=32,
+        processes_per_host=8,
+        source_dir=spec.source_dir,
+        entry_point="train.py",
+        output_dir=spec.output_dir,
+    )
+    out = io.StringIO()
+    job = LocalJob(crowded, out, client=FakeClient(FakeApi(codes={}, failing={}, logs={})))
+    assert "32 host(s) x 8 rank(s) on 2 core(s): ringleader_leader_timeout 43 s" in out.getvalue()
+    assert all(host.hyperparameters["ringleader_leader_timeout"] == "43" for host in job.hosts)
+    # the user's own timeout: no note, and theirs is what the hosts get
+    out = io.StringIO()
+    chosen = LocalJob(
+        LocalJobSpec(**{**crowded.__dict__, "settings": {"leader_timeout": "20"}}),
+        out,
+        client=FakeClient(FakeApi(codes={}, failing={}, logs={})),
+    )
+    assert "ringleader_leader_timeout" not in out.getvalue()
+    assert all(host.hyperparameters["ringleader_leader_timeout"] == '"20"' for host in chosen.hosts)
