@@ -200,28 +200,29 @@ def test_the_users_yield_setting_wins(source):
     assert json.loads(appended) == "-x A=1 --mca mpi_yield_when_idle 1"
 
 
+def fake_hosts(source, hosts: int, per_host: int, **changes) -> LocalJobSpec:
+    return LocalJobSpec(
+        hosts=hosts,
+        processes_per_host=per_host,
+        source_dir=source,
+        entry_point="train.py",
+        **changes,
+    )
+
+
 def test_crowded_fake_hosts_get_a_longer_leader_timeout(source):
-    seed = LocalJobSpec(hosts=32, source_dir=source, entry_point="train.py", processes_per_host=8)
+    seed = fake_hosts(source, 32, 8)
     # 256 ranks on 2 cores: 128 per core, a third of a second each
     assert shared_machine_leader_timeout(seed, cpus=2) == 43
     values = sagemaker_hyperparameters(seed, cpus=2)
     assert json.loads(values["ringleader_leader_timeout"]) == 43
     # 64 ranks on 2 cores: 11 s, already more than the default
-    sixteen = LocalJobSpec(
-        hosts=16, source_dir=source, entry_point="train.py", processes_per_host=4
-    )
-    assert shared_machine_leader_timeout(sixteen, cpus=2) == 11
+    assert shared_machine_leader_timeout(fake_hosts(source, 16, 4), cpus=2) == 11
     # the default covers a few ranks per core, and every other distribution counts its ranks
-    small = LocalJobSpec(hosts=3, source_dir=source, entry_point="train.py", processes_per_host=2)
+    small = fake_hosts(source, 3, 2)
     assert shared_machine_leader_timeout(small, cpus=2) is None
     assert "ringleader_leader_timeout" not in sagemaker_hyperparameters(small, cpus=2)
-    torch = LocalJobSpec(
-        hosts=32,
-        source_dir=source,
-        entry_point="train.py",
-        processes_per_host=8,
-        distribution="torch_distributed",
-    )
+    torch = fake_hosts(source, 32, 8, distribution="torch_distributed")
     assert shared_machine_leader_timeout(torch, cpus=64) is None
     assert shared_machine_leader_timeout(torch, cpus=2) == 43
 
@@ -234,8 +235,6 @@ def test_crowded_fake_hosts_get_a_longer_leader_timeout(source):
     ],
 )
 def test_the_users_leader_timeout_wins(source, changes):
-    spec = LocalJobSpec(
-        hosts=32, source_dir=source, entry_point="train.py", processes_per_host=8, **changes
-    )
+    spec = fake_hosts(source, 32, 8, **changes)
     assert shared_machine_leader_timeout(spec, cpus=2) is None
     assert json.loads(sagemaker_hyperparameters(spec, cpus=2)["ringleader_leader_timeout"]) == "5"

@@ -47,11 +47,14 @@ class Timeouts:
 
 DEFAULTS = Timeouts()
 
+# The hyperparameter that bounds a silence between hosts, named wherever one is reported.
+LEADER_TIMEOUT_KEY = "ringleader_leader_timeout"
+
 # ringleader_* hyperparameter -> Timeouts field
 TIMEOUT_KEYS = {
     "ringleader_startup_timeout": "startup",
     "ringleader_sigterm_grace": "sigterm_grace",
-    "ringleader_leader_timeout": "leader_loss",
+    LEADER_TIMEOUT_KEY: "leader_loss",
     "ringleader_finish_timeout": "finish",
     "ringleader_abort_grace": "abort_grace",
     "ringleader_launcher_exit_timeout": "launcher_exit",

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from ringleader.config.timeouts import LEADER_TIMEOUT_KEY
 from ringleader.core.errors import ConfigError
 from ringleader.core.timeline import Mark
 from ringleader.wire import auth, messages
@@ -87,7 +88,7 @@ JOIN_TIMEOUT = 10.0  # a connection that has not joined this long after its gree
 MAX_UNIDENTIFIED = 64  # connections waiting to join at once; more wait in the listen queue
 ADMISSION_THREADS = 8  # joins answered at once (each may wait on a name lookup)
 JOIN_FRAME_BYTES = 16 << 10  # a join is a few hundred bytes
-LEADER_TIMEOUT_SETTING = "ringleader_leader_timeout"
+LEADER_TIMEOUT_SETTING = LEADER_TIMEOUT_KEY
 STARTUP_TIMEOUT_SETTING = "ringleader_startup_timeout"
 CONTROL_PORT_SETTING = "ringleader_control_port"
 _GREETING_CHECK_SECONDS = 0.5  # how often a worker waiting for a greeting looks at its stop

@@ -16,6 +16,7 @@ from ringleader.config.job import (
     PARAMETER_SERVER,
 )
 from ringleader.config.timeouts import DEFAULTS as TIMEOUT_DEFAULTS
+from ringleader.config.timeouts import LEADER_TIMEOUT_KEY
 from ringleader.config.topology import elect_leader
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.local.options import DEFAULT_SHM, Channel, parse_size
@@ -187,16 +188,14 @@ def mpi_options(spec: LocalJobSpec, cpus: int) -> str:
 # ringleader_leader_timeout per rank per core, so that three timeouts (the frozen-host bound)
 # cover about twice the worst gap seen.
 LEADER_TIMEOUT_PER_RANK_PER_CORE = 1 / 3
-LEADER_TIMEOUT_SETTING = "leader_timeout"
 
 
 def shared_machine_leader_timeout(spec: LocalJobSpec, cpus: int) -> int | None:
     """The ringleader_leader_timeout (s) the fake hosts need when they crowd the machine's
     `cpus` cores more than the default allows for; None when the default does, or when the
     user chose a timeout (theirs wins)."""
-    if LEADER_TIMEOUT_SETTING in spec.settings or (
-        f"ringleader_{LEADER_TIMEOUT_SETTING}" in spec.hyperparameters
-    ):
+    chosen = {f"ringleader_{key}" for key in spec.settings} | set(spec.hyperparameters)
+    if LEADER_TIMEOUT_KEY in chosen:
         return None
     ranks = spec.hosts * (spec.processes_per_host or 1)
     needed = math.ceil(ranks / cpus * LEADER_TIMEOUT_PER_RANK_PER_CORE)
@@ -223,7 +222,7 @@ def sagemaker_hyperparameters(spec: LocalJobSpec, cpus: int) -> dict[str, str]:
     if spec.distribution_groups:
         values["sagemaker_distribution_instance_groups"] = list(spec.distribution_groups)
     if leader_timeout := shared_machine_leader_timeout(spec, cpus):
-        values[f"ringleader_{LEADER_TIMEOUT_SETTING}"] = leader_timeout
+        values[LEADER_TIMEOUT_KEY] = leader_timeout
     values.update({f"ringleader_{key}": value for key, value in spec.settings.items()})
     if spec.output_uri is not None:
         values["ringleader_output_uri"] = output_uri_inside(spec.output_uri)

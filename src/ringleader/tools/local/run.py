@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import docker
 import docker.errors
 
-from ringleader.config.timeouts import DEFAULTS
+from ringleader.config.timeouts import DEFAULTS, LEADER_TIMEOUT_KEY
 from ringleader.core import exitcodes
 from ringleader.core.runfile import RUN_FILE, RunInfo, write_run_file
 from ringleader.output.console import LinePrinter
@@ -85,17 +85,14 @@ class LocalJob:
         self._print = LinePrinter(out)
         names = host_names(spec.hosts, spec.random_suffix)
         cpus = os.cpu_count() or 1
+        shape = f"{spec.hosts} host(s) x {spec.processes_per_host or 1} rank(s) on {cpus} core(s)"
         if oversubscribed(spec, cpus) and "mpi_yield_when_idle" not in spec.mpi_options:
-            self._note(
-                f"{spec.hosts} host(s) x {spec.processes_per_host or 1} rank(s) on {cpus} core(s): "
-                f"ranks yield while they wait ({YIELD_OPTION})"
-            )
+            self._note(f"{shape}: ranks yield while they wait ({YIELD_OPTION})")
         if leader_timeout := shared_machine_leader_timeout(spec, cpus):
             self._note(
-                f"{spec.hosts} host(s) x {spec.processes_per_host or 1} rank(s) on {cpus} "
-                f"core(s): ringleader_leader_timeout {leader_timeout} s (fake hosts crowding "
-                "one machine can starve each other's pulses for tens of seconds; a frozen "
-                "host is named after 3 x that; --setting leader_timeout=SECONDS to choose)"
+                f"{shape}: {LEADER_TIMEOUT_KEY} {leader_timeout} s (fake hosts crowding one "
+                "machine can starve each other's pulses for tens of seconds; a frozen host is "
+                "named after 3 x that; --setting leader_timeout=SECONDS to choose)"
             )
         memory = parse_size("--memory", spec.memory) if spec.memory else None
         machine_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
