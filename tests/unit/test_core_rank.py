@@ -251,6 +251,27 @@ def test_failing_child_exit_code_and_stderr_tail(workdir, agent):
     assert record.stderr_tail == tuple(f"err {i}" for i in range(10, 30))  # the last 20
 
 
+def test_the_ranks_own_files_go_with_it_and_its_code_stays(workdir, agent):
+    """The wrapper ends without the interpreter's shutdown: its rank's folder (heartbeat,
+    faulthandler dumps, nested) is removed first, and the code is the rank's."""
+    code = (
+        "import os, pathlib, sys\n"
+        "dump = pathlib.Path(os.environ['RINGLEADER_STACK_DIR'])\n"
+        "(dump / 'nested').mkdir(parents=True, exist_ok=True)\n"
+        "(dump / 'nested' / '1.txt').write_text('a stack')\n"
+        "(dump / '2.txt').write_text('a stack')\n"
+        "sys.exit(5)\n"
+    )
+    run_dir = workdir / "run"
+    wrapper = Wrapper(
+        workdir, python_command(code), rank=2, extra_env={"RINGLEADER_RUN_DIR": str(run_dir)}
+    )
+    assert wrapper.wait() == 5
+    assert ended_record(agent.events).exit_code == 5
+    assert (run_dir / "ranks").is_dir()  # the wrapper made it, and emptied it
+    assert not (run_dir / "ranks" / "2").exists()
+
+
 def test_child_killed_by_sigkill(workdir, agent):
     write_host_env(workdir, {"SM_CURRENT_HOST": "algo-1"})
     code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"

@@ -37,7 +37,7 @@ def test_start_imports_nothing_only_some_jobs_need(module: str) -> None:
 # module -> why a rank's wrapper runs its rank without it (a large job has one wrapper per rank:
 # each module costs its memory that many times over)
 WRAPPER_DEFERRED = {
-    "shutil": "only a rank's end (its files) and taking its stacks; argparse's help formatter "
+    "shutil": "only taking a rank's stacks; argparse's help formatter "
     "imports it for the terminal's width unless given one",
     "bz2": "shutil's",
     "lzma": "shutil's",

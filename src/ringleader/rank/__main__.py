@@ -1,7 +1,6 @@
 """`python -m ringleader.rank ... -- CMD`: the per-rank wrapper that mpirun starts."""
 
-import sys
-
+from ringleader.core.exiting import exit_at_once
 from ringleader.rank.wrapper import main
 
-sys.exit(main())
+exit_at_once(main())

@@ -22,6 +22,7 @@ from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
 from ringleader.core.background import BackgroundCall
 from ringleader.core.errors import ConfigError, JobError
+from ringleader.core.exiting import exit_at_once
 from ringleader.core.outcome import Outcome, truncate
 from ringleader.core.proctimes import process_started_at
 from ringleader.core.results import write_result
@@ -187,12 +188,10 @@ def main(argv: Sequence[str] | None = None, own_sshd: bool = True) -> int:
 
 def exit_now(code: int) -> None:
     """Exit with `code` for sure: under docker compose a SIGTERM arrives while the others stop,
-    and during interpreter shutdown Python's default handler would turn the code into 143."""
+    and while stdout is flushed Python's default handler would turn the code into 143."""
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signal.SIG_IGN)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_at_once(code)
 
 
 def run() -> None:

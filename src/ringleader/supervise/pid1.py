@@ -6,10 +6,10 @@ entry point's code."""
 import contextlib
 import os
 import signal
-import sys
 from collections.abc import Callable
 
 from ringleader.core import exitcodes
+from ringleader.core.exiting import exit_at_once
 
 # What `docker stop`, `docker kill -s` and a terminal send; the entry point decides what each
 # means. PID 1 would otherwise ignore them (the kernel drops default-action signals to PID 1).
@@ -52,9 +52,7 @@ def run_as_init(entry_point: Callable[[], int]) -> int:
         try:
             code = entry_point()
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+            exit_at_once(code)
     for pending in early:
         forward(pending, None)
     while True:

@@ -22,6 +22,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from ringleader.core.exiting import exit_at_once
 from ringleader.wire.liveness import OnLost, PulseLink, PulseLoop
 from ringleader.wire.protocol import Channel
 
@@ -152,4 +153,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_at_once(main())
