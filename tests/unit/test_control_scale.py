@@ -63,8 +63,8 @@ WAIT = 60.0  # for any one step; the whole test takes a few seconds
 WIRE = str(Path(ringleader.wire.__file__).parent)
 PULSE_COUNT = "~lines"  # the host name under which the pulse process reports its count
 
-# Run as the leader's pulse process: counts its lines of ringleader.wire, reports them as a
-# summary (the hub logs it at close() as "pulses from ~lines: N").
+# Run as the leader's pulse process: counts its lines of ringleader.wire until its summaries,
+# reports them as one (the hub logs it at close() as "pulses from ~lines: N").
 PULSE_WRAPPER = """#!{python}
 import itertools, sys, threading
 WIRE, ticks = {wire!r}, itertools.count()
@@ -77,11 +77,11 @@ def tracer(frame, event, arg):
 threading.settrace(tracer)
 sys.settrace(tracer)
 from ringleader.wire import pulse_process
-code = pulse_process.main(sys.argv[3:])
-sys.settrace(None)
-sys.stdout.write("summary\\t{host}\\t%d\\n" % next(ticks))
-sys.stdout.flush()
-sys.exit(code)
+summary_lines = pulse_process.summary_lines
+def counted(links):  # the count goes with the summaries, before the links close
+    return [*summary_lines(links), "summary\\t{host}\\t%d" % next(ticks)]
+pulse_process.summary_lines = counted
+sys.exit(pulse_process.main(sys.argv[3:]))
 """
 
 

@@ -721,6 +721,28 @@ def test_one_pulse_process_serves_every_peer_and_names_the_one_lost():
         server.close()
 
 
+def test_stopping_the_pulse_process_gives_the_summaries_then_it_closes_the_links_and_ends():
+    """stop() returns once the child has reported; the child then closes each link (its peer
+    sees the end) and ends by itself, reaped without anyone waiting for it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    hub = PulseHub(FAST.interval, FAST.timeout, "test_timeout")
+    ours = Channel(socket.create_connection(server.getsockname()))
+    theirs, _ = server.accept()
+    try:
+        hub.watch("algo-2", ours, lambda *_: None)
+        assert set(hub.stop()) == {"algo-2"}
+        theirs.settimeout(10)
+        while theirs.recv(4096):  # pulses, then the end of the connection
+            pass
+        deadline = time.monotonic() + 10
+        while hub._child.returncode is None:  # reaped by the hub's reader
+            assert time.monotonic() < deadline, "the pulse process did not end"
+            time.sleep(0.01)
+    finally:
+        theirs.close()
+        server.close()
+
+
 def test_the_pulse_process_outlives_a_stop_signal_sent_to_every_process_of_the_job():
     """Slurm's scancel and time limit send SIGTERM to every process of the step at once: the
     pulse process must go on until its parent ends it, or its peer takes this host for lost."""

@@ -209,12 +209,14 @@ class ControlServer:
 
     def close(self) -> None:
         self._closing.set()
-        # The workers leave once their channel closes: release them before the pulse process
-        # winds down (a busy machine takes a while to run it to its end). By now every worker
-        # that could has confirmed the verdict; the others are gone, frozen or cut off, and
-        # the leader's end must not wait on them: reset, no lingering (the loop closes every
-        # connection it reads that way as it stops).
-        self._pulses.mute()
+        # The workers leave once their pulse or control connection closes. The pulse process
+        # reports every link's summary before it closes the links: once the workers go, their
+        # ends crowd a machine of fake hosts, and anything the leader still waits for then
+        # takes a while. By now every worker that could has confirmed the verdict; the others
+        # are gone, frozen or cut off, and the leader's end must not wait on them: reset, no
+        # lingering (the loop closes every connection it reads that way as it stops).
+        for host, summary in sorted(self._pulses.stop().items()):
+            self._log(f"pulses from {host}: {summary}")
         self._loop.stop()
         close_listener(self._server)
         self._admitting.close()
@@ -222,8 +224,6 @@ class ControlServer:
             channels = list(self._workers.values())
         for channel in channels:
             close_at_once(channel)
-        for host, summary in sorted(self._pulses.stop().items()):
-            self._log(f"pulses from {host}: {summary}")
 
     # On the loop's thread: a new connection is greeted, its join read.
 
