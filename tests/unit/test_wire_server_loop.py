@@ -1,5 +1,6 @@
 """One thread accepting and reading every connection (wire.server_loop), on loopback."""
 
+import contextlib
 import queue
 import socket
 import threading
@@ -132,6 +133,29 @@ def test_stop_ends_every_connection_and_the_listener(rigs):
     error = reader.got.get(timeout=WAIT)
     assert isinstance(error, ChannelClosed) and "the server stopped" in str(error)
     assert rig.loop.call_soon(lambda: None) is False
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", rig.port), timeout=1.0).close()
+    sock.close()
+
+
+def test_a_stop_without_waiting_leaves_the_closing_to_the_loops_thread(rigs):
+    """ControlServer.close(): the caller goes on while the loop's thread, when it runs, ends
+    every connection (the peer sees the end), closes the listener and ends."""
+    rig = rigs(Recorder)
+    sock, reader = rig.connect()
+    release = threading.Event()
+    rig.loop.call_soon(lambda: release.wait(WAIT))  # the loop's thread is busy meanwhile
+    rig.loop.stop(wait=False)
+    assert rig.loop.call_soon(lambda: None) is False
+    assert reader.got.empty()  # not ended yet: nothing was waited for
+    release.set()
+    error = reader.got.get(timeout=WAIT)
+    assert isinstance(error, ChannelClosed) and "the server stopped" in str(error)
+    sock.settimeout(WAIT)
+    with contextlib.suppress(ConnectionResetError):  # a FIN, or the reset that follows it
+        assert sock.recv(16) == b""  # the peer sees the end
+    rig.loop._thread.join(WAIT)
+    assert not rig.loop._thread.is_alive()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", rig.port), timeout=1.0).close()
     sock.close()

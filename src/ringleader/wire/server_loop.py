@@ -130,17 +130,19 @@ class ServerLoop:
             self._wake_out.send(b"\0")
         return True
 
-    def stop(self) -> None:
-        """Stop accepting and reading, close the listener, end every connection still read
-        here (its reader is told, and its close resets it: no lingering), and end the thread
-        (waiting at most STOP_SECONDS)."""
+    def stop(self, wait: bool = True) -> None:
+        """Stop accepting and reading: the loop's thread closes the listener, ends every
+        connection still read here (its reader is told, and its close resets it: no
+        lingering) and ends. `wait`: until it has (at most STOP_SECONDS); without, the caller
+        leaves those connections to it (closing one here could free its descriptor's number
+        while the selector still watches it)."""
         with self._lock:
             self._stopping = True
         with contextlib.suppress(OSError):
             self._wake_out.send(b"\0")
         if self._thread.ident is None:  # never started: nothing else closes what it holds
             self._close_all()
-        elif threading.current_thread() is not self._thread:
+        elif wait and threading.current_thread() is not self._thread:
             self._thread.join(STOP_SECONDS)
 
     def _run(self) -> None:
