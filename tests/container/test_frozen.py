@@ -3,11 +3,14 @@
 A worker frozen with `docker pause` (every process stopped, its kernel still acknowledging
 TCP) is named on every other host, with the host-loss code, within the README's bound; run
 again, it exits with the verdict the leader had sent it. Hosts that are all starved at once
-(busy processes on every host, then the whole cluster stalled for longer than three timeouts)
-blame nobody: each observer discounts the time its own timers ran late.
+(busy processes on every host, then every process of the cluster stopped for longer than
+three timeouts) blame nobody: each observer discounts the time its own timers ran late.
 """
 
+import contextlib
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -83,6 +86,33 @@ def wait_for_exits(client: docker.DockerClient, run: JobRun, hosts: list[str]) -
         waiter.join(ROOM + 5)
 
 
+def host_pids(client: docker.DockerClient, container_id: str) -> set[int]:
+    """Every process of the container, as the host numbers them."""
+    listing = client.api.top(container_id)
+    column = listing["Titles"].index("PID")
+    return {int(row[column]) for row in listing["Processes"]}
+
+
+def signal_each(pids: set[int], signum: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.kill(pid, signum)
+
+
+def stop_every_process(client: docker.DockerClient, container_id: str) -> set[int]:
+    """SIGSTOP every process of the container (until a listing shows none that is not stopped
+    yet): as `docker pause` stops them, without the cgroup freezer, which runc gives up on
+    when a container is this busy ("OCI runtime pause failed: unable to freeze", seen in CI
+    with two busy loops in each container). The PIDs stopped."""
+    stopped: set[int] = set()
+    deadline = time.monotonic() + ROOM
+    while pids := host_pids(client, container_id) - stopped:
+        assert time.monotonic() < deadline, f"processes still starting in {container_id}"
+        signal_each(pids, signal.SIGSTOP)
+        stopped |= pids
+    return stopped
+
+
 def test_a_frozen_worker_is_named_on_every_other_host_within_the_bound(
     long_job: Callable[[], JobRun], docker_client: docker.DockerClient
 ) -> None:
@@ -130,13 +160,12 @@ def test_hosts_all_starved_at_once_blame_nobody(
             busy = api.exec_create(run.container_id(host), [PYTHON, "-c", "while True: pass"])
             api.exec_start(busy["Id"], detach=True)
     run.capture.wait_for(lambda text: len(rank_lines(text, "round 3:")) == 6, timeout=ROOM)
-    for host in HOSTS:
-        api.pause(run.container_id(host))
+    stopped = {host: stop_every_process(docker_client, run.container_id(host)) for host in HOSTS}
     try:
         time.sleep(stall)  # the fault itself: the whole cluster does not run for this long
     finally:
-        for host in HOSTS:
-            api.unpause(run.container_id(host))
+        for pids in stopped.values():
+            signal_each(pids, signal.SIGCONT)
     run.join(timeout=ROOM)
     assert run.codes() == dict.fromkeys(HOSTS, 0), run.output
     assert not LOSS.search(run.output), run.output
