@@ -87,7 +87,6 @@ JOIN_TIMEOUT = 10.0  # a connection that has not joined this long after its gree
 MAX_UNIDENTIFIED = 64  # connections waiting to join at once; more wait in the listen queue
 ADMISSION_THREADS = 8  # joins answered at once (each may wait on a name lookup)
 JOIN_FRAME_BYTES = 16 << 10  # a join is a few hundred bytes
-LEADER_TIMEOUT_SETTING = LEADER_TIMEOUT_KEY
 STARTUP_TIMEOUT_SETTING = "ringleader_startup_timeout"
 CONTROL_PORT_SETTING = "ringleader_control_port"
 _GREETING_CHECK_SECONDS = 0.5  # how often a worker waiting for a greeting looks at its stop
@@ -179,7 +178,7 @@ class ControlServer:
             self._server = socket.create_server(("", port), backlog=listen_backlog(len(workers)))
         except OSError as error:
             raise ControlPortTaken(listen_problem(port, error), job_at(port)) from None
-        self._pulses = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
+        self._pulses = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_KEY)
         # Admitting a join may resolve a host name (slow DNS must hold up neither the other
         # joins nor the workers' frames): a few threads of their own, not one per worker.
         self._admitting = CallPool(ADMISSION_THREADS, "control-admit", log)
@@ -420,7 +419,7 @@ class ControlServer:
         host = worker.admitted.host
         if isinstance(error, TimeoutError):  # only the hello has a deadline
             error = ChannelClosed(
-                f"no hello within {self._liveness.timeout:g} s ({LEADER_TIMEOUT_SETTING})"
+                f"no hello within {self._liveness.timeout:g} s ({LEADER_TIMEOUT_KEY})"
             )
         if isinstance(error, ProtocolError):
             # A frame with a field missing or of the wrong type is as garbled as one that
@@ -671,7 +670,7 @@ def _from_leader(
     while not stop.is_set():
         now = time.monotonic()
         if now >= answer_deadline and timeout is not None:
-            raise NoAnswer(f"no {expected} within {timeout:g} s ({LEADER_TIMEOUT_SETTING})")
+            raise NoAnswer(f"no {expected} within {timeout:g} s ({LEADER_TIMEOUT_KEY})")
         if now >= deadline:
             return None
         wait = min(answer_deadline, deadline) - now

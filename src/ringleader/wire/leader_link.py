@@ -13,8 +13,9 @@ import select
 import threading
 from collections.abc import Sequence
 
+from ringleader.config.timeouts import LEADER_TIMEOUT_KEY
 from ringleader.core.timeline import Mark
-from ringleader.wire.control import LEADER_TIMEOUT_SETTING, Liveness, hello_message
+from ringleader.wire.control import Liveness, hello_message
 from ringleader.wire.events import Event, LeaderLost, LeaderMessage
 from ringleader.wire.liveness import close_at_once
 from ringleader.wire.messages import Message, UnknownMessage
@@ -46,7 +47,7 @@ class LeaderLink:
         self.send(hello_message(host, marks=marks, host_key=host_key))
         threading.Thread(target=self._send_loop, name="leader-sender", daemon=True).start()
         self._leader = leader
-        self._pulse = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_SETTING)
+        self._pulse = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_KEY)
         self._pulse.watch(leader, pulse, lambda reason, _last_heard: self._pulse_lost(reason))
         threading.Thread(target=self._read, name="leader-reader", daemon=True).start()
 

@@ -40,7 +40,6 @@ class PulseHub:
         self._summaries: dict[str, str] = {}
         self._lock = threading.Lock()
         self._summarized = threading.Event()  # every summary is in, or the child has ended
-        self._ended = threading.Event()
         self._control, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with child_end:
             self._child = subprocess.Popen(
@@ -88,7 +87,7 @@ class PulseHub:
         self._control.close()
         if not self._summarized.wait(STOP_SECONDS):
             self._child.kill()
-            self._ended.wait(STOP_SECONDS)
+            self._summarized.wait(STOP_SECONDS)  # the reader sees its end
         with self._lock:
             return dict(self._summaries)
 
@@ -110,7 +109,6 @@ class PulseHub:
                 self._summarized.set()
         self._child.wait()  # its output ended with it: reaped here, nothing waits for it
         self._summarized.set()
-        self._ended.set()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
