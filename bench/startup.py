@@ -9,8 +9,13 @@ each host count it prints, side by side:
   failure   rank 1 exits 3 -> every container has exited, and the exit codes they reported
 With --rounds N each cell is the median of N runs (runners alternating who goes first), the
 runs themselves listed below the table: one run of a 2-host job varies by 10% here.
-For bare it also prints when mpirun returned (after the last rank's end, or after rank 1's
-failure): the ranks' own exits and mpirun's, a floor under any launcher's teardown.
+It also prints when mpirun returned (after the last rank's end, or after rank 1's failure):
+bare mpirun's return is the ranks' own exits and mpirun's, a floor under any launcher's
+teardown; ringleader's is its leader's log line "launcher exited" (to the millisecond), so a
+teardown splits into the ranks' end and what follows mpirun. With bare among the runners each
+round also measures Docker's exits, the other floor: as many containers of the image, on the
+same kind of network and mounts, whose one process exits at one shared instant, and how long
+after it Docker recorded the last exit.
 "bare" (bench/probe/bare_mpirun.sh): the containers run only sshd; the first one waits until it
 can ssh to the others and runs mpirun of the probe, as an expert would by hand.
 
@@ -29,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -55,7 +61,7 @@ class Measurement:
     failure: float | None
     codes: tuple[int | None, ...]
     phases: dict[str, float] = field(default_factory=dict)  # ringleader: see phase_times
-    mpirun_returned: float | None = None  # bare: last rank's end (or the failure) -> mpirun done
+    mpirun_returned: float | None = None  # last rank's end (or the failure) -> mpirun done
 
 
 @functools.cache
@@ -89,6 +95,31 @@ def phase_times(job_file: Path, origin: float) -> dict[str, float]:
     for mark in marks:
         latest[mark.phase] = max(latest.get(mark.phase, 0.0), mark.at - origin)
     return {phase: latest[phase] for phase in phases.PHASES if phase in latest}
+
+
+# The leader's line when mpirun returned (or was ended): `[ringleader HOST] HH:MM:SS.mmm ...`,
+# the time of day in UTC (ringleader.output.log).
+LAUNCHER_EXITED = re.compile(
+    r"\[ringleader \S+\] (\d\d):(\d\d):(\d\d\.\d{3}) launcher exited with code"
+)
+DAY = 86400.0
+STARTUP_TARGET = 1.10  # ringleader's startup against bare's (issue #29)
+RETURN_ALLOWANCE_SECONDS = 0.5  # teardown and failure: bare mpirun's return plus this
+# Docker's exits: time for every container to be running before the shared instant
+FLOOR_MARGIN_SECONDS = 10.0
+FLOOR_MARGIN_PER_HOST = 0.5
+
+
+def launcher_exited_at(output: str, near: float) -> float | None:
+    """When ringleader's leader logged its launcher's (last) exit, as a wall-clock time: the
+    line has only the time of day, so it is placed on the day that puts it nearest `near`."""
+    matches = LAUNCHER_EXITED.findall(output)
+    if not matches:
+        return None
+    hours, minutes, seconds = matches[-1]
+    of_day = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    at = near - near % DAY + of_day
+    return min((at - DAY, at, at + DAY), key=lambda candidate: abs(candidate - near))
 
 
 def bench_times(output: str, kind: str) -> list[float]:
@@ -141,9 +172,12 @@ def run(
     startup = max(starts) - first_start if len(starts) == world else None
     teardown = last_exit - max(ends) if not fail and len(ends) == world else None
     failure = last_exit - fails[0] if fail and fails else None
+    reference = fails[:1] if fail else [max(ends)] if len(ends) == world else []
     returned = bench_times(output, "mpirun-returned")
-    reference = fails[:1] if fail else ends[-1:] if len(ends) == world else []
-    mpirun_returned = max(returned) - max(reference) if returned and reference else None
+    if runner == "ringleader" and reference:
+        exited = launcher_exited_at(output, reference[0])
+        returned = [exited] if exited is not None else []
+    mpirun_returned = max(returned) - reference[0] if returned and reference else None
     job_file = result.output_dir / result.hosts[0].name / "output" / "data" / "job.json"
     return Measurement(
         startup,
@@ -153,6 +187,34 @@ def run(
         phase_times(job_file, first_start) if runner == "ringleader" and not fail else {},
         mpirun_returned,
     )
+
+
+def docker_exits(hosts: int, workdir: Path, image: str | None = None) -> float | None:
+    """Docker's own cost of ending a job: `hosts` containers of `image` (same network and
+    mounts as a job's) whose one process exits at one shared instant; seconds from it until
+    the last exit Docker recorded. None when a container was not running by then."""
+    at = time.time() + FLOOR_MARGIN_SECONDS + FLOOR_MARGIN_PER_HOST * hosts
+    program = (
+        f"import time; print(f'BENCH ready 0 {{time.time():.6f}}', flush=True); "
+        f"time.sleep(max(0.0, {at!r} - time.time()))"
+    )
+    spec = LocalJobSpec(
+        hosts=hosts,
+        processes_per_host=1,
+        source_dir=PROBE_DIR,
+        entry_point="probe.py",
+        output_dir=workdir,
+        command=("-c", program),
+        entrypoint=("python3",),
+    )
+    if image is not None:
+        spec = replace(spec, image=image)
+    out = io.StringIO()
+    result = LocalJob(spec, out, docker.from_env()).run()
+    ready = bench_times(out.getvalue(), "ready")
+    if len(ready) < hosts or max(ready) > at or result.exit_code != 0:
+        return None
+    return max(host.finished_at for host in result.hosts) - at
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -199,6 +261,49 @@ def say_done(measured: Measurement) -> None:
     )
 
 
+Row = tuple[Measurement, Measurement | None]  # a runner's medians: successful, failed job
+
+
+def print_targets(host_counts: list[int], by_key: dict[tuple[int, str], Row]) -> None:
+    """ringleader against its targets: startup at most 1.10x bare; teardown and failure at
+    most bare mpirun's return + 0.5 s (medians)."""
+    print()
+    print(
+        f"targets: startup <= {STARTUP_TARGET:.2f}x bare; teardown and failure <= bare "
+        f"mpirun's return + {RETURN_ALLOWANCE_SECONDS} s"
+    )
+    for hosts in host_counts:
+        ours, bare = by_key.get((hosts, "ringleader")), by_key.get((hosts, "bare"))
+        if not ours or not bare:
+            continue
+        cells = [f"startup {_against(ours[0].startup, bare[0].startup, STARTUP_TARGET)}"]
+        for name, mine, theirs in (
+            ("teardown", ours[0].teardown, bare[0]),
+            ("failure", ours[1].failure if ours[1] else None, bare[1]),
+        ):
+            limit = (
+                theirs.mpirun_returned + RETURN_ALLOWANCE_SECONDS
+                if theirs and theirs.mpirun_returned is not None
+                else None
+            )
+            cells.append(f"{name} {_within(mine, limit)}")
+        print(f"  {hosts} hosts: " + "; ".join(cells))
+
+
+def _against(ours: float | None, bare: float | None, ratio: float) -> str:
+    if ours is None or bare is None or bare <= 0:
+        return "n/a"
+    verdict = "met" if ours / bare <= ratio else "not met"
+    return f"{ours / bare:.2f}x ({verdict})"
+
+
+def _within(value: float | None, limit: float | None) -> str:
+    if value is None or limit is None:
+        return "n/a"
+    verdict = "met" if value <= limit else "not met"
+    return f"{value:.2f} s against {limit:.2f} s ({verdict})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, nargs="+", default=[2, 4, 8])
@@ -219,6 +324,7 @@ def main() -> int:
     parser.add_argument("--image", help="image of every runner (default ringleader:latest)")
     args = parser.parse_args()
     runs: dict[tuple[int, str], tuple[list[Measurement], list[Measurement]]] = {}
+    floors: dict[int, list[float | None]] = {}  # Docker's exits, per host count
     with tempfile.TemporaryDirectory(prefix="rl-bench-") as workdir:
         for hosts in args.hosts:
             runners = [
@@ -266,6 +372,20 @@ def main() -> int:
                         )
                     )
                     say_done(fails[-1])
+                if "bare" in runners:
+                    print(
+                        f"... Docker's exits: {hosts} containers (round {round_number})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    floors.setdefault(hosts, []).append(
+                        docker_exits(hosts, Path(workdir), args.image)
+                    )
+                    print(
+                        f"    last exit {fmt(floors[hosts][-1]).strip()} s after the instant",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     rows = [
         (hosts, runner, median_of(oks), median_of(fails) if fails else None)
         for (hosts, runner), (oks, fails) in runs.items()
@@ -278,7 +398,7 @@ def main() -> int:
         codes = "skipped" if failed is None else " ".join(str(code) for code in failed.codes)
         returned = (
             f"{fmt(ok.mpirun_returned).strip()} / {fmt(failed.mpirun_returned).strip()}"
-            if runner == "bare" and failed
+            if failed and runner != "toolkit"
             else ""
         )
         print(
@@ -296,10 +416,24 @@ def main() -> int:
                 for ok, failed in zip(oks, failed_runs, strict=True)
             )
             print(f"  {hosts:>3} {runner:<10}  {listed}")
+        print("every run, mpirun returned (successful / failed job, s):")
+        for (hosts, runner), (oks, fails) in runs.items():
+            if runner != "toolkit" and fails:
+                listed = "  ".join(
+                    f"{fmt(ok.mpirun_returned).strip()}/{fmt(failed.mpirun_returned).strip()}"
+                    for ok, failed in zip(oks, fails, strict=True)
+                )
+                print(f"  {hosts:>3} {runner:<10}  {listed}")
     print(
-        "(mpirun returned: bare only, successful / failed job, after the last rank's end or "
-        "rank 1's failure)"
+        "(mpirun returned, successful / failed job: after the last rank's end or rank 1's "
+        "failure; ringleader's from its leader's log, to the millisecond)"
     )
+    for hosts, measured in floors.items():
+        listed = ", ".join(fmt(value).strip() for value in measured)
+        print(
+            f"Docker's exits: {hosts} containers of the image exiting at one instant, the last "
+            f"exit recorded {fmt(_median(measured)).strip()} s after it (median; runs: {listed})"
+        )
     print()
     print("ringleader, successful job: seconds from the first docker start until the last host")
     print("reached each phase of the launcher (job.json's timeline)")
@@ -323,6 +457,7 @@ def main() -> int:
                 _ratio(ours[1].failure if ours[1] else None, bare[1].failure if bare[1] else None),
             ]
             print(f"| {hosts} | " + " | ".join(cells) + " |")
+    print_targets(args.hosts, by_key)
     for hosts in args.hosts:
         ours, theirs = by_key.get((hosts, "ringleader")), by_key.get((hosts, "toolkit"))
         if ours and theirs and ours[0].teardown and theirs[0].teardown:
