@@ -212,19 +212,20 @@ def fake_hosts(source, hosts: int, per_host: int, **changes) -> LocalJobSpec:
 
 def test_crowded_fake_hosts_get_a_longer_leader_timeout(source):
     seed = fake_hosts(source, 32, 8)
-    # 256 ranks on 2 cores: 128 per core, a third of a second each
-    assert shared_machine_leader_timeout(seed, cpus=2) == 43
+    # 256 ranks on 2 cores: 128 per core, four thirds of a second each
+    assert shared_machine_leader_timeout(seed, cpus=2) == 171
     values = sagemaker_hyperparameters(seed, cpus=2)
-    assert json.loads(values["ringleader_leader_timeout"]) == 43
-    # 64 ranks on 2 cores: 11 s, already more than the default
-    assert shared_machine_leader_timeout(fake_hosts(source, 16, 4), cpus=2) == 11
+    assert json.loads(values["ringleader_leader_timeout"]) == 171
+    # 64 ranks on 2 cores: 43 s; 16 ranks: 11 s, already more than the default
+    assert shared_machine_leader_timeout(fake_hosts(source, 16, 4), cpus=2) == 43
+    assert shared_machine_leader_timeout(fake_hosts(source, 8, 2), cpus=2) == 11
     # the default covers a few ranks per core, and every other distribution counts its ranks
     small = fake_hosts(source, 3, 2)
     assert shared_machine_leader_timeout(small, cpus=2) is None
     assert "ringleader_leader_timeout" not in sagemaker_hyperparameters(small, cpus=2)
     torch = fake_hosts(source, 32, 8, distribution="torch_distributed")
     assert shared_machine_leader_timeout(torch, cpus=64) is None
-    assert shared_machine_leader_timeout(torch, cpus=2) == 43
+    assert shared_machine_leader_timeout(torch, cpus=2) == 171
 
 
 @pytest.mark.parametrize(

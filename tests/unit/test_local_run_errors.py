@@ -255,8 +255,8 @@ def test_a_crowded_machine_is_told_its_longer_leader_timeout(spec, monkeypatch):
     )
     out = io.StringIO()
     job = LocalJob(crowded, out, client=FakeClient(FakeApi(codes={}, failing={}, logs={})))
-    assert "32 host(s) x 8 rank(s) on 2 core(s): ringleader_leader_timeout 43 s" in out.getvalue()
-    assert all(host.hyperparameters["ringleader_leader_timeout"] == "43" for host in job.hosts)
+    assert "32 host(s) x 8 rank(s) on 2 core(s): ringleader_leader_timeout 171 s" in out.getvalue()
+    assert all(host.hyperparameters["ringleader_leader_timeout"] == "171" for host in job.hosts)
     # the user's own timeout: no note, and theirs is what the hosts get
     out = io.StringIO()
     chosen = LocalJob(

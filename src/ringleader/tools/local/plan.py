@@ -182,12 +182,13 @@ def mpi_options(spec: LocalJobSpec, cpus: int) -> str:
 
 
 # Fake hosts share one kernel. With many ranks per core, a process that sleeps between two
-# pulses can wait tens of seconds for a CPU whatever its priority, unevenly from one process
-# to the next (2 cores, 32 fake hosts x 8 ranks: pulse gaps of 18-65 s, a nice -20 process
-# unscheduled for 47 s; docs/scale.md). The pulses of such hosts get this many seconds of
-# ringleader_leader_timeout per rank per core, so that three timeouts (the frozen-host bound)
-# cover about twice the worst gap seen.
-LEADER_TIMEOUT_PER_RANK_PER_CORE = 1 / 3
+# pulses can wait minutes for a CPU whatever its priority, unevenly from one process to the
+# next (2 cores, 32 fake hosts x 8 ranks: pulse gaps of 18-65 s in one session, the leader's
+# own pulse timers 244 s late in another, while its ranks were still in MPI_Init;
+# docs/scale.md). The pulses of such hosts get this many seconds of ringleader_leader_timeout
+# per rank per core, so that three timeouts (the frozen-host bound) cover about twice the
+# worst lateness seen.
+LEADER_TIMEOUT_PER_RANK_PER_CORE = 4 / 3
 
 
 def shared_machine_leader_timeout(spec: LocalJobSpec, cpus: int) -> int | None:
