@@ -693,7 +693,10 @@ def test_the_log_keeps_every_line_when_the_way_to_the_leader_is_stuck(tmp_path, 
     note = capfd.readouterr().err
     assert "[algo-1 rank 0] [ringleader] the leader took none of this rank's output" in note
     assert f"the rank's log {log} has every line" in note
-    stuck.close()
+    stuck.close()  # the sender's pending send fails now
+    output._sender.join(5)
+    assert not output._sender.is_alive(), "the sender ends with its connection"
+    assert "line " not in capfd.readouterr().out, "nothing shipped or printed after the note"
     ours.close()
 
 

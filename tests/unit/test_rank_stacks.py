@@ -391,11 +391,31 @@ def test_without_the_variables_nothing_is_registered(tmp_path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_sitecustomize_loads_no_module_but_faulthandler(tmp_path) -> None:
+    """Every module it loads is paid for by every Python of every rank, at its start and at its
+    exit, when all ranks end at once; the image's own sitecustomize still runs after it."""
+    image = tmp_path / "image-site"
+    image.mkdir()
+    (image / "sitecustomize.py").write_text("MARK = 'image'\n")
+    program = "import sys, sitecustomize; print(sitecustomize.MARK, *sorted(sys.modules))"
+    plain = run_python(program, {**os.environ, "PYTHONPATH": str(image)})
+    env = stack_environment({**os.environ, "PYTHONPATH": str(image)}, tmp_path / "stacks")
+    ours = run_python(program, env)
+    assert ours.stdout.split()[0] == plain.stdout.split()[0] == "image"
+    assert set(ours.stdout.split()) - set(plain.stdout.split()) == {"faulthandler"}
+
+
 def test_the_sitecustomize_is_python_3_6_syntax() -> None:
     source = (SITE_DIR / "sitecustomize.py").read_text()
     ast.parse(source, feature_version=(3, 6))
     imported = set()
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    tree.body = [  # without what only the type checker reads
+        block
+        for block in tree.body
+        if not (isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING")
+    ]
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -59,6 +59,9 @@ class RankOutput:
         self.evidence: collections.deque[str] = collections.deque(maxlen=_EVIDENCE_LINES)
         self._in_stall_warning: set[str] = set()  # the streams in the midst of one
         self._shipped_at = time.monotonic()  # the sender's last progress
+        # close() gave up on a stuck way to the leader: its note counts what was not shown,
+        # so the sender neither ships nor prints anything after it.
+        self._abandoned = threading.Event()
 
     def start(self, channel: Channel | None) -> None:
         self._channel = channel
@@ -121,6 +124,7 @@ class RankOutput:
                     self._log.close()
                 self._log = None
         if self._sender.is_alive():
+            self._abandoned.set()
             unshown = sum(len(item[1]) for item in _drain(self._queue) if item is not None)
             where = f"; the rank's log {self._log_path} has every line" if self._log_whole else ""
             note = (
@@ -168,7 +172,7 @@ class RankOutput:
                 size += sum(map(len, item[1])) if item is not None else 0
             self._ship([item for item in batch if item is not None])
             self._shipped_at = time.monotonic()
-            if batch[-1] is None:
+            if batch[-1] is None or self._abandoned.is_set():
                 return
 
     def _open_log(self) -> io.FileIO | None:
@@ -196,6 +200,8 @@ class RankOutput:
                         )
                     )
                     continue
+            if self._abandoned.is_set():
+                return
             sink = sys.stderr.buffer if stream == "stderr" else sys.stdout.buffer
             prefix = tag(self.host, self.rank)
             console.write(
