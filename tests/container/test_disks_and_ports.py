@@ -24,18 +24,26 @@ LOGS = "/opt/ml/output/data/logs"
 NO_SPACE = "No space left on device"
 # Started instead of the image's entry point on every host: with HOLD_PORT set, another
 # process (Python's HTTP server) listens on that port before ringleader starts.
+# HOLD_PORT: hold it with another server before the entry point starts; AWAIT_PORT (host:port):
+# start the entry point only once that accepts, so that its startup deadline leaves it the
+# whole greeting timeout against the holder (a holder up late on a busy machine left the
+# workers less, and they reported the leader as never answering).
 HOLD_PORT_THEN_TRAIN = """
 import os, socket, subprocess, sys, time
-port = os.environ.get("HOLD_PORT")
-if port:
-    subprocess.Popen([sys.executable, "-m", "http.server", port], stdout=subprocess.DEVNULL)
+def await_port(host, port):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
-            break
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
         except OSError:
             time.sleep(0.05)
+port = os.environ.get("HOLD_PORT")
+if port:
+    subprocess.Popen([sys.executable, "-m", "http.server", port], stdout=subprocess.DEVNULL)
+    await_port("127.0.0.1", port)
+if os.environ.get("AWAIT_PORT"):
+    await_port(*os.environ["AWAIT_PORT"].split(":"))
 os.execv("/usr/local/bin/ringleader-entrypoint", ["ringleader-entrypoint", *sys.argv[1:]])
 """
 
@@ -145,7 +153,11 @@ def test_a_wedged_orted_is_killed_after_the_launcher_exit_timeout(run_mounted):
 def test_a_busy_control_port_is_a_configuration_error_on_every_host(run_mounted):
     run = run_mounted(
         entrypoint=("python3", "-c", HOLD_PORT_THEN_TRAIN),
-        host_env={"algo-1": {"HOLD_PORT": "29100"}},
+        host_env={
+            "algo-1": {"HOLD_PORT": "29100"},
+            "algo-2": {"AWAIT_PORT": "algo-1:29100"},
+            "algo-3": {"AWAIT_PORT": "algo-1:29100"},
+        },
         # a silent port is tried again until the startup deadline (a busy leader greets late)
         hyperparameters={"megabytes": "0.01", "ringleader_startup_timeout": "20"},
     )
