@@ -137,28 +137,26 @@ def job(current_host: str, custom_options: tuple[str, ...] = ()) -> JobConfig:
     )
 
 
-def test_leader_logs_what_it_set(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_leader_logs_what_it_set() -> None:
     lines: list[str] = []
-    monkeypatch.setattr(hostenv.log, "log", lines.append)
-    variables = hostenv.fabric_variables(job("algo-1"), P4D_WITH_EFA, {})
+    variables = hostenv.fabric_variables(job("algo-1"), P4D_WITH_EFA, {}, lines.append)
     assert variables == {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}
     assert len(lines) == 1 and "ranks get FI_PROVIDER=efa" in lines[0]
 
 
-def test_worker_sets_the_same_without_a_log_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_sets_the_same_without_a_log_line() -> None:
     lines: list[str] = []
-    monkeypatch.setattr(hostenv.log, "log", lines.append)
-    assert hostenv.fabric_variables(job("algo-2"), P4D_WITH_EFA, {}) == {
+    assert hostenv.fabric_variables(job("algo-2"), P4D_WITH_EFA, {}, lines.append) == {
         "FI_PROVIDER": "efa",
         "FI_EFA_USE_DEVICE_RDMA": "1",
     }
     assert lines == []
 
 
-def test_container_env_and_mpirun_x_are_the_users(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hostenv.log, "log", lambda line: None)
+def test_container_env_and_mpirun_x_are_the_users() -> None:
     config = job("algo-1", ("-x", "FI_EFA_USE_DEVICE_RDMA=0"))
-    variables = hostenv.fabric_variables(config, P4D_WITH_EFA, {"FI_PROVIDER": "tcp"})
+    environ = {"FI_PROVIDER": "tcp"}
+    variables = hostenv.fabric_variables(config, P4D_WITH_EFA, environ, lambda line: None)
     assert variables == {}
 
 
@@ -174,7 +172,6 @@ def sagemaker_env_vars_with(tmp_path: Path, monkeypatch, with_efa: bool) -> dict
         "probe_fabric",
         lambda instance_type, gpus: real_probe(instance_type, gpus, sys_class, dev_dir),
     )
-    monkeypatch.setattr(hostenv.log, "log", lambda line: None)
     for name in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "SM_CURRENT_INSTANCE_TYPE"):
         monkeypatch.delenv(name, raising=False)
     config_dir = tmp_path / "config"
@@ -185,7 +182,7 @@ def sagemaker_env_vars_with(tmp_path: Path, monkeypatch, with_efa: bool) -> dict
         "current_instance_type": "ml.p4d.24xlarge",
     }
     (config_dir / "resourceconfig.json").write_text(json.dumps(resource))
-    return hostenv.sagemaker_env_vars(job("algo-1"), ConfigFiles(config_dir))
+    return hostenv.sagemaker_env_vars(job("algo-1"), ConfigFiles(config_dir), lambda line: None)
 
 
 def test_without_efa_the_host_environment_is_unchanged(tmp_path: Path, monkeypatch) -> None:

@@ -16,10 +16,10 @@ from ringleader.config.job import RINGLEADER_PREFIX, ConfigFiles, JobConfig, rea
 from ringleader.config.mpi_options import forwarded_variables
 from ringleader.core.files import write_atomically
 from ringleader.launch import fabric, sagemaker_env
-from ringleader.output import log
+from ringleader.launch.strategy import Logger
 
 
-def sagemaker_env_vars(config: JobConfig, files: ConfigFiles) -> dict[str, str]:
+def sagemaker_env_vars(config: JobConfig, files: ConfigFiles, log: Logger) -> dict[str, str]:
     topology = config.topology
     resource_config = files.read_resource_config() or {}
     resource_config.update(
@@ -41,18 +41,19 @@ def sagemaker_env_vars(config: JobConfig, files: ConfigFiles) -> dict[str, str]:
     fabric_facts = fabric.probe_fabric(
         _known_instance_type(instance_type, os.environ), facts.num_gpus
     )
-    return {**fabric_variables(config, fabric_facts, os.environ), **variables}
+    return {**fabric_variables(config, fabric_facts, os.environ, log), **variables}
 
 
 def fabric_variables(
-    config: JobConfig, facts: fabric.FabricFacts, environ: Mapping[str, str]
+    config: JobConfig, facts: fabric.FabricFacts, environ: Mapping[str, str], log: Logger
 ) -> dict[str, str]:
-    """The EFA variables for this host's ranks; the leader logs what it set and why. A value
-    in the container's environment or forwarded with mpirun's -x is the user's and stays."""
+    """The EFA variables for this host's ranks; the leader logs what it set and why (to log).
+    A value in the container's environment or forwarded with mpirun's -x is the user's and
+    stays."""
     already_set = {*environ, *forwarded_variables(config.mpi.custom_options)}
     settings = fabric.efa_settings(facts, already_set)
     if settings.note is not None and config.topology.current_host == config.topology.leader:
-        log.log(settings.note)
+        log(settings.note)
     return dict(settings.variables)
 
 

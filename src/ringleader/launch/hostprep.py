@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ringleader.config.job import ConfigFiles, JobConfig
 from ringleader.core import paths
 from ringleader.launch import hostenv
+from ringleader.launch.strategy import Logger
 from ringleader.launch.user_command import (
     build_user_command,
     command_interpreter,
@@ -33,8 +34,11 @@ class CommandShape:
     check: Callable[[], None] | None = None
 
 
-def prepare_host(files: ConfigFiles, config: JobConfig, shape: CommandShape) -> list[str]:
-    """Write this host's environment file for its ranks; return the user's command."""
+def prepare_host(
+    files: ConfigFiles, config: JobConfig, shape: CommandShape, *, log: Logger
+) -> list[str]:
+    """Write this host's environment file for its ranks; return the user's command. What the
+    leader says about the host (its EFA variables) goes to log."""
     if shape.check is not None:
         shape.check()
     if config.source.command:
@@ -54,7 +58,7 @@ def prepare_host(files: ConfigFiles, config: JobConfig, shape: CommandShape) -> 
         )
     if shape.fail_fast:
         user_command = fail_fast_command(user_command)
-    sagemaker = {**hostenv.sagemaker_env_vars(config, files), **config.horovod_env}
+    sagemaker = {**hostenv.sagemaker_env_vars(config, files, log), **config.horovod_env}
     hostenv.write_host_env(paths.HOST_ENV_FILE, hostenv.host_environment(os.environ, sagemaker))
     return user_command
 

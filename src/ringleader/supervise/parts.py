@@ -171,6 +171,6 @@ def real_parts(
         environ=os.environ,
         own_sshd=own_sshd,
         hostname=hostname,
-        prepare_host=functools.partial(prepare_host, files),
+        prepare_host=functools.partial(prepare_host, files, log=log.log),
         secret=secret,
     )
