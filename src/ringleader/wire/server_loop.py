@@ -138,6 +138,10 @@ class ServerLoop:
         while the selector still watches it)."""
         with self._lock:
             self._stopping = True
+        # Refused from now on, not once the loop's thread gets a CPU: shutdown() ends the
+        # listening at once and keeps the descriptor's number, which the selector still holds.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._wake_out.send(b"\0")
         if self._thread.ident is None:  # never started: nothing else closes what it holds
@@ -185,7 +189,7 @@ class ServerLoop:
 
     def _accept(self) -> None:
         for _ in range(_ACCEPTS_PER_WAKE):
-            if not self._listening:
+            if not self._listening or self._stopping:  # a stopped listener fails to accept
                 return
             try:
                 connection, _ = self._listener.accept()
