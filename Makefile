@@ -58,20 +58,15 @@ image-trixie: image  ## ringleader:trixie = Debian trixie, Python 3.13, Open MPI
 image-tf-horovod: image  ## ringleader:tf-horovod = the image + TensorFlow 2.21 (CPU) + tf-keras + Horovod 0.28.1 for TensorFlow (cold ~4 min)
 	FRAMEWORK=tensorflow scripts/build-horovod.sh
 
-test: setup image-horovod image-tensorflow image-mxnet image-tf-horovod image-trixie image-slurm  ## lint, type check and the whole test suite (unit + real containers)
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/mypy
-	RINGLEADER_SDK3_PYTHON=$(CURDIR)/build/sdk3-venv/bin/python $(BIN)/pytest
-	scripts/test-pythons.sh
+test:  ## everything CI runs: set-up, images, lint, types, unit tests (every Python), container tests; steps in parallel where independent, each one's time at the end (scripts/ci.py)
+	python3 scripts/ci.py
 
-test-unit: venv  ## unit tests only: no Docker, no image
-	$(BIN)/pytest -m 'not container'
+test-unit: venv  ## unit tests only: no Docker, no browser, no network
+	$(BIN)/pytest -m 'not container and not browser'
 
 .PHONY: test-pythons
 test-pythons: venv  ## unit tests under every other CPython 3.10-3.13 found (pyenv, PATH or PYTHONS=...), venvs in build/py-venvs
 	scripts/test-pythons.sh
 
-lint: venv  ## ruff lint and format check
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+lint: venv  ## ruff lint, format check and mypy
+	scripts/lint.sh

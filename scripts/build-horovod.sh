@@ -6,6 +6,8 @@
 #
 #   scripts/build-horovod.sh              both steps: wheelhouse, build
 #   scripts/build-horovod.sh wheelhouse   only the host wheelhouse build/wheelhouse-<framework>/
+#   scripts/build-horovod.sh compile      only the compile stage (needs the wheelhouse and the
+#                                         base image, not ringleader:latest)
 #   scripts/build-horovod.sh build        only the docker build (needs the wheelhouse)
 #   FRAMEWORK=mxnet scripts/build-horovod.sh
 #   FRAMEWORK=tensorflow scripts/build-horovod.sh
@@ -154,20 +156,39 @@ compile_base() {
     fi
 }
 
+# build_args: what every build of the Dockerfile is given; the compile stage's cache is shared by
+# `compile` and `build` only when both give the same.
+build_args() {
+    local base
+    base=$(compile_base)
+    BUILD_ARGS=(-f "$DOCKERFILE" --build-arg BASE_IMAGE="$base"
+        --build-arg RINGLEADER_IMAGE="$RINGLEADER_IMAGE" "${FRAMEWORK_ARGS[@]}"
+        --build-arg HOROVOD_VERSION="$HOROVOD_VERSION")
+    [[ ${NO_CACHE:-} != 1 ]] || BUILD_ARGS+=(--no-cache)
+    COMPILE_BASE=$base
+}
+
+# Only the compile stage (Horovod's wheel), which needs the base image but not ringleader:latest:
+# `make test` runs it while ringleader:latest builds; `build` then finds it in the cache.
+step_compile() {
+    docker info >/dev/null 2>&1 || die "Docker Engine does not answer; run 'scripts/setup.sh docker'"
+    [[ -f $WHEELHOUSE/.key ]] || die "no wheelhouse in $WHEELHOUSE; run '$0 wheelhouse'"
+    local start=$SECONDS logf=${LOG%.log}-compile.log
+    build_args
+    log "Compiling Horovod $HOROVOD_VERSION for $FRAMEWORK on $COMPILE_BASE (the compile stage of $DOCKERFILE; log: $logf)"
+    logged_build "$logf" "$start" "${BUILD_ARGS[@]}" --target compile "$WHEELHOUSE"
+    log "Horovod's compile stage for $FRAMEWORK done in $((SECONDS - start))s"
+}
+
 step_build() {
     docker info >/dev/null 2>&1 || die "Docker Engine does not answer; run 'scripts/setup.sh docker'"
     image_exists "$RINGLEADER_IMAGE" || die "$RINGLEADER_IMAGE is not built; run 'make image' first"
     [[ -f $WHEELHOUSE/.key ]] || die "no wheelhouse in $WHEELHOUSE; run '$0 wheelhouse'"
-    local base start=$SECONDS
-    base=$(compile_base)
-    log "Building image $IMAGE from $RINGLEADER_IMAGE; Horovod $HOROVOD_VERSION compiled on $base (log: $LOG; a cold build takes about 8 minutes, 5 of them compiling Horovod)"
-    local -a extra=()
-    [[ ${NO_CACHE:-} != 1 ]] || extra+=(--no-cache)
+    local start=$SECONDS
+    build_args
+    log "Building image $IMAGE from $RINGLEADER_IMAGE; Horovod $HOROVOD_VERSION compiled on $COMPILE_BASE (log: $LOG; a cold build takes about 8 minutes, 5 of them compiling Horovod)"
     # The context is the wheelhouse only: nothing else is sent to the daemon.
-    build_image "$IMAGE" "$LOG" -f "$DOCKERFILE" "${extra[@]}" \
-        --build-arg BASE_IMAGE="$base" --build-arg RINGLEADER_IMAGE="$RINGLEADER_IMAGE" \
-        "${FRAMEWORK_ARGS[@]}" --build-arg HOROVOD_VERSION="$HOROVOD_VERSION" \
-        "$WHEELHOUSE"
+    build_image "$IMAGE" "$LOG" "${BUILD_ARGS[@]}" "$WHEELHOUSE"
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}')): $(docker run --rm --entrypoint python "$IMAGE" -c "$CHECK")"
 }
 

@@ -27,7 +27,9 @@ import pytest
 from ringleader.tools.local.run import LocalJob
 from tests.container.conftest import Capture, JobRun, make_spec
 
-pytestmark = pytest.mark.container
+# One pytest-xdist worker runs the whole group: its module-scoped jobs run once, on one worker.
+ONE_WORKER = pytest.mark.xdist_group("horovod")
+pytestmark = [pytest.mark.container, ONE_WORKER]
 
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 DATA = "/opt/ml/output/data"
@@ -210,6 +212,7 @@ def test_failing_horovod_rank_is_the_root_cause(failed_job):
         assert f"failing on purpose with code {code} at step 20" in failure
 
 
+@pytest.mark.alone  # its 6 busy-polling ranks saturate the 2 cores by themselves
 @pytest.mark.parametrize("attempt", range(1, 6))
 def test_failing_rank_under_an_output_flood_is_named_every_time(
     attempt: int, docker_client: docker.DockerClient, horovod_image: str, tmp_path: Path

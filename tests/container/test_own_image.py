@@ -12,7 +12,9 @@ import pytest
 
 from tests.container.conftest import IMAGE
 
-pytestmark = pytest.mark.container
+# One pytest-xdist worker runs the module: its derived images have fixed tags.
+ONE_WORKER = pytest.mark.xdist_group("own-image")
+pytestmark = [pytest.mark.container, ONE_WORKER]
 
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 WITHOUT_SSHD = "ringleader-test:without-sshd"

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.container
+# One pytest-xdist worker owns the Slurm cluster: its containers have fixed names.
+ONE_WORKER = pytest.mark.xdist_group("slurm")
+pytestmark = [pytest.mark.container, ONE_WORKER]
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = ("ringleader-slurm-node1", "ringleader-slurm-node2", "ringleader-slurm-node3")

@@ -11,7 +11,9 @@ from ringleader.config.hostlist import expand_hostlist
 from ringleader.core.errors import ConfigError
 from tests.container.slurm import SlurmCluster
 
-pytestmark = pytest.mark.container
+# One pytest-xdist worker owns the Slurm cluster: its containers have fixed names.
+ONE_WORKER = pytest.mark.xdist_group("slurm")
+pytestmark = [pytest.mark.container, ONE_WORKER]
 
 # Each compared with `scontrol show hostnames` in the head. Slurm refuses text after an item's
 # last bracket (n[1-2]-ib: "Invalid hostlist", as in 22.05 so in a recent hostlist.c), though

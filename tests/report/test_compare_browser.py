@@ -12,11 +12,14 @@ import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from ringleader.tools.report.charts import ACCENT, BAR
 from tests.report.compare_runs import FakeRun, ringleader, write_study
 from tests.report.test_report_browser import WIDTH, headless, near, screenshot
+
+pytestmark = pytest.mark.browser
 
 HEIGHT = 1400
 

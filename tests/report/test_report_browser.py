@@ -18,6 +18,8 @@ from PIL import Image
 
 from ringleader.tools import cli as ringleader_cli
 
+pytestmark = pytest.mark.browser
+
 FIXTURE = Path(__file__).parent / "fixtures" / "local-job"
 WIDTH, HEIGHT = 1280, 2000
 ROOT_CAUSE_RED = (0xC0, 0x39, 0x2B)  # the root-cause bar of ranks.png: the image loaded
