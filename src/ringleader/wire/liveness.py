@@ -265,6 +265,16 @@ class PulseLoop:
         """End one link and close its connection without reporting a loss."""
         self._call(lambda: self._drop(link, close=True))
 
+    def settle(self) -> None:
+        """Return once the loop's thread has taken every link handed to it so far and read
+        every pulse that had arrived on them (waiting at most STOP_SECONDS): their summaries,
+        taken next, count them. Without it a summary taken on another thread counted what
+        this one happened to have run by then: no pulse at all on most links handed over
+        just before the stop, their pulses waiting unread."""
+        settled = threading.Event()
+        self._call(lambda: self._settle(settled))
+        settled.wait(STOP_SECONDS)
+
     def stop(self) -> None:
         """End every link and close the connections without reporting a loss; returns once
         the loop's thread has ended (waiting at most STOP_SECONDS)."""
@@ -306,6 +316,13 @@ class PulseLoop:
             self._selector.close()
             self._wake_in.close()
             self._wake_out.close()
+
+    def _settle(self, settled: threading.Event) -> None:
+        # The commands queued before this one have run: every link handed over is watched.
+        for key, _ in self._selector.select(0):
+            if key.fileobj is not self._wake_in:
+                self._readable(key.data)
+        settled.set()
 
     def _add(self, link: PulseLink) -> None:
         self._links[link.channel] = link

@@ -150,7 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         links[host] = loop.watch(channel, functools.partial(lost, host))
     # Every summary first, in one write, while the links still run: closing them lets the
     # peers go, and on a crowded machine their ends would otherwise delay the summaries
-    # (and so the parent's own end) by up to half a second (32 hosts on 2 cores).
+    # (and so the parent's own end) by up to half a second (32 hosts on 2 cores). They count
+    # every pulse that has arrived: the loop has taken every link and read them first.
+    loop.settle()
     report("\n".join([*summary_lines(links), _SUMMARIZED]))
     loop.stop()
     return 0
