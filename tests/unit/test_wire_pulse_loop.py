@@ -2,6 +2,8 @@
 
 import queue
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -72,3 +74,34 @@ def test_a_peer_that_does_not_read_never_holds_the_loop_up():
         loop.stop()
         for sock in (full_theirs, theirs):
             sock.close()
+
+
+PULSE_PROCESS = [sys.executable, "-m", "ringleader.wire.pulse_process"]
+PULSE_SETTINGS = ["--interval", "0.05", "--timeout", "30", "--setting", "ringleader_leader_timeout"]
+
+
+def test_a_pulse_process_whose_parent_has_gone_ends_quietly() -> None:
+    """A link that closes after the parent stopped reading (its pipe closed: a worker host's
+    entry point ended first on a busy machine) is not reported, and no traceback of the pulse
+    loop reaches the job's output; the process still ends 0 when its control socket closes."""
+    control, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    link, peer = socket.socketpair()
+    with child_end:
+        child = subprocess.Popen(
+            [*PULSE_PROCESS, "--control-fd", str(child_end.fileno()), *PULSE_SETTINGS],
+            pass_fds=(child_end.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    assert child.stdout is not None and child.stderr is not None
+    with link:
+        socket.send_fds(control, [b"watch\talgo-2"], [link.fileno()])
+    peer.settimeout(30)
+    assert peer.recv(64)  # the pulse loop has the link: its first pulse arrived
+    child.stdout.close()  # the parent has gone
+    peer.close()  # the link ends after it: the loop's loss has nobody to go to
+    control.close()
+    errors = child.stderr.read().decode()
+    assert child.wait(timeout=30) == 0, errors
+    assert "Traceback" not in errors, errors

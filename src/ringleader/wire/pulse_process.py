@@ -124,11 +124,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signal.SIG_IGN)
     out_lock = threading.Lock()
+    parent_gone = threading.Event()
 
     def report(line: str) -> None:
+        # A parent that has ended (its end of the pipe closed) has nobody left to tell: a link
+        # that closes after it (the peers' ends) is not reported, and no traceback reaches the
+        # job's output (seen on a worker host under load: BrokenPipeError in the pulse loop).
         with out_lock:
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
+            if parent_gone.is_set():
+                return
+            try:
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+            except OSError:
+                parent_gone.set()
 
     def lost(host: str, reason: str, last_heard: float) -> None:
         report(f"lost\t{host}\t{last_heard!r}\t{reason}")
