@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,7 @@ class Step:
     timeout: float = 20 * MINUTE
     env: tuple[tuple[str, str], ...] = ()
     about: str = ""
+    tests: bool = False  # its log holds pytest runs: their counts and slowest tests are reported
 
 
 def pytest_command(*args: str) -> tuple[str, ...]:
@@ -124,6 +126,7 @@ def all_steps(container_workers: int) -> list[Step]:
             pytest_command("-m", "not container", "--durations=15"),
             needs=("venv", "host-packages"),
             about="unit and browser tests, Python of .venv",
+            tests=True,
         ),
         Step(
             "other-pythons",
@@ -131,6 +134,7 @@ def all_steps(container_workers: int) -> list[Step]:
             needs=("unit",),
             timeout=40 * MINUTE,
             about="unit tests under every other CPython 3.10-3.13",
+            tests=True,
         ),
         Step(
             "containers",
@@ -147,6 +151,7 @@ def all_steps(container_workers: int) -> list[Step]:
             timeout=45 * MINUTE,
             env=(("RINGLEADER_SDK3_PYTHON", str(SDK3_PYTHON)),),
             about=f"container tests, {container_workers} at a time",
+            tests=True,
         ),
         Step(
             "containers-alone",
@@ -154,6 +159,7 @@ def all_steps(container_workers: int) -> list[Step]:
             needs=("containers",),
             timeout=30 * MINUTE,
             about="container tests that need the machine to themselves",
+            tests=True,
         ),
     ]
 
@@ -279,30 +285,28 @@ def tail(path: Path, lines: int) -> str:
     return f"    last {min(lines, len(text))} lines of {path.relative_to(ROOT)}:\n{shown}"
 
 
-def pytest_closing_line(path: Path) -> str:
-    """The last line of a pytest log that counts what ran ("==== 12 passed in 3.2s ====")."""
-    found = ""
-    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-        counted = " passed" in line or " failed" in line or " error" in line
-        if (line.startswith("=") and counted) or "no tests ran" in line:
-            found = line
-    return found
+CLOSING_LINE = re.compile(r"\b\d+ (passed|failed|errors?)\b.* in [0-9.]+s\b|no tests ran")
+COUNT = re.compile(r"(\d+) (passed|failed|errors?)\b")
 
 
-def durations_section(path: Path) -> list[str]:
-    """pytest's `--durations` table, as printed in the log."""
+def closing_lines(path: Path) -> list[str]:
+    """Every line of a log with which a pytest run counted what ran ("== 12 passed in 3.2s ==")."""
     lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-    section: list[str] = []
-    inside = False
+    return [line.strip("= ") for line in lines if CLOSING_LINE.search(line)]
+
+
+def section(path: Path, header: str) -> list[str]:
+    """The section of a pytest log whose "====" header line contains `header`."""
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    found: list[str] = []
     for line in lines:
-        if "slowest" in line and line.startswith("="):
-            inside = True
-            section.append(line)
-        elif inside and line.startswith("="):
+        if line.startswith("=") and header in line:
+            found = [line]
+        elif found and line.startswith("="):
             break
-        elif inside and line.strip():
-            section.append(line)
-    return section
+        elif found and line.strip():
+            found.append(line)
+    return found
 
 
 def report(runner: Runner) -> None:
@@ -314,14 +318,21 @@ def report(runner: Runner) -> None:
         print(f"{name:<22} {outcome.status:<8} {outcome.seconds:8.0f}  {start_text}  {outcome.why}")
     total = time.monotonic() - runner.began
     print(f"{'wall time':<22} {'':<8} {total:8.0f}")
+    counts = {"passed": 0, "failed": 0}
     for name, step in runner.steps.items():
-        if "pytest" not in step.command[0] or runner.outcomes[name].status == "skipped":
+        if not step.tests or runner.outcomes[name].status == "skipped":
             continue
         log = LOGS / f"{name}.log"
         print()
-        for line in durations_section(log):
-            print(line)
-        print(f"{name}: {pytest_closing_line(log) or 'no closing line (see ' + str(log) + ')'}")
+        for header in ("slowest", "with no 'Slow:'"):
+            for line in section(log, header):
+                print(line)
+        for line in closing_lines(log) or [f"no closing line (see {log.relative_to(ROOT)})"]:
+            print(f"{name}: {line}")
+            for number, word in COUNT.findall(line):
+                counts["passed" if word == "passed" else "failed"] += int(number)
+    print()
+    print(f"ci: {counts['passed']} passed, {counts['failed']} failed")
 
 
 def select(steps: list[Step], only: Sequence[str]) -> dict[str, Step]:

@@ -271,7 +271,11 @@ def test_hosts_on_another_python_named_with_python_option(
     """node1 (the launcher) on the image's 3.11, node2 and node3 on another minor version, all
     named by one --python PATH. --bootstrap ships what fits them (pure wheels, psutil's stable
     ABI) and asks their own index for the rest (PyYAML compiled here for 3.11): with an empty
-    wheelhouse that fails, naming what to install; once it holds them, the job runs."""
+    wheelhouse that fails, naming what to install; once it holds them, the job runs.
+
+    Slow: the job runs twice over ssh on three stand-in machines, once refused and once after
+    the wheelhouse holds the other Python's wheels.
+    """
     if not OTHER_PYTHONS:
         message = (
             "needs pyenv's CPython 3.13 under /root/.pyenv/versions (this machine's kind has it)"

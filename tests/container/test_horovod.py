@@ -89,6 +89,8 @@ def test_load_chrome_trace_completes_a_missing_bracket():
 
 
 def test_horovod_training_with_timeline_and_autotune(run_job, horovod_image):
+    """Slow: Horovod's autotune writes its log's data rows only after about 200 steps, here of
+    PyTorch on 6 ranks that share 2 cores."""
     run = run_job(
         image=horovod_image,
         entry_point="horovod_train.py",
@@ -151,6 +153,13 @@ def assert_autotune_log_on_the_leader_only(run: JobRun) -> None:
 FAILING = {3: ("algo-2", "7"), 0: ("algo-1", "5")}  # rank -> (host, exit code)
 
 
+# Alone (an open lead): in a run of three container tests at a time, with two busy loops beside
+# them, rank 3's exit (Horovod's shutdown at interpreter exit) had not ended when the other ranks'
+# own failures made mpirun abort every rank (84 s after the launch): no rank had failed on its own,
+# and every host exited 70, not 7. Seen once; the cause is not explained yet.
+ALONE_UNTIL_EXPLAINED = pytest.mark.alone
+
+
 @pytest.fixture(scope="module", params=sorted(FAILING, reverse=True), ids=lambda r: f"rank{r}")
 def failed_job(
     request: pytest.FixtureRequest,
@@ -187,6 +196,7 @@ def failed_job(
     print(run.output)
 
 
+@ALONE_UNTIL_EXPLAINED
 def test_failing_horovod_rank_takes_the_others_down(failed_job):
     run = failed_job
     code = FAILING[run.failing_rank][1]
@@ -201,6 +211,7 @@ def test_failing_horovod_rank_takes_the_others_down(failed_job):
     assert len(set(failures.values())) == 1, failures
 
 
+@ALONE_UNTIL_EXPLAINED
 def test_failing_horovod_rank_is_the_root_cause(failed_job):
     run = failed_job
     rank = run.failing_rank

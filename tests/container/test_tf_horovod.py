@@ -47,6 +47,8 @@ GRADIENT = re.compile(r"DistributedSGD_Allreduce/.*/HorovodAllreduce_grads(_\d+)
 def test_tf_horovod_training_with_timeline_and_autotune(
     run_job: Callable[..., JobRun], tf_horovod_image: str
 ) -> None:
+    """Slow: Horovod's autotune writes its log's data rows only after about 200 steps, here of
+    TensorFlow on 6 ranks that share 2 cores."""
     run = run_job(
         image=tf_horovod_image,
         entry_point="tf_horovod_train.py",
@@ -114,7 +116,10 @@ def test_failing_tf_horovod_rank_is_named_with_its_code_on_every_host(
     run_job: Callable[..., JobRun], tf_horovod_image: str
 ) -> None:
     """A worker's rank 3 (on algo-2) exits 7 at step 20, while the others are in an allreduce:
-    every host exits 7 and names rank 3 as the cause."""
+    every host exits 7 and names rank 3 as the cause.
+
+    Slow: 6 ranks import TensorFlow and build the model on 2 cores before step 20.
+    """
     run = run_job(
         image=tf_horovod_image,
         entry_point="tf_horovod_train.py",
@@ -135,7 +140,11 @@ def test_docker_stop_of_a_host_ends_every_host_with_143(
     start_job: Callable[..., JobRun], tf_horovod_image: str, docker_client: docker.DockerClient
 ) -> None:
     """`docker stop` of a worker host in the middle of training (SageMaker stops a job with
-    SIGTERM): ringleader forwards it, and every host exits 143 within its grace period."""
+    SIGTERM): ringleader forwards it, and every host exits 143 within its grace period.
+
+    Slow: training must be under way (TensorFlow imported, 6 ranks stepping on 2 cores) before
+    the host is stopped.
+    """
     run = start_job(
         image=tf_horovod_image,
         entry_point="tf_horovod_train.py",

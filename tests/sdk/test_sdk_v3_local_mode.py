@@ -21,6 +21,7 @@ import base64
 import json
 import os
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,10 @@ def sdk3_job(docker_client, tmp_path):
     jobs = []
 
     def run(code: Path, channel: Path, **hyperparameters) -> SdkJob:
-        root = tmp_path / f"v3root{len(jobs)}"  # the compose project's name: unique per job
+        # The compose project's name: unique per job, also across tests run side by side
+        # (pytest-xdist workers' tmp_path names repeat; "v3root0" twice recreated one job's
+        # containers under the other).
+        root = tmp_path / f"v3root{len(jobs)}{uuid.uuid4().hex[:8]}"
         root.mkdir()
         job = SdkJob(root=root, output=root / "compressed_artifacts", docker=docker_client)
         job.project = compose_project(str(root))
