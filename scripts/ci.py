@@ -87,17 +87,20 @@ def horovod_steps(framework: str, image: str) -> list[Step]:
 def all_steps(container_workers: int) -> list[Step]:
     container_images = ("latest", "horovod", "mxnet", "tf-horovod", "tensorflow", "trixie", "slurm")
     return [
-        # apt-get takes a lock: every Debian package of the host in one step, Docker first.
+        # apt-get takes a lock: the host's Debian packages in two steps, Docker Engine first (the
+        # images wait on it), then what only the tests need.
+        Step("docker", ("scripts/setup.sh", "docker"), about="Docker Engine, started"),
         Step(
-            "host-packages",
-            ("scripts/setup.sh", "docker", "browser", "sshkeygen"),
-            about="Docker Engine (started), chromium, ssh-keygen",
+            "host-tools",
+            ("scripts/setup.sh", "browser", "sshkeygen"),
+            needs=("docker",),
+            about="chromium, ssh-keygen",
         ),
         Step("wheelhouse", ("scripts/setup.sh", "wheelhouse"), about="ringleader's wheels"),
         # After the wheelhouse: both build ringleader from this tree (egg-info, build/).
         Step("venv", ("scripts/setup.sh", "venv"), needs=("wheelhouse",), about=".venv"),
         Step("sdk3-venv", ("scripts/setup.sh", "sdk3"), about="SageMaker SDK v3 venv"),
-        Step("base", ("scripts/setup.sh", "base"), needs=("host-packages",)),
+        Step("base", ("scripts/setup.sh", "base"), needs=("docker",)),
         Step(
             "latest",
             ("scripts/setup.sh", "build"),
@@ -111,7 +114,7 @@ def all_steps(container_workers: int) -> list[Step]:
         Step(
             "trixie",
             ("scripts/build-trixie.sh",),
-            needs=("host-packages", "wheelhouse"),
+            needs=("docker", "wheelhouse"),
             about="Debian trixie base and ringleader:trixie",
         ),
         Step("slurm", ("scripts/build-slurm.sh",), needs=("horovod",)),
@@ -124,7 +127,7 @@ def all_steps(container_workers: int) -> list[Step]:
         Step(
             "unit",
             pytest_command("-m", "not container", "--durations=15"),
-            needs=("venv", "host-packages"),
+            needs=("venv", "host-tools"),
             about="unit and browser tests, Python of .venv",
             tests=True,
         ),
