@@ -53,6 +53,7 @@ class Step:
     env: tuple[tuple[str, str], ...] = ()
     about: str = ""
     tests: bool = False  # its log holds pytest runs: their counts and slowest tests are reported
+    after: tuple[str, ...] = ()  # steps that must have ended first, whether they passed or not
 
 
 def pytest_command(*args: str) -> tuple[str, ...]:
@@ -159,7 +160,8 @@ def all_steps(container_workers: int) -> list[Step]:
         Step(
             "containers-alone",
             pytest_command("-m", "container and alone", "--durations=10"),
-            needs=("containers",),
+            needs=(*container_images, "venv"),
+            after=("containers",),
             timeout=30 * MINUTE,
             about="container tests that need the machine to themselves",
             tests=True,
@@ -220,6 +222,9 @@ class Runner:
     def _start_ready(self) -> None:
         for name in self._waiting():
             step = self.steps[name]
+            earlier = [self.outcomes[n].status for n in step.after if n in self.outcomes]
+            if "waiting" in earlier or "running" in earlier:
+                continue
             states = {self.outcomes[need].status for need in step.needs}
             if states & {"failed", "skipped"}:
                 broken = [n for n in step.needs if self.outcomes[n].status in ("failed", "skipped")]
@@ -366,7 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         for step in steps.values():
             needs = ", ".join(step.needs) or "-"
-            print(f"{step.name:<20} needs {needs:<40} bound {step.timeout / MINUTE:.0f} min")
+            after = f" after {', '.join(step.after)}" if step.after else ""
+            bound = f"bound {step.timeout / MINUTE:.0f} min"
+            print(f"{step.name:<20} needs {needs:<40} {bound}{after}")
         return 0
     runner = Runner(steps, scale)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
