@@ -174,7 +174,6 @@ class Outcome:
     status: str = "waiting"  # waiting, running, passed, failed, skipped
     started: float = 0.0
     ended: float = 0.0
-    code: int | None = None
     why: str = ""
 
     @property
@@ -265,7 +264,7 @@ class Runner:
             code = process.wait()
         with self.changed:
             outcome = self.outcomes[step.name]
-            outcome.ended, outcome.code = time.monotonic(), code
+            outcome.ended = time.monotonic()
             if code == 0 and not why:
                 outcome.status = "passed"
                 self.say(f"done  {step.name} in {outcome.seconds:.0f} s")
@@ -287,8 +286,12 @@ def kill_group(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
+def log_lines(path: Path) -> list[str]:
+    return path.read_text(errors="replace").splitlines() if path.exists() else []
+
+
 def tail(path: Path, lines: int) -> str:
-    text = path.read_text(errors="replace").splitlines() if path.exists() else []
+    text = log_lines(path)
     shown = "\n".join(f"    | {line}" for line in text[-lines:])
     return f"    last {min(lines, len(text))} lines of {path.relative_to(ROOT)}:\n{shown}"
 
@@ -297,15 +300,13 @@ CLOSING_LINE = re.compile(r"\b\d+ (passed|failed|errors?)\b.* in [0-9.]+s\b|no t
 COUNT = re.compile(r"(\d+) (passed|failed|errors?)\b")
 
 
-def closing_lines(path: Path) -> list[str]:
+def closing_lines(lines: list[str]) -> list[str]:
     """Every line of a log with which a pytest run counted what ran ("== 12 passed in 3.2s ==")."""
-    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
     return [line.strip("= ") for line in lines if CLOSING_LINE.search(line)]
 
 
-def section(path: Path, header: str) -> list[str]:
+def section(lines: list[str], header: str) -> list[str]:
     """The section of a pytest log whose "====" header line contains `header`."""
-    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
     found: list[str] = []
     for line in lines:
         if line.startswith("=") and header in line:
@@ -331,16 +332,18 @@ def report(runner: Runner) -> None:
         if not step.tests or runner.outcomes[name].status == "skipped":
             continue
         log = LOGS / f"{name}.log"
+        lines = log_lines(log)
         print()
         for header in ("slowest", "with no 'Slow:'"):
-            for line in section(log, header):
+            for line in section(lines, header):
                 print(line)
-        for line in closing_lines(log) or [f"no closing line (see {log.relative_to(ROOT)})"]:
+        for line in closing_lines(lines) or [f"no closing line (see {log.relative_to(ROOT)})"]:
             print(f"{name}: {line}")
             for number, word in COUNT.findall(line):
                 counts["passed" if word == "passed" else "failed"] += int(number)
-    print()
-    print(f"ci: {counts['passed']} passed, {counts['failed']} failed")
+    if any(step.tests for step in runner.steps.values()):
+        print()
+        print(f"ci: {counts['passed']} passed, {counts['failed']} failed")
 
 
 def select(steps: list[Step], only: Sequence[str]) -> dict[str, Step]:
