@@ -42,6 +42,7 @@ VENV_BIN = ROOT / ".venv" / "bin"
 SDK3_PYTHON = ROOT / "build" / "sdk3-venv" / "bin" / "python"
 HEARTBEAT_SECONDS = 60.0
 MINUTE = 60.0
+FAILED_TAIL_LINES = 25  # repeated at the end for each failed step
 
 
 @dataclass(frozen=True)
@@ -319,14 +320,8 @@ def section(lines: list[str], header: str) -> list[str]:
 
 
 def report(runner: Runner) -> None:
-    print()
-    print(f"{'step':<22} {'result':<8} {'seconds':>8}  started  notes")
-    for name, outcome in runner.outcomes.items():
-        start = int(outcome.started - runner.began) if outcome.started else 0
-        start_text = f"{start // 60:3d}:{start % 60:02d}" if outcome.started else "      -"
-        print(f"{name:<22} {outcome.status:<8} {outcome.seconds:8.0f}  {start_text}  {outcome.why}")
-    total = time.monotonic() - runner.began
-    print(f"{'wall time':<22} {'':<8} {total:8.0f}")
+    """Each pytest run's slowest tests and closing line, then the step table, then what failed:
+    the end of the output is what a CI page shows, so the failures come last."""
     counts = {"passed": 0, "failed": 0}
     for name, step in runner.steps.items():
         if not step.tests or runner.outcomes[name].status == "skipped":
@@ -341,9 +336,28 @@ def report(runner: Runner) -> None:
             print(f"{name}: {line}")
             for number, word in COUNT.findall(line):
                 counts["passed" if word == "passed" else "failed"] += int(number)
-    if any(step.tests for step in runner.steps.values()):
+    print()
+    print(f"{'step':<22} {'result':<8} {'seconds':>8}  started  notes")
+    for name, outcome in runner.outcomes.items():
+        start = int(outcome.started - runner.began) if outcome.started else 0
+        start_text = f"{start // 60:3d}:{start % 60:02d}" if outcome.started else "      -"
+        print(f"{name:<22} {outcome.status:<8} {outcome.seconds:8.0f}  {start_text}  {outcome.why}")
+    total = time.monotonic() - runner.began
+    print(f"{'wall time':<22} {'':<8} {total:8.0f}")
+    failed = [name for name, outcome in runner.outcomes.items() if outcome.status == "failed"]
+    for name in failed:
         print()
-        print(f"ci: {counts['passed']} passed, {counts['failed']} failed")
+        print(f"FAILED {name} ({runner.outcomes[name].why}):")
+        print(tail(LOGS / f"{name}.log", FAILED_TAIL_LINES))
+    print()
+    tests = (
+        f"{counts['passed']} tests passed, {counts['failed']} failed; "
+        if any(step.tests for step in runner.steps.values())
+        else ""
+    )
+    skipped = sum(outcome.status == "skipped" for outcome in runner.outcomes.values())
+    steps = f"steps failed: {', '.join(failed)}" if failed else "every step passed"
+    print(f"ci: {tests}{steps}" + (f" ({skipped} skipped after them)" if skipped else ""))
 
 
 def select(steps: list[Step], only: Sequence[str]) -> dict[str, Step]:

@@ -61,20 +61,39 @@ logged_build() {
 
 image_id() { docker image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
 
-# build_image IMAGE LOG DOCKER-BUILD-ARGS...: logged_build tagged IMAGE. When the tag moves, the
-# image it leaves and the install stages of earlier builds are untagged leftovers (gigabytes per
-# rebuild with the classic builder); the ones older than this build are removed. Every ringleader
-# image carries the label ringleader.image (set in Dockerfile's last stage); Horovod's compile
-# stage does not, so it stays as the build cache.
+# stage_ids LOG: "NAME ID" for each named stage (FROM ... AS NAME) in a classic builder's log: the
+# last image the stage made.
+stage_ids() {
+    awk '/^Step [0-9]+\/[0-9]+ : FROM / { stage = (NF >= 6 && toupper($(NF - 1)) == "AS") ? $NF : "" }
+         /^ ---> [0-9a-f]+$/ && stage != "" { last[stage] = $2 }
+         END { for (name in last) print name, last[name] }' "$1"
+}
+
+# build_image IMAGE LOG DOCKER-BUILD-ARGS...: logged_build tagged IMAGE. Each named stage's last
+# image is tagged too (ringleader-stage/IMAGE:STAGE), so it stays in the build cache whatever
+# else removes untagged images. When a tag moves, the image it left is removed with its untagged
+# parents (gigabytes per rebuild with the classic builder); only this build's own images, so builds
+# running side by side never remove each other's cache.
 build_image() {
-    local image=$1 log_file=$2 start=$SECONDS since old freed
+    local image=$1 log_file=$2 start=$SECONDS old stage id stage_tag before
+    local -a superseded=()
     shift 2
-    since=$(date +%s)
     old=$(image_id "$image")
     logged_build "$log_file" "$start" "$@" -t "$image"
-    [[ -n $old && $old != "$(image_id "$image")" ]] || return 0
-    freed=$(docker image prune --force --filter label=ringleader.image --filter "until=$since" | tail -n 1)
-    log "Removed the images this build superseded (${freed:-nothing})"
+    while read -r stage id; do
+        stage_tag="ringleader-stage/${image//[:\/@]/-}:$stage"
+        before=$(image_id "$stage_tag")
+        docker tag "$id" "$stage_tag"
+        [[ -z $before || $before == "$(image_id "$stage_tag")" ]] || superseded+=("$before")
+    done < <(stage_ids "$log_file")
+    [[ -z $old || $old == "$(image_id "$image")" ]] || superseded+=("$old")
+    ((${#superseded[@]})) || return 0
+    # One still used by a container, or the parent of another build's image, stays.
+    local removed=0
+    for id in "${superseded[@]}"; do
+        docker image rm "$id" >/dev/null 2>&1 && removed=$((removed + 1))
+    done
+    log "Removed $removed of the ${#superseded[@]} images this build superseded, with their untagged layers"
 }
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
