@@ -116,7 +116,9 @@ step_wheelhouse() {
         tmp=$(mktemp -d "$WHEELHOUSE/.deps.XXXXXX")
         # With the extra `compare`: the image also carries sagemaker-training for the benchmarks;
         # with `stacks`: py-spy, in the venv's bin (on the image's PATH), for a hung rank's stacks.
-        if ! "$PYTHON" -m pip wheel --quiet --wheel-dir "$tmp" '.[compare,stacks]' 2>"$WHEELHOUSE/pip-wheel.log"; then
+        # A fixed SOURCE_DATE_EPOCH: the wheels built from sdists come out the same in every
+        # clone, so the image's dependency layer stays in the build cache.
+        if ! SOURCE_DATE_EPOCH=$WHEEL_EPOCH "$PYTHON" -m pip wheel --quiet --wheel-dir "$tmp" '.[compare,stacks]' 2>"$WHEELHOUSE/pip-wheel.log"; then
             cat "$WHEELHOUSE/pip-wheel.log" >&2
             rm -rf "$tmp"
             die "pip wheel failed"

@@ -32,9 +32,14 @@ class ResultFiles:
 
 
 class ConcludingLeader(Protocol):
-    records: tuple[RankRecord, ...]
-    world_size: int
-    attempts: list[AttemptRecord]
+    @property
+    def records(self) -> tuple[RankRecord, ...]: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def attempts(self) -> list[AttemptRecord]: ...
 
     def announce(self, outcome: Outcome) -> None: ...
 

@@ -1,0 +1,75 @@
+"""An immutable mapping whose change copies only a small part of it.
+
+A frozen state machine's per-rank tables (which ranks started, their records, their progress)
+change one rank at a time: a job of 8,192 ranks changes them 16,000 times or more. Copying a
+whole dict each time would cost the leader O(ranks) per event; a PMap keeps its entries in
+BUCKETS small dicts and a change copies the bucket list and the one bucket it touches.
+"""
+
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+BUCKETS = 256
+_EMPTY: dict[object, object] = {}
+
+
+class PMap(Mapping[K, V]):
+    """Read like a Mapping; `set` and `update` return a new PMap and leave this one as it is.
+    Iteration order is not insertion order: sort where order matters."""
+
+    __slots__ = ("_buckets", "_size")
+    _buckets: tuple[dict[K, V], ...]
+    _size: int
+
+    def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
+        buckets: list[dict[K, V]] = [_EMPTY for _ in range(BUCKETS)]  # type: ignore[misc]
+        pairs = items.items() if isinstance(items, Mapping) else items
+        for key, value in pairs:
+            index = hash(key) % BUCKETS
+            if buckets[index] is _EMPTY:
+                buckets[index] = {}
+            buckets[index][key] = value
+        self._buckets = tuple(buckets)
+        self._size = sum(len(bucket) for bucket in buckets)
+
+    @classmethod
+    def _of(cls, buckets: tuple[dict[K, V], ...], size: int) -> "PMap[K, V]":
+        made = cls.__new__(cls)
+        made._buckets, made._size = buckets, size
+        return made
+
+    def __getitem__(self, key: K) -> V:
+        return self._buckets[hash(key) % BUCKETS][key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._buckets[hash(key) % BUCKETS]
+
+    def __iter__(self) -> Iterator[K]:
+        for bucket in self._buckets:
+            yield from bucket
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __repr__(self) -> str:
+        return f"PMap({dict(self.items())!r})"
+
+    def set(self, key: K, value: V) -> "PMap[K, V]":
+        return self.update(((key, value),))
+
+    def update(self, pairs: Iterable[tuple[K, V]]) -> "PMap[K, V]":
+        buckets = list(self._buckets)
+        copied: set[int] = set()
+        size = self._size
+        for key, value in pairs:
+            index = hash(key) % BUCKETS
+            if index not in copied:
+                buckets[index] = dict(buckets[index])
+                copied.add(index)
+            bucket = buckets[index]
+            size += key not in bucket
+            bucket[key] = value
+        return self._of(tuple(buckets), size) if copied else self

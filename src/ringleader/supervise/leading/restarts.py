@@ -1,0 +1,168 @@
+"""An attempt's outcome, and restarts in place: whether the job starts its ranks again, and the
+wait between two attempts.
+
+Failure-model rows: a failed rank or a hang is restarted while ringleader_max_restarts lasts;
+a configuration error, a lost host, SIGTERM and success never are; two attempts in a row
+without progress end the restarts; SIGTERM or a lost host between attempts ends the job (143,
+the loss), a worker not ready within ringleader_startup_timeout ends it (69).
+"""
+
+from dataclasses import replace
+
+from ringleader.core import exitcodes
+from ringleader.core import timeline as phases
+from ringleader.core.attempts import AttemptRecord, first_line, refusal, with_history
+from ringleader.core.outcome import (
+    HostLoss,
+    JobFacts,
+    Outcome,
+    decide,
+    lost_hosts_outcome,
+)
+from ringleader.supervise.leading.effects import (
+    AttemptReaped,
+    BeginAttempt,
+    Broadcast,
+    Effect,
+    Log,
+    MarkTimeline,
+)
+from ringleader.supervise.leading.state import Attempt, BetweenAttempts, LeaderState, Now, Phase
+from ringleader.supervise.leading.steps import Step, prepare, stay, stopped_facts, verdict
+from ringleader.wire.events import SigtermReceived, WorkerLost, WorkerReady
+from ringleader.wire.messages import Restart
+
+
+def attempt_facts(state: LeaderState, attempt: Attempt, reaped: AttemptReaped) -> JobFacts:
+    """What the attempt's verdict is decided from."""
+    records = tuple(attempt.records[rank] for rank in sorted(attempt.records))
+    losses = tuple(
+        HostLoss(
+            host=loss.host,
+            reason=loss.reason,
+            last_heard=loss.last_heard,
+            ranks=tuple(sorted(attempt.unreported(frozenset((loss.host,))))),
+            protocol_error=loss.protocol_error,
+        )
+        for loss in attempt.lost
+    )
+    released = attempt.released or frozenset()
+    timeouts = state.setup.timeouts
+    return JobFacts(
+        # released ranks were stopped after the job's end
+        records=tuple(r for r in records if not (r.rank in released and r.terminated)),
+        world_size=state.world_size,
+        launcher_exit_code=attempt.launcher_code,
+        launcher_name=attempt.policy.launcher_name,
+        launcher_output_tail=reaped.output_tail,
+        mpi_aborts=tuple(sorted(reaped.rank_codes.items())),
+        stopped_on=attempt.stopped_on,
+        stopped_at=attempt.stopped_at,
+        sigterm_grace=timeouts.sigterm_grace,
+        lost_hosts=losses,
+        hang=attempt.hang,
+        error_code=exitcodes.HOST_UNREACHABLE if attempt.startup_error else None,
+        error_message=attempt.startup_error,
+    )
+
+
+def attempt_reaped(state: LeaderState, event: AttemptReaped, now: Now) -> Step:
+    """The attempt's outcome; then either the verdict, or the next attempt after the backoff
+    (refusal() says when not: the failure-model's restart rows)."""
+    attempt = state.attempt
+    assert attempt is not None
+    facts = attempt_facts(state, attempt, event)
+    outcome = decide(facts)
+    record = AttemptRecord(
+        attempt.number,
+        attempt.started_at,
+        now.wall,
+        outcome.exit_code,
+        first_line(outcome.failure),
+        state.setup.hosts,
+        bool(attempt.progress),
+        tuple(loss.host for loss in facts.lost_hosts),
+    )
+    earlier = state.attempts
+    records = tuple(attempt.records[rank] for rank in sorted(attempt.records))
+    state = replace(state, attempts=(*earlier, record), records=records)
+    restart = state.setup.restart
+    why_not = refusal(state.attempts, facts, restart.max_restarts)
+    if why_not is not None:
+        said: tuple[Effect, ...] = ()
+        if restart.enabled and not outcome.succeeded:
+            said = (Log(f"attempt {attempt.number} failed; no restart: {why_not}"),)
+        return verdict(replace(state, attempt=None), with_history(outcome, earlier), *said)
+    # this attempt's ranks on the job's timeline (the last one's are added with the verdict)
+    marks = MarkTimeline(tuple(phases.rank_marks(records)))
+    return _between_attempts(state, attempt.number + 1, outcome, now, marks)
+
+
+def _between_attempts(
+    state: LeaderState, number: int, failed: Outcome, now: Now, marks: MarkTimeline
+) -> Step:
+    """The backoff, while every worker ends what is left of the last attempt's ranks and says
+    it is ready."""
+    restart = state.setup.restart
+    said = Log(
+        f"attempt {number - 1} failed with exit code {failed.exit_code}; restarting every "
+        f"rank in {restart.backoff:g} s (ringleader_restart_backoff): attempt {number}, "
+        f"restart {number} of {restart.max_restarts} (ringleader_max_restarts)"
+    )
+    between = BetweenAttempts(
+        attempt=number,
+        waiting=frozenset(state.setup.workers) - state.settled,
+        resume_at=now.monotonic + restart.backoff,
+        deadline=now.monotonic + state.setup.timeouts.startup,
+    )
+    state = replace(state, phase=Phase.RESTARTING, attempt=None, between=between)
+    effects = (marks, said, BeginAttempt(), Broadcast(Restart(number)))
+    return _ready_yet(state, now, effects)
+
+
+def _ready_yet(state: LeaderState, now: Now, effects: tuple[Effect, ...] = ()) -> Step:
+    between = state.between
+    assert between is not None
+    if between.waiting or now.monotonic < between.resume_at:
+        return state, effects
+    return prepare(state, between.attempt, now, *effects)
+
+
+def worker_ready(state: LeaderState, event: WorkerReady, now: Now) -> Step:
+    between = state.between
+    assert between is not None
+    if event.attempt != between.attempt:
+        return stay(state)  # ready for an attempt that is not the next one
+    between = replace(between, waiting=between.waiting - {event.host})
+    return _ready_yet(replace(state, between=between), now)
+
+
+def sigterm_between_attempts(state: LeaderState, event: SigtermReceived, now: Now) -> Step:
+    said = Log(f"SIGTERM received on {event.host}: no further attempt")
+    outcome = decide(stopped_facts(state, event.host, now))
+    return verdict(state, with_history(outcome, state.attempts), said)
+
+
+def lost_between_attempts(state: LeaderState, event: WorkerLost, now: Now) -> Step:
+    if event.host not in state.setup.workers:
+        return stay(state)
+    said = Log(f"lost worker {event.host} between attempts: {event.reason}")
+    state = replace(state, settled=state.settled | {event.host})
+    outcome = lost_hosts_outcome([HostLoss(event.host, event.reason, event.last_heard)])
+    return verdict(state, with_history(outcome, state.attempts), said)
+
+
+def restart_deadline(state: LeaderState, event: object, now: Now) -> Step:
+    """The backoff ended (the next attempt starts once every worker is ready), or a worker did
+    not get ready within ringleader_startup_timeout (69, named)."""
+    between = state.between
+    assert between is not None
+    if between.waiting and now.monotonic >= between.deadline:
+        outcome = Outcome(
+            exitcodes.HOST_UNREACHABLE,
+            f"Host(s) {', '.join(sorted(between.waiting))} did not get ready for attempt "
+            f"{between.attempt} within {state.setup.timeouts.startup:g} s "
+            "(ringleader_startup_timeout).\n",
+        )
+        return verdict(state, with_history(outcome, state.attempts))
+    return _ready_yet(state, now)

@@ -1,0 +1,183 @@
+"""Startup: every worker says hello and passes its ssh check, then the attempt is launched.
+
+Failure-model rows: a host that never answers (69, named), a worker's own configuration
+error (its code), ssh to a worker failing (69), a host lost before the launch (69), SIGTERM
+before the launch (143), a launch command that cannot be made (its error's code).
+"""
+
+import shlex
+from dataclasses import replace
+
+from ringleader.core import exitcodes
+from ringleader.core import timeline as phases
+from ringleader.core.attempts import with_history
+from ringleader.core.outcome import JobFacts, decide
+from ringleader.core.timeline import Mark
+from ringleader.supervise.leading.effects import (
+    AttemptPrepared,
+    Broadcast,
+    CheckSsh,
+    Effect,
+    JobBegins,
+    LauncherStarted,
+    Log,
+    MarkTimeline,
+    SetupFailed,
+    StartLauncher,
+)
+from ringleader.supervise.leading.state import Gathering, LeaderState, Now, Phase
+from ringleader.supervise.leading.steps import (
+    Step,
+    error_verdict,
+    prepare,
+    stay,
+    stopped_facts,
+    verdict,
+)
+from ringleader.wire.events import SigtermReceived, SshChecked, WorkerHello, WorkerLost
+from ringleader.wire.messages import Launched
+
+SSH_CHECKS_AT_ONCE = 32  # the leader's ssh checks running at the same time, at most
+UNREACHABLE = exitcodes.HOST_UNREACHABLE
+
+
+def job_begins(state: LeaderState, event: JobBegins, now: Now) -> Step:
+    """The job's size is known: wait for every worker's hello (or launch at once, alone)."""
+    state = replace(state, world_size=event.world_size)
+    workers = state.setup.workers
+    if not workers:
+        return prepare(state, len(state.attempts), now)
+    gathering = Gathering(frozenset(workers), now.monotonic + state.setup.timeouts.startup)
+    waiting = Log(f"waiting for {len(workers)} worker(s): {', '.join(sorted(workers))}")
+    return replace(state, gathering=gathering), (waiting,)
+
+
+def setup_failed_at_start(state: LeaderState, event: SetupFailed, now: Now) -> Step:
+    """The job's size could not be known (its configuration): the job ends with the error."""
+    return error_verdict(state, event.exit_code, event.message)
+
+
+def hello(state: LeaderState, event: WorkerHello, now: Now) -> Step:
+    """A worker is up: its clock offset and timeline are taken, its ssh check starts. A worker
+    that reports its own error (bad configuration, sshd) ends the job with that error."""
+    gathering = state.gathering
+    if gathering is None or event.host not in gathering.hellos:
+        return stay(state)  # a repeated hello
+    timeout = state.setup.timeouts.startup
+    hellos = gathering.hellos - {event.host}
+    deadline = gathering.deadline
+    if not hellos:  # each check is bounded by the timeout; 32 run at once
+        rounds = -(-len(state.setup.workers) // SSH_CHECKS_AT_ONCE)
+        deadline = now.monotonic + rounds * timeout + 5.0
+    offsets = state.clock_offsets.set(event.host, event.clock_offset)
+    state = replace(state, clock_offsets=offsets)
+    effects: list[Effect] = [MarkTimeline(state.on_leader_clock(event.host, event.marks))]
+    if event.error_code is not None:
+        state = replace(state, settled=state.settled | {event.host})
+        message = event.error_message or f"host {event.host} reported an error"
+        return error_verdict(state, event.error_code, message, *effects)
+    checks = gathering.checks
+    if state.setup.checks_ssh:
+        checks = checks | {event.host}
+        effects.append(CheckSsh(event.host, event.host_key, timeout))
+    gathering = replace(gathering, hellos=hellos, deadline=deadline, checks=checks)
+    return _gathered_yet(replace(state, gathering=gathering), now, effects)
+
+
+def ssh_checked(state: LeaderState, event: SshChecked, now: Now) -> Step:
+    gathering = state.gathering
+    if gathering is None or event.host not in gathering.checks:
+        return stay(state)
+    problems = gathering.problems
+    if event.problem is not None:
+        problems = (*problems, event.problem)
+    gathering = replace(gathering, checks=gathering.checks - {event.host}, problems=problems)
+    return _gathered_yet(replace(state, gathering=gathering), now, [])
+
+
+def _gathered_yet(state: LeaderState, now: Now, effects: list[Effect]) -> Step:
+    gathering = state.gathering
+    assert gathering is not None
+    if gathering.hellos or gathering.checks:
+        return state, tuple(effects)
+    if gathering.problems:
+        problems = "; ".join(sorted(gathering.problems))
+        return error_verdict(state, UNREACHABLE, f"ssh to worker host(s) failed: {problems}")
+    up = Mark(state.setup.host, phases.WORKERS_UP, now.wall)
+    effects += [Log("all workers are up"), MarkTimeline((up,))]
+    return prepare(replace(state, gathering=None), len(state.attempts), now, *effects)
+
+
+def lost_while_gathering(state: LeaderState, event: WorkerLost, now: Now) -> Step:
+    if event.host not in state.setup.workers:
+        return stay(state)
+    state = replace(state, settled=state.settled | {event.host})
+    message = f"Host {event.host} was lost before the job started: {event.reason}."
+    return error_verdict(state, UNREACHABLE, message)
+
+
+def sigterm_before_launch(state: LeaderState, event: SigtermReceived, now: Now) -> Step:
+    """A stop from outside before anything was launched: 143, nothing started."""
+    return verdict(state, decide(stopped_facts(state, event.host, now)))
+
+
+def gathering_deadline(state: LeaderState, event: object, now: Now) -> Step:
+    gathering = state.gathering
+    if gathering is None or now.monotonic < gathering.deadline:
+        return stay(state)
+    timeout = state.setup.timeouts.startup
+    if gathering.hellos:
+        state = replace(state, settled=state.settled | gathering.hellos)  # nobody to tell
+        message = (
+            f"Host(s) {', '.join(sorted(gathering.hellos))} never answered within "
+            f"{timeout:g} s (ringleader_startup_timeout)."
+        )
+        return error_verdict(state, UNREACHABLE, message)
+    unfinished = ", ".join(sorted(gathering.checks))
+    return error_verdict(state, UNREACHABLE, f"ssh to worker host(s) did not finish: {unfinished}.")
+
+
+# ----------------------------------------------------------------------------- the launch
+def attempt_prepared(state: LeaderState, event: AttemptPrepared, now: Now) -> Step:
+    """The launch command is made: say what is launched, tell the workers, start it."""
+    attempt = state.attempt
+    assert attempt is not None
+    plan, spawn = event.plan, event.plan.spawn
+    if spawn is None or state.setup.host not in spawn.launching_hosts:
+        effects: list[Effect] = [Log("launching: " + shlex.join(plan.argv))]
+    else:
+        command = shlex.join(plan.argv[plan.argv.index("--") + 1 :])
+        effects = [
+            Log(
+                f"spawning {spawn.processes_per_host} rank(s) on each of {len(spawn.hosts)} "
+                f"host(s): {command}"
+            )
+        ]
+    if spawn is not None and spawn.plain_hosts:
+        effects.append(
+            Log(f"outside the distribution, running the program once: {spawn.plain_hosts}")
+        )
+    effects += [Broadcast(Launched(spawn)), StartLauncher(attempt.number, plan)]
+    return replace(state, attempt=replace(attempt, plan=plan)), tuple(effects)
+
+
+def launcher_started(state: LeaderState, event: LauncherStarted, now: Now) -> Step:
+    """The launcher runs: every rank must start within ringleader_startup_timeout, and the
+    hang watch counts from now (a job's start-up can hang too)."""
+    attempt = state.attempt
+    assert attempt is not None
+    timeouts = state.setup.timeouts
+    attempt = replace(attempt, launch_deadline=now.monotonic + timeouts.startup)
+    if timeouts.hang is not None:
+        attempt = replace(
+            attempt, hang_deadline=now.monotonic + timeouts.hang, hang_patience=timeouts.hang
+        )
+    launched = Mark(state.setup.host, phases.LAUNCHED, now.wall)
+    return replace(state, phase=Phase.LAUNCHING, attempt=attempt), (MarkTimeline((launched,)),)
+
+
+def setup_failed_at_launch(state: LeaderState, event: SetupFailed, now: Now) -> Step:
+    """The launch command could not be made: the job ends with the error, earlier attempts
+    named."""
+    facts = JobFacts(error_code=event.exit_code, error_message=event.message)
+    return verdict(state, with_history(decide(facts), state.attempts))
