@@ -259,6 +259,30 @@ def test_sigterm_during_the_backoff_ends_the_job_with_143_and_no_further_attempt
     assert rig.clock.now < 1000.0 + 30.0  # it did not sit out the backoff
 
 
+@pytest.mark.parametrize("max_restarts", [2, 0], ids=["restarts", "no restarts"])
+def test_sigterm_while_the_last_records_settle_ends_the_job_with_143_and_no_restart(
+    max_restarts: int,
+) -> None:
+    """mpirun has exited after rank 4 failed; 0.05 s later, while the other ranks' records are
+    still on their way, a stop from outside arrives: the job was told to stop, so it ends with
+    143 on every host, with no further attempt (it was restarted, or ended 3, before)."""
+    rig = restarting_rig(max_restarts)
+    rig.events.at(1.0, *(RankStarted(rank, HOSTS[rank // 2]) for rank in range(6)))
+    rig.events.at(1.5, RanksProgressed("algo-3", (4,)))
+    rig.events.at(2.0, RankEnded(record(4, 3, ended=1002.0)))
+    stopped = [RankEnded(record(rank, 143, terminated=True, ended=1002.1)) for rank in range(4)]
+    rig.events.at(2.1, *stopped, LauncherExited(3))
+    rig.events.at(2.15, SigtermReceived("algo-2"))
+    rig.events.at(2.3, RankEnded(record(5, 143, terminated=True, ended=1002.2)))
+    rig.events.at(2.5, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.SIGTERM_EXIT
+    assert (outcome.failure or "").startswith("Job stopped by SIGTERM received on host algo-2")
+    assert len(rig.launches) == 1 and len(rig.leader.attempts) == 1
+    assert rig.link.final is not None and rig.link.final[0] == exitcodes.SIGTERM_EXIT
+    assert any(line.startswith("SIGTERM received on algo-2") for line in rig.logs)
+
+
 def test_a_worker_lost_between_attempts_ends_the_job_with_the_host_loss_code() -> None:
     rig = restarting_rig()
     fail_once(rig, 1.0, attempt=0)

@@ -53,8 +53,11 @@ def prepare(state: LeaderState, number: int, now: Now, *effects: Effect) -> Step
 def terminate_everywhere(
     state: LeaderState, attempt: Attempt, grace: float, effects: Sequence[Effect] = ()
 ) -> Step:
-    """Every rank is told to stop: the phase says so while the attempt runs."""
+    """Every rank is told to stop: the phase says so while the attempt runs. Ranks still to
+    start no longer matter: the launch deadline goes (the stop's cause is the verdict's, not
+    "only N of M ranks started")."""
     phase = Phase.STOPPING if state.phase in (Phase.LAUNCHING, Phase.RUNNING) else state.phase
+    attempt = replace(attempt, launch_deadline=None)
     return replace(state, phase=phase, attempt=attempt), (*effects, TerminateEverywhere(grace))
 
 
