@@ -12,7 +12,14 @@ from typing import TypeVar
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
-BUCKETS = 256
+BUCKETS = 64  # a change copies 64 bucket references and one bucket of len/64 entries
+# Neighbouring ints share a bucket (a host's ranks are neighbours: its progress report or its
+# ranks' ends change one bucket, not eight).
+RUN = 16
+
+
+def _bucket(key: object) -> int:
+    return (hash(key) // RUN) % BUCKETS
 _EMPTY: dict[object, object] = {}
 
 
@@ -28,7 +35,7 @@ class PMap(Mapping[K, V]):
         buckets: list[dict[K, V]] = [_EMPTY for _ in range(BUCKETS)]  # type: ignore[misc]
         pairs = items.items() if isinstance(items, Mapping) else items
         for key, value in pairs:
-            index = hash(key) % BUCKETS
+            index = _bucket(key)
             if buckets[index] is _EMPTY:
                 buckets[index] = {}
             buckets[index][key] = value
@@ -42,10 +49,10 @@ class PMap(Mapping[K, V]):
         return made
 
     def __getitem__(self, key: K) -> V:
-        return self._buckets[hash(key) % BUCKETS][key]
+        return self._buckets[_bucket(key)][key]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._buckets[hash(key) % BUCKETS]
+        return key in self._buckets[_bucket(key)]
 
     def __iter__(self) -> Iterator[K]:
         for bucket in self._buckets:
@@ -58,14 +65,19 @@ class PMap(Mapping[K, V]):
         return f"PMap({dict(self.items())!r})"
 
     def set(self, key: K, value: V) -> "PMap[K, V]":
-        return self.update(((key, value),))
+        index = _bucket(key)
+        buckets = list(self._buckets)
+        bucket = buckets[index] = dict(buckets[index])
+        size = self._size + (key not in bucket)
+        bucket[key] = value
+        return self._of(tuple(buckets), size)
 
     def update(self, pairs: Iterable[tuple[K, V]]) -> "PMap[K, V]":
         buckets = list(self._buckets)
         copied: set[int] = set()
         size = self._size
         for key, value in pairs:
-            index = hash(key) % BUCKETS
+            index = _bucket(key)
             if index not in copied:
                 buckets[index] = dict(buckets[index])
                 copied.add(index)

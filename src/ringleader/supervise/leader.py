@@ -7,7 +7,6 @@ themselves are tested with no collaborator at all (tests/unit/test_leader_rules.
 """
 
 import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -198,11 +197,11 @@ class Leader:
     def _step(self, event: LeaderEvent) -> None:
         """Step the rules, carry out their effects; an effect's answer is stepped next, before
         any other event."""
-        pending: deque[LeaderEvent] = deque([event])
         clock = self._parts.clock
+        pending: list[LeaderEvent] = [event]
         while pending:
             now = Now(clock.monotonic(), clock.time())
-            self._state, effects = step(self._state, pending.popleft(), now)
+            self._state, effects = step(self._state, pending.pop(0), now)
             for effect in effects:
                 answer = self._apply(effect)
                 if answer is not None:

@@ -6,8 +6,7 @@ taken, then 124 naming where the ranks wait, every rank stopped), a starved lead
 job goes on).
 """
 
-from dataclasses import replace
-
+from ringleader.core.frozen import evolve
 from ringleader.core.hang import HangReport, LastProgress, MissingStacks, hang_headline
 from ringleader.core.outcome import Hang
 from ringleader.core.pmap import PMap
@@ -37,11 +36,11 @@ def progressed(state: LeaderState, event: RanksProgressed, now: Now) -> Step:
     progress = attempt.progress.update(
         (rank, LastProgress(rank, event.host, now.wall)) for rank in event.ranks
     )
-    attempt = replace(attempt, progress=progress)
+    attempt = evolve(attempt, progress=progress)
     hang = state.setup.timeouts.hang
     if attempt.hang_deadline is not None and hang is not None:
-        attempt = replace(attempt, hang_deadline=now.monotonic + hang)
-    return replace(state, attempt=attempt), ()
+        attempt = evolve(attempt, hang_deadline=now.monotonic + hang)
+    return evolve(state, attempt=attempt), ()
 
 
 def quiet(state: LeaderState, now: Now) -> Step:
@@ -58,13 +57,13 @@ def quiet(state: LeaderState, now: Now) -> Step:
         # This timer ran late: the leader itself was starved, and the threads that read the
         # workers' reports with it. Give them the time it lost (at most one timeout in all).
         extra = min(late, attempt.hang_patience)
-        attempt = replace(
+        attempt = evolve(
             attempt,
             hang_patience=attempt.hang_patience - extra,
             hang_deadline=now.monotonic + extra,
         )
-        return replace(state, attempt=attempt), ()
-    state = replace(state, attempt=replace(attempt, hang_deadline=None))
+        return evolve(state, attempt=attempt), ()
+    state = evolve(state, attempt=evolve(attempt, hang_deadline=None))
     if attempt.ending:
         return stay(state)
     said = Log(
@@ -89,7 +88,7 @@ def _dump_stacks(state: LeaderState, reason: str, now: Now, effects: tuple[Effec
         (rank, host) for rank, host in attempt.started.items() if rank not in attempt.records
     )
     dump = StackDump(reason, now.monotonic + state.setup.timeouts.stack_dump, running)
-    state = replace(state, attempt=replace(attempt, dump=dump))
+    state = evolve(state, attempt=evolve(attempt, dump=dump))
     effects = (*effects, RequestStacks(reason))
     if not running:
         state, more = complete_stacks(state, now)
@@ -104,9 +103,9 @@ def stacks_taken(state: LeaderState, event: StacksTaken, now: Now) -> Step:
         return stay(state)  # late, for a request already answered
     stacks = event.stacks
     offset = state.clock_offsets.get(stacks.host, 0.0)
-    taken = replace(stacks, taken_at=stacks.taken_at + offset)
-    dump = replace(dump, stacks=dump.stacks.set(stacks.rank, taken))
-    state = replace(state, attempt=replace(attempt, dump=dump))
+    taken = evolve(stacks, taken_at=stacks.taken_at + offset)
+    dump = evolve(dump, stacks=dump.stacks.set(stacks.rank, taken))
+    state = evolve(state, attempt=evolve(attempt, dump=dump))
     if all(rank in dump.stacks or rank in attempt.records for rank in dump.expected):
         return complete_stacks(state, now)
     return stay(state)
@@ -118,7 +117,7 @@ def complete_stacks(state: LeaderState, now: Now, job_ended: bool = False) -> St
     attempt = _attempt(state)
     dump = attempt.dump
     assert dump is not None
-    attempt = replace(attempt, dump=None)
+    attempt = evolve(attempt, dump=None)
     missing = tuple(
         MissingStacks(rank, host, _why_no_stacks(state, attempt, rank, host))
         for rank, host in sorted(dump.expected.items())
@@ -134,8 +133,8 @@ def complete_stacks(state: LeaderState, now: Now, job_ended: bool = False) -> St
     report = HangReport(dump.reason, timeout, now.wall, headline, stacks, missing, progress)
     kept = KeepStacks(report)
     if dump.reason != HANG or attempt.ending or job_ended:
-        return replace(state, attempt=attempt), (kept,)
-    attempt = replace(attempt, hang=Hang(headline, tuple(report.summary_lines()[1:]), now.wall))
+        return evolve(state, attempt=attempt), (kept,)
+    attempt = evolve(attempt, hang=Hang(headline, tuple(report.summary_lines()[1:]), now.wall))
     grace = state.setup.timeouts.abort_grace
     attempt = attempt.stop_launcher_by(now.monotonic + grace + STOP_KILL_MARGIN_SECONDS)
     return terminate_everywhere(state, attempt, grace, (kept, Log(f"the job hung: {headline}")))

@@ -7,11 +7,10 @@ without progress end the restarts; SIGTERM or a lost host between attempts ends 
 the loss), a worker not ready within ringleader_startup_timeout ends it (69).
 """
 
-from dataclasses import replace
-
 from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
 from ringleader.core.attempts import AttemptRecord, first_line, refusal, with_history
+from ringleader.core.frozen import evolve
 from ringleader.core.outcome import (
     HostLoss,
     JobFacts,
@@ -85,14 +84,14 @@ def attempt_reaped(state: LeaderState, event: AttemptReaped, now: Now) -> Step:
     )
     earlier = state.attempts
     records = tuple(attempt.records[rank] for rank in sorted(attempt.records))
-    state = replace(state, attempts=(*earlier, record), records=records)
+    state = evolve(state, attempts=(*earlier, record), records=records)
     restart = state.setup.restart
     why_not = refusal(state.attempts, facts, restart.max_restarts)
     if why_not is not None:
         said: tuple[Effect, ...] = ()
         if restart.enabled and not outcome.succeeded:
             said = (Log(f"attempt {attempt.number} failed; no restart: {why_not}"),)
-        return verdict(replace(state, attempt=None), with_history(outcome, earlier), *said)
+        return verdict(evolve(state, attempt=None), with_history(outcome, earlier), *said)
     # this attempt's ranks on the job's timeline (the last one's are added with the verdict)
     marks = MarkTimeline(tuple(phases.rank_marks(records)))
     return _between_attempts(state, attempt.number + 1, outcome, now, marks)
@@ -115,7 +114,7 @@ def _between_attempts(
         resume_at=now.monotonic + restart.backoff,
         deadline=now.monotonic + state.setup.timeouts.startup,
     )
-    state = replace(state, phase=Phase.RESTARTING, attempt=None, between=between)
+    state = evolve(state, phase=Phase.RESTARTING, attempt=None, between=between)
     effects = (marks, said, BeginAttempt(), Broadcast(Restart(number)))
     return _ready_yet(state, now, effects)
 
@@ -133,8 +132,8 @@ def worker_ready(state: LeaderState, event: WorkerReady, now: Now) -> Step:
     assert between is not None
     if event.attempt != between.attempt:
         return stay(state)  # ready for an attempt that is not the next one
-    between = replace(between, waiting=between.waiting - {event.host})
-    return _ready_yet(replace(state, between=between), now)
+    between = evolve(between, waiting=between.waiting - {event.host})
+    return _ready_yet(evolve(state, between=between), now)
 
 
 def sigterm_between_attempts(state: LeaderState, event: SigtermReceived, now: Now) -> Step:
@@ -147,7 +146,7 @@ def lost_between_attempts(state: LeaderState, event: WorkerLost, now: Now) -> St
     if event.host not in state.setup.workers:
         return stay(state)
     said = Log(f"lost worker {event.host} between attempts: {event.reason}")
-    state = replace(state, settled=state.settled | {event.host})
+    state = evolve(state, settled=state.settled | {event.host})
     outcome = lost_hosts_outcome([HostLoss(event.host, event.reason, event.last_heard)])
     return verdict(state, with_history(outcome, state.attempts), said)
 

@@ -8,8 +8,7 @@ rank stopped, the launcher killed after the abort grace), ranks that never start
 hosts named), a launcher that outlives its ranks (killed after ringleader_launcher_exit_timeout).
 """
 
-from dataclasses import replace
-
+from ringleader.core.frozen import evolve
 from ringleader.core.outcome import blames_another_rank
 from ringleader.core.records import RankRecord
 from ringleader.supervise.common import KILL_MARGIN_SECONDS
@@ -43,13 +42,12 @@ def rank_started(state: LeaderState, event: RankStarted, now: Now) -> Step:
     attempt = _attempt(state)
     if event.attempt != attempt.number:
         return stay(state)  # stale: a rank of an earlier attempt
-    attempt = replace(attempt, started=attempt.started.set(event.rank, event.host))
-    phase = state.phase
-    if len(attempt.started) >= state.world_size:
-        attempt = replace(attempt, launch_deadline=None)
-        if phase is Phase.LAUNCHING:
-            phase = Phase.RUNNING
-    return replace(state, phase=phase, attempt=attempt), ()
+    started = attempt.started.set(event.rank, event.host)
+    if len(started) < state.world_size:
+        return evolve(state, attempt=evolve(attempt, started=started)), ()
+    attempt = evolve(attempt, started=started, launch_deadline=None)
+    phase = Phase.RUNNING if state.phase is Phase.LAUNCHING else state.phase
+    return evolve(state, phase=phase, attempt=attempt), ()
 
 
 def rank_ended(state: LeaderState, event: RankEnded, now: Now) -> Step:
@@ -59,7 +57,7 @@ def rank_ended(state: LeaderState, event: RankEnded, now: Now) -> Step:
     if event.record.attempt != attempt.number:
         return stay(state)
     record = event.record.on_clock(state.clock_offsets.get(event.record.host, 0.0))
-    attempt = replace(attempt, records=attempt.records.set(record.rank, record))
+    attempt = evolve(attempt, records=attempt.records.set(record.rank, record))
     state, attempt, effects, stopping = _abort_after(state, attempt, record)
     main_ranks = attempt.policy.main_ranks
     if main_ranks is not None:
@@ -73,12 +71,12 @@ def rank_ended(state: LeaderState, event: RankEnded, now: Now) -> Step:
         )
     if len(attempt.records) >= state.world_size:
         if attempt.policy.launcher_holds_every_rank and attempt.kill_deadline is not None:
-            attempt = replace(attempt, kill_deadline=now.monotonic)  # nothing left in mpirun
+            attempt = evolve(attempt, kill_deadline=now.monotonic)  # nothing left in mpirun
         elif attempt.kill_deadline is None:
             # every rank ended by itself: a launcher that hangs on (a wedged MPI daemon) gets
             # ringleader_launcher_exit_timeout, then is killed
-            attempt = replace(attempt, kill_deadline=now.monotonic + timeouts.launcher_exit)
-    return replace(state, attempt=attempt), tuple(effects)
+            attempt = evolve(attempt, kill_deadline=now.monotonic + timeouts.launcher_exit)
+    return evolve(state, attempt=attempt), tuple(effects)
 
 
 def _abort_after(
@@ -94,7 +92,7 @@ def _abort_after(
         return state, attempt, [], False
     if attempt.aborted or (policy.blamed_ranks_start_no_stop and blames_another_rank(record)):
         return state, attempt, [], False
-    attempt = replace(attempt, aborted=True)
+    attempt = evolve(attempt, aborted=True)
     if attempt.stopped_on is None and not attempt.lost:
         stopping = Log(f"{record.describe()}: stopping every other rank")
         state, effects = terminate_everywhere(
@@ -112,7 +110,7 @@ def _release_after(
     if attempt.released is not None or not all(rank in attempt.records for rank in main_ranks):
         return state, attempt, [], False
     released = frozenset(rank for rank in attempt.started if rank not in attempt.records)
-    attempt = replace(attempt, released=released)
+    attempt = evolve(attempt, released=released)
     if released and attempt.stopped_on is None and not attempt.aborted and not attempt.lost:
         roles = ", ".join(sorted(str(rank) for rank in released))
         stopping = Log(f"every main task ended: stopping the rest (ranks {roles})")
@@ -120,7 +118,7 @@ def _release_after(
             state, attempt, state.setup.timeouts.abort_grace, (stopping,)
         )
         return state, attempt, list(effects), True
-    return replace(state, attempt=attempt), attempt, [], bool(released)
+    return evolve(state, attempt=attempt), attempt, [], bool(released)
 
 
 def sigterm(state: LeaderState, event: SigtermReceived, now: Now) -> Step:
@@ -130,7 +128,7 @@ def sigterm(state: LeaderState, event: SigtermReceived, now: Now) -> Step:
     if attempt.stopped_on is not None:
         return stay(state)
     grace = state.setup.timeouts.sigterm_grace
-    attempt = replace(attempt, stopped_on=event.host, stopped_at=now.wall)
+    attempt = evolve(attempt, stopped_on=event.host, stopped_at=now.wall)
     attempt = attempt.stop_launcher_by(now.monotonic + grace + KILL_MARGIN_SECONDS)
     stopping = Log(f"SIGTERM received on {event.host}: stopping every rank")
     return terminate_everywhere(state, attempt, grace, (stopping,))
@@ -144,18 +142,18 @@ def worker_lost(state: LeaderState, event: WorkerLost, now: Now) -> Step:
         return stay(state)
     state, attempt, effects = noted
     grace = state.setup.timeouts.abort_grace
-    attempt = replace(attempt, launch_deadline=None).stop_launcher_by(
+    attempt = evolve(attempt, launch_deadline=None).stop_launcher_by(
         now.monotonic + grace + STOP_KILL_MARGIN_SECONDS
     )
     if attempt.stopped_on is None and len(attempt.lost) == 1:
         return terminate_everywhere(state, attempt, grace, effects)
-    return replace(state, attempt=attempt), effects
+    return evolve(state, attempt=attempt), effects
 
 
 def launcher_exited(state: LeaderState, event: LauncherExited, now: Now) -> Step:
     attempt = _attempt(state)
-    attempt = replace(attempt, exited=(*attempt.exited, (state.setup.host, event.exit_code)))
-    return replace(state, attempt=attempt), (Log(f"launcher exited with code {event.exit_code}"),)
+    attempt = evolve(attempt, exited=(*attempt.exited, (state.setup.host, event.exit_code)))
+    return evolve(state, attempt=attempt), (Log(f"launcher exited with code {event.exit_code}"),)
 
 
 def ranks_exited(state: LeaderState, event: RanksExited, now: Now) -> Step:
@@ -163,8 +161,8 @@ def ranks_exited(state: LeaderState, event: RanksExited, now: Now) -> Step:
     attempt = _attempt(state)
     if event.host not in attempt.policy.other_launchers:
         return stay(state)
-    attempt = replace(attempt, exited=(*attempt.exited, (event.host, event.exit_code)))
-    return replace(state, attempt=attempt), ()
+    attempt = evolve(attempt, exited=(*attempt.exited, (event.host, event.exit_code)))
+    return evolve(state, attempt=attempt), ()
 
 
 def deadline(state: LeaderState, event: object, now: Now) -> Step:
@@ -178,17 +176,17 @@ def deadline(state: LeaderState, event: object, now: Now) -> Step:
         return quiet(state, now)
     if attempt.kill_deadline is not None and at >= attempt.kill_deadline:
         if len(attempt.records) >= state.world_size:
-            attempt = replace(attempt, launcher_outlived_ranks=True)
+            attempt = evolve(attempt, launcher_outlived_ranks=True)
             name = attempt.policy.launcher_name
             why = Log(f"every rank has ended; killing {name}, still running")
         else:
             why = Log("ranks did not end within their grace period; killing the launcher")
-        attempt = replace(attempt, kill_deadline=None)
-        return replace(state, attempt=attempt), (why, KillLauncher())
+        attempt = evolve(attempt, kill_deadline=None)
+        return evolve(state, attempt=attempt), (why, KillLauncher())
     if attempt.launch_deadline is not None and at >= attempt.launch_deadline:
         error = _missing_ranks_message(state, attempt)
-        attempt = replace(attempt, startup_error=error, launch_deadline=None)
-        return replace(state, attempt=attempt), (Log(error), KillLauncher())
+        attempt = evolve(attempt, startup_error=error, launch_deadline=None)
+        return evolve(state, attempt=attempt), (Log(error), KillLauncher())
     return stay(state)
 
 

@@ -7,9 +7,8 @@ too (the wait is the leader's loss timeout), SIGTERM after the launcher exited s
 job with 143 and no restart.
 """
 
-from dataclasses import replace
-
 from ringleader.core.exitcodes import first_failure
+from ringleader.core.frozen import evolve
 from ringleader.supervise.leading.effects import (
     CheckOutput,
     Effect,
@@ -48,14 +47,14 @@ def settle(state: LeaderState, now: Now, effects: tuple[Effect, ...]) -> Step:
     ):
         code = 0  # every rank reported: the ranks' own codes tell the story
     wait = _settle_wait(state)
-    attempt = replace(
+    attempt = evolve(
         attempt,
         launcher_code=code,
         settle_wait=wait,
         settle_deadline=now.monotonic + wait,
         settle_check=now.monotonic + SETTLE_CHECK_SECONDS,
     )
-    return replace(state, phase=Phase.SETTLING, attempt=attempt), (*effects, CheckOutput())
+    return evolve(state, phase=Phase.SETTLING, attempt=attempt), (*effects, CheckOutput())
 
 
 def _settle_wait(state: LeaderState) -> float:
@@ -72,14 +71,14 @@ def _settled_yet(state: LeaderState, now: Now, effects: tuple[Effect, ...]) -> S
     attempt = _attempt(state)
     if not attempt.unreported(frozenset(state.setup.hosts) - attempt.lost_hosts):
         return conclude(state, effects)
-    attempt = replace(attempt, settle_check=now.monotonic + SETTLE_CHECK_SECONDS)
-    return replace(state, attempt=attempt), effects
+    attempt = evolve(attempt, settle_check=now.monotonic + SETTLE_CHECK_SECONDS)
+    return evolve(state, attempt=attempt), effects
 
 
 def conclude(state: LeaderState, effects: tuple[Effect, ...]) -> Step:
     """This host's ranks are reaped; the answer (AttemptReaped) decides the attempt."""
     grace = state.setup.timeouts.abort_grace
-    return replace(state, phase=Phase.CONCLUDING), (*effects, ReapAttempt(grace))
+    return evolve(state, phase=Phase.CONCLUDING), (*effects, ReapAttempt(grace))
 
 
 def output_checked(state: LeaderState, event: OutputChecked, now: Now) -> Step:
@@ -87,13 +86,13 @@ def output_checked(state: LeaderState, event: OutputChecked, now: Now) -> Step:
     Once it stops for the whole wait, the records still missing are given up."""
     attempt = _attempt(state)
     if attempt.output_taken is None:  # the first look, as every launcher had exited
-        attempt = replace(attempt, output_taken=event.taken)
+        attempt = evolve(attempt, output_taken=event.taken)
     elif event.taken != attempt.output_taken:
         deadline = now.monotonic + attempt.settle_wait
-        attempt = replace(attempt, output_taken=event.taken, settle_deadline=deadline)
+        attempt = evolve(attempt, output_taken=event.taken, settle_deadline=deadline)
     elif attempt.settle_deadline is not None and now.monotonic >= attempt.settle_deadline:
         return conclude(state, ())
-    return _settled_yet(replace(state, attempt=attempt), now, ())
+    return _settled_yet(evolve(state, attempt=attempt), now, ())
 
 
 def record_arrived(state: LeaderState, event: RankEnded, now: Now) -> Step:
@@ -101,8 +100,8 @@ def record_arrived(state: LeaderState, event: RankEnded, now: Now) -> Step:
     if event.record.attempt != attempt.number:
         return stay(state)
     record = event.record.on_clock(state.clock_offsets.get(event.record.host, 0.0))
-    attempt = replace(attempt, records=attempt.records.set(record.rank, record))
-    return _settled_yet(replace(state, attempt=attempt), now, ())
+    attempt = evolve(attempt, records=attempt.records.set(record.rank, record))
+    return _settled_yet(evolve(state, attempt=attempt), now, ())
 
 
 def lost_while_settling(state: LeaderState, event: WorkerLost, now: Now) -> Step:
@@ -120,13 +119,13 @@ def sigterm_while_settling(state: LeaderState, event: SigtermReceived, now: Now)
     attempt = _attempt(state)
     if attempt.stopped_on is not None:
         return stay(state)
-    attempt = replace(attempt, stopped_on=event.host, stopped_at=now.wall)
+    attempt = evolve(attempt, stopped_on=event.host, stopped_at=now.wall)
     grace = state.setup.timeouts.sigterm_grace
     said = Log(f"SIGTERM received on {event.host}: stopping every rank; no further attempt")
-    return _settled_yet(replace(state, attempt=attempt), now, (said, TerminateEverywhere(grace)))
+    return _settled_yet(evolve(state, attempt=attempt), now, (said, TerminateEverywhere(grace)))
 
 
 def settle_deadline(state: LeaderState, event: object, now: Now) -> Step:
     """Time to look whether output still arrives."""
-    attempt = replace(_attempt(state), settle_check=now.monotonic + SETTLE_CHECK_SECONDS)
-    return replace(state, attempt=attempt), (CheckOutput(),)
+    attempt = evolve(_attempt(state), settle_check=now.monotonic + SETTLE_CHECK_SECONDS)
+    return evolve(state, attempt=attempt), (CheckOutput(),)

@@ -6,11 +6,11 @@ before the launch (143), a launch command that cannot be made (its error's code)
 """
 
 import shlex
-from dataclasses import replace
 
 from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
 from ringleader.core.attempts import with_history
+from ringleader.core.frozen import evolve
 from ringleader.core.outcome import JobFacts, decide
 from ringleader.core.timeline import Mark
 from ringleader.supervise.leading.effects import (
@@ -43,13 +43,13 @@ UNREACHABLE = exitcodes.HOST_UNREACHABLE
 
 def job_begins(state: LeaderState, event: JobBegins, now: Now) -> Step:
     """The job's size is known: wait for every worker's hello (or launch at once, alone)."""
-    state = replace(state, world_size=event.world_size)
+    state = evolve(state, world_size=event.world_size)
     workers = state.setup.workers
     if not workers:
         return prepare(state, len(state.attempts), now)
     gathering = Gathering(frozenset(workers), now.monotonic + state.setup.timeouts.startup)
     waiting = Log(f"waiting for {len(workers)} worker(s): {', '.join(sorted(workers))}")
-    return replace(state, gathering=gathering), (waiting,)
+    return evolve(state, gathering=gathering), (waiting,)
 
 
 def setup_failed_at_start(state: LeaderState, event: SetupFailed, now: Now) -> Step:
@@ -70,18 +70,18 @@ def hello(state: LeaderState, event: WorkerHello, now: Now) -> Step:
         rounds = -(-len(state.setup.workers) // SSH_CHECKS_AT_ONCE)
         deadline = now.monotonic + rounds * timeout + 5.0
     offsets = state.clock_offsets.set(event.host, event.clock_offset)
-    state = replace(state, clock_offsets=offsets)
+    state = evolve(state, clock_offsets=offsets)
     effects: list[Effect] = [MarkTimeline(state.on_leader_clock(event.host, event.marks))]
     if event.error_code is not None:
-        state = replace(state, settled=state.settled | {event.host})
+        state = evolve(state, settled=state.settled | {event.host})
         message = event.error_message or f"host {event.host} reported an error"
         return error_verdict(state, event.error_code, message, *effects)
     checks = gathering.checks
     if state.setup.checks_ssh:
         checks = checks | {event.host}
         effects.append(CheckSsh(event.host, event.host_key, timeout))
-    gathering = replace(gathering, hellos=hellos, deadline=deadline, checks=checks)
-    return _gathered_yet(replace(state, gathering=gathering), now, effects)
+    gathering = evolve(gathering, hellos=hellos, deadline=deadline, checks=checks)
+    return _gathered_yet(evolve(state, gathering=gathering), now, effects)
 
 
 def ssh_checked(state: LeaderState, event: SshChecked, now: Now) -> Step:
@@ -91,8 +91,8 @@ def ssh_checked(state: LeaderState, event: SshChecked, now: Now) -> Step:
     problems = gathering.problems
     if event.problem is not None:
         problems = (*problems, event.problem)
-    gathering = replace(gathering, checks=gathering.checks - {event.host}, problems=problems)
-    return _gathered_yet(replace(state, gathering=gathering), now, [])
+    gathering = evolve(gathering, checks=gathering.checks - {event.host}, problems=problems)
+    return _gathered_yet(evolve(state, gathering=gathering), now, [])
 
 
 def _gathered_yet(state: LeaderState, now: Now, effects: list[Effect]) -> Step:
@@ -105,13 +105,13 @@ def _gathered_yet(state: LeaderState, now: Now, effects: list[Effect]) -> Step:
         return error_verdict(state, UNREACHABLE, f"ssh to worker host(s) failed: {problems}")
     up = Mark(state.setup.host, phases.WORKERS_UP, now.wall)
     effects += [Log("all workers are up"), MarkTimeline((up,))]
-    return prepare(replace(state, gathering=None), len(state.attempts), now, *effects)
+    return prepare(evolve(state, gathering=None), len(state.attempts), now, *effects)
 
 
 def lost_while_gathering(state: LeaderState, event: WorkerLost, now: Now) -> Step:
     if event.host not in state.setup.workers:
         return stay(state)
-    state = replace(state, settled=state.settled | {event.host})
+    state = evolve(state, settled=state.settled | {event.host})
     message = f"Host {event.host} was lost before the job started: {event.reason}."
     return error_verdict(state, UNREACHABLE, message)
 
@@ -127,7 +127,7 @@ def gathering_deadline(state: LeaderState, event: object, now: Now) -> Step:
         return stay(state)
     timeout = state.setup.timeouts.startup
     if gathering.hellos:
-        state = replace(state, settled=state.settled | gathering.hellos)  # nobody to tell
+        state = evolve(state, settled=state.settled | gathering.hellos)  # nobody to tell
         message = (
             f"Host(s) {', '.join(sorted(gathering.hellos))} never answered within "
             f"{timeout:g} s (ringleader_startup_timeout)."
@@ -158,7 +158,7 @@ def attempt_prepared(state: LeaderState, event: AttemptPrepared, now: Now) -> St
             Log(f"outside the distribution, running the program once: {spawn.plain_hosts}")
         )
     effects += [Broadcast(Launched(spawn)), StartLauncher(attempt.number, plan)]
-    return replace(state, attempt=replace(attempt, plan=plan)), tuple(effects)
+    return evolve(state, attempt=evolve(attempt, plan=plan)), tuple(effects)
 
 
 def launcher_started(state: LeaderState, event: LauncherStarted, now: Now) -> Step:
@@ -167,13 +167,13 @@ def launcher_started(state: LeaderState, event: LauncherStarted, now: Now) -> St
     attempt = state.attempt
     assert attempt is not None
     timeouts = state.setup.timeouts
-    attempt = replace(attempt, launch_deadline=now.monotonic + timeouts.startup)
+    attempt = evolve(attempt, launch_deadline=now.monotonic + timeouts.startup)
     if timeouts.hang is not None:
-        attempt = replace(
+        attempt = evolve(
             attempt, hang_deadline=now.monotonic + timeouts.hang, hang_patience=timeouts.hang
         )
     launched = Mark(state.setup.host, phases.LAUNCHED, now.wall)
-    return replace(state, phase=Phase.LAUNCHING, attempt=attempt), (MarkTimeline((launched,)),)
+    return evolve(state, phase=Phase.LAUNCHING, attempt=attempt), (MarkTimeline((launched,)),)
 
 
 def setup_failed_at_launch(state: LeaderState, event: SetupFailed, now: Now) -> Step:

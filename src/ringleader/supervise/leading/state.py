@@ -5,10 +5,11 @@ tables are PMaps, so an event costs the leader what it changes, not the size of 
 """
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ringleader.config.job import RestartConfig, Timeouts
 from ringleader.core.attempts import AttemptRecord
+from ringleader.core.frozen import evolve
 from ringleader.core.hang import LastProgress
 from ringleader.core.outcome import Hang, Outcome
 from ringleader.core.pmap import PMap
@@ -141,7 +142,7 @@ class Attempt:
         }
 
     def stop_launcher_by(self, deadline: float) -> "Attempt":
-        return replace(self, kill_deadline=earliest(self.kill_deadline, deadline))
+        return evolve(self, kill_deadline=earliest(self.kill_deadline, deadline))
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """What every rule returns, and the moves several concerns share (a verdict, a stop)."""
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import TypeVar
 
+from ringleader.core.frozen import evolve
 from ringleader.core.outcome import JobFacts, Outcome, decide
 from ringleader.supervise.leading.effects import (
     Effect,
@@ -29,7 +29,7 @@ def stay(state: LeaderState) -> Step:
 
 def verdict(state: LeaderState, outcome: Outcome, *effects: Effect) -> Step:
     """The job's outcome is decided: run() returns it; no attempt starts after this."""
-    return replace(state, phase=Phase.DECIDED, outcome=outcome), effects
+    return evolve(state, phase=Phase.DECIDED, outcome=outcome), effects
 
 
 def error_verdict(state: LeaderState, exit_code: int, message: str, *effects: Effect) -> Step:
@@ -46,7 +46,7 @@ def stopped_facts(state: LeaderState, host: str, now: Now) -> JobFacts:
 def prepare(state: LeaderState, number: int, now: Now, *effects: Effect) -> Step:
     """Make attempt `number`'s launch command (its start is now, on the wall clock)."""
     attempt = Attempt(number=number, started_at=now.wall)
-    preparing = replace(state, phase=Phase.PREPARING, attempt=attempt, between=None)
+    preparing = evolve(state, phase=Phase.PREPARING, attempt=attempt, between=None)
     return preparing, (*effects, PrepareAttempt(number))
 
 
@@ -57,8 +57,8 @@ def terminate_everywhere(
     start no longer matter: the launch deadline goes (the stop's cause is the verdict's, not
     "only N of M ranks started")."""
     phase = Phase.STOPPING if state.phase in (Phase.LAUNCHING, Phase.RUNNING) else state.phase
-    attempt = replace(attempt, launch_deadline=None)
-    return replace(state, phase=phase, attempt=attempt), (*effects, TerminateEverywhere(grace))
+    attempt = evolve(attempt, launch_deadline=None)
+    return evolve(state, phase=phase, attempt=attempt), (*effects, TerminateEverywhere(grace))
 
 
 def record_loss(
@@ -68,6 +68,6 @@ def record_loss(
     host = loss.host
     if host not in state.setup.workers or attempt.loss_of(host) is not None:
         return None
-    attempt = replace(attempt, lost=(*attempt.lost, loss))
-    state = replace(state, settled=state.settled | {host}, attempt=attempt)
+    attempt = evolve(attempt, lost=(*attempt.lost, loss))
+    state = evolve(state, settled=state.settled | {host}, attempt=attempt)
     return state, attempt, (Log(f"lost worker {host}: {loss.reason}"),)

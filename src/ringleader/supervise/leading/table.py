@@ -56,6 +56,9 @@ ANSWER_OF_ANOTHER_PHASE = "the answer to an effect this phase never asks for"
 ONCE_ONLY = "the job's start and the verdict's announcement happen once, in their own phases"
 AFTER_THE_VERDICT = "the verdict is made: it no longer changes"
 
+# The events after which every launcher may have exited.
+ENDS_LAUNCHERS = frozenset({LauncherExited, RanksExited, WorkerLost})
+
 Decided = dict[tuple[Phase, type], AnyRule]
 RULES: Decided = {}
 IGNORED: dict[tuple[Phase, type], str] = {}
@@ -253,7 +256,11 @@ def step(state: LeaderState, event: LeaderEvent, now: Now) -> Step:
             return state, ()
         raise LookupError(f"undecided: {state.phase.name} x {type(event).__name__}")
     state, effects = rule(state, event, now)
-    # After any rule of a running attempt: it ends once every launcher has exited.
-    if state.phase in SUPERVISING and running.every_launcher_exited(state):
+    # A running attempt ends once every launcher has exited (or its host was lost).
+    if (
+        type(event) in ENDS_LAUNCHERS
+        and state.phase in SUPERVISING
+        and running.every_launcher_exited(state)
+    ):
         return settling.settle(state, now, effects)
     return state, effects

@@ -5,8 +5,7 @@ Failure-model rows: every host exits with the job's real code; a worker that nev
 named after ringleader_finish_timeout; a lost worker is not waited for.
 """
 
-from dataclasses import replace
-
+from ringleader.core.frozen import evolve
 from ringleader.supervise.leading.effects import (
     Announce,
     AwaitConfirmations,
@@ -29,7 +28,7 @@ def announce(state: LeaderState, event: Announce, now: Now) -> Step:
         pending = frozenset(state.setup.workers) - state.settled
         effects = (Finish(event.outcome.exit_code, event.outcome.failure),)
     telling = Telling(pending=pending)
-    return replace(state, phase=Phase.TELLING, outcome=event.outcome, telling=telling), effects
+    return evolve(state, phase=Phase.TELLING, outcome=event.outcome, telling=telling), effects
 
 
 def await_confirmations(state: LeaderState, event: AwaitConfirmations, now: Now) -> Step:
@@ -37,7 +36,7 @@ def await_confirmations(state: LeaderState, event: AwaitConfirmations, now: Now)
     telling = state.telling
     assert telling is not None
     deadline = now.monotonic + state.setup.timeouts.finish
-    return _told_yet(replace(state, telling=replace(telling, deadline=deadline)), ())
+    return _told_yet(evolve(state, telling=evolve(telling, deadline=deadline)), ())
 
 
 def _told_yet(state: LeaderState, effects: tuple[Effect, ...]) -> Step:
@@ -47,7 +46,7 @@ def _told_yet(state: LeaderState, effects: tuple[Effect, ...]) -> Step:
         return state, effects
     if state.setup.tells_workers:
         effects = (*effects, Log("every worker has the exit code"))
-    return replace(state, phase=Phase.DONE), effects
+    return evolve(state, phase=Phase.DONE), effects
 
 
 def bye(state: LeaderState, event: WorkerBye, now: Now) -> Step:
@@ -55,14 +54,14 @@ def bye(state: LeaderState, event: WorkerBye, now: Now) -> Step:
     telling = state.telling
     assert telling is not None
     marks = state.on_leader_clock(event.host, event.marks)
-    state = replace(state, telling=replace(telling, pending=telling.pending - {event.host}))
+    state = evolve(state, telling=evolve(telling, pending=telling.pending - {event.host}))
     return _told_yet(state, (MarkTimeline(marks),))
 
 
 def lost_while_telling(state: LeaderState, event: WorkerLost, now: Now) -> Step:
     telling = state.telling
     assert telling is not None
-    state = replace(state, telling=replace(telling, pending=telling.pending - {event.host}))
+    state = evolve(state, telling=evolve(telling, pending=telling.pending - {event.host}))
     return _told_yet(state, ())
 
 
@@ -73,7 +72,7 @@ def hello_while_telling(state: LeaderState, event: WorkerHello, now: Now) -> Ste
         return stay(state)
     telling = state.telling
     assert telling is not None
-    state = replace(state, telling=replace(telling, pending=telling.pending - {event.host}))
+    state = evolve(state, telling=evolve(telling, pending=telling.pending - {event.host}))
     return _told_yet(state, ())
 
 
@@ -86,4 +85,4 @@ def confirmations_deadline(state: LeaderState, event: object, now: Now) -> Step:
         f"no confirmation within {state.setup.timeouts.finish:g} s (ringleader_finish_timeout) "
         f"from: {', '.join(sorted(telling.pending))}"
     )
-    return replace(state, phase=Phase.DONE), (said,)
+    return evolve(state, phase=Phase.DONE), (said,)
