@@ -23,6 +23,7 @@ from ringleader.core.pmap import PMap
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
 from ringleader.launch.strategy import LaunchPlan
+from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
     Announce,
     AttemptPrepared,
@@ -48,7 +49,6 @@ from ringleader.supervise.leading.state import (
     TRANSIENT,
     LeaderSetup,
     LeaderState,
-    Now,
     Phase,
 )
 from ringleader.supervise.leading.table import EVENT_TYPES, IGNORED, RULES, step

@@ -20,6 +20,8 @@ RUN = 16
 
 def _bucket(key: object) -> int:
     return (hash(key) // RUN) % BUCKETS
+
+
 _EMPTY: dict[object, object] = {}
 
 

@@ -2,9 +2,19 @@
 
 import queue
 import time
+from dataclasses import dataclass
 from typing import Protocol
 
 from ringleader.wire.events import Event
+
+
+@dataclass(frozen=True)
+class Now:
+    """The moment of a state machine's step: the monotonic clock for deadlines, the wall clock
+    for facts."""
+
+    monotonic: float
+    wall: float
 
 
 class Clock(Protocol):

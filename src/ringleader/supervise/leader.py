@@ -27,7 +27,7 @@ from ringleader.supervise.common import (
     RunningLauncher,
     StartLauncher,
 )
-from ringleader.supervise.eventloop import Clock, EventSource
+from ringleader.supervise.eventloop import Clock, EventSource, Now
 from ringleader.supervise.leading.effects import (
     Announce,
     AttemptPrepared,
@@ -60,7 +60,7 @@ from ringleader.supervise.leading.effects import (
 )
 from ringleader.supervise.leading.settling import RECORD_SETTLE_SECONDS
 from ringleader.supervise.leading.startup import SSH_CHECKS_AT_ONCE
-from ringleader.supervise.leading.state import LeaderSetup, LeaderState, Now, Phase
+from ringleader.supervise.leading.state import LeaderSetup, LeaderState, Phase
 from ringleader.supervise.leading.steps import STOP_KILL_MARGIN_SECONDS
 from ringleader.supervise.leading.table import step
 from ringleader.wire.events import Event, SshChecked

@@ -10,8 +10,9 @@ from ringleader.core.frozen import evolve
 from ringleader.core.hang import HangReport, LastProgress, MissingStacks, hang_headline
 from ringleader.core.outcome import Hang
 from ringleader.core.pmap import PMap
+from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import Effect, KeepStacks, Log, RequestStacks
-from ringleader.supervise.leading.state import Attempt, LeaderState, Now, StackDump
+from ringleader.supervise.leading.state import Attempt, LeaderState, StackDump
 from ringleader.supervise.leading.steps import (
     STOP_KILL_MARGIN_SECONDS,
     Step,

@@ -18,6 +18,7 @@ from ringleader.core.outcome import (
     decide,
     lost_hosts_outcome,
 )
+from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
     AttemptReaped,
     BeginAttempt,
@@ -26,7 +27,7 @@ from ringleader.supervise.leading.effects import (
     Log,
     MarkTimeline,
 )
-from ringleader.supervise.leading.state import Attempt, BetweenAttempts, LeaderState, Now, Phase
+from ringleader.supervise.leading.state import Attempt, BetweenAttempts, LeaderState, Phase
 from ringleader.supervise.leading.steps import Step, prepare, stay, stopped_facts, verdict
 from ringleader.wire.events import SigtermReceived, WorkerLost, WorkerReady
 from ringleader.wire.messages import Restart

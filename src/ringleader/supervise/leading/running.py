@@ -12,9 +12,10 @@ from ringleader.core.frozen import evolve
 from ringleader.core.outcome import blames_another_rank
 from ringleader.core.records import RankRecord
 from ringleader.supervise.common import KILL_MARGIN_SECONDS
+from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import Effect, KillLauncher, Log
 from ringleader.supervise.leading.hang_watch import complete_stacks, quiet
-from ringleader.supervise.leading.state import Attempt, LeaderState, Now, Phase
+from ringleader.supervise.leading.state import Attempt, LeaderState, Phase
 from ringleader.supervise.leading.steps import (
     STOP_KILL_MARGIN_SECONDS,
     Step,

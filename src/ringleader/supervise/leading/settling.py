@@ -9,6 +9,7 @@ job with 143 and no restart.
 
 from ringleader.core.exitcodes import first_failure
 from ringleader.core.frozen import evolve
+from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
     CheckOutput,
     Effect,
@@ -18,7 +19,7 @@ from ringleader.supervise.leading.effects import (
     TerminateEverywhere,
 )
 from ringleader.supervise.leading.hang_watch import complete_stacks
-from ringleader.supervise.leading.state import Attempt, LeaderState, Now, Phase
+from ringleader.supervise.leading.state import Attempt, LeaderState, Phase
 from ringleader.supervise.leading.steps import Step, record_loss, stay
 from ringleader.wire.events import RankEnded, SigtermReceived, WorkerLost
 

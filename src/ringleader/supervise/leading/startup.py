@@ -13,6 +13,7 @@ from ringleader.core.attempts import with_history
 from ringleader.core.frozen import evolve
 from ringleader.core.outcome import JobFacts, decide
 from ringleader.core.timeline import Mark
+from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
     AttemptPrepared,
     Broadcast,
@@ -25,7 +26,7 @@ from ringleader.supervise.leading.effects import (
     SetupFailed,
     StartLauncher,
 )
-from ringleader.supervise.leading.state import Gathering, LeaderState, Now, Phase
+from ringleader.supervise.leading.state import Gathering, LeaderState, Phase
 from ringleader.supervise.leading.steps import (
     Step,
     error_verdict,

@@ -41,14 +41,6 @@ TRANSIENT = frozenset({Phase.PREPARING, Phase.CONCLUDING, Phase.DECIDED, Phase.D
 
 
 @dataclass(frozen=True)
-class Now:
-    """The moment of a step: the monotonic clock for deadlines, the wall clock for facts."""
-
-    monotonic: float
-    wall: float
-
-
-@dataclass(frozen=True)
 class LeaderSetup:
     """What does not change while the job runs."""
 

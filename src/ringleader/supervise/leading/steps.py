@@ -5,13 +5,14 @@ from typing import TypeVar
 
 from ringleader.core.frozen import evolve
 from ringleader.core.outcome import JobFacts, Outcome, decide
+from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
     Effect,
     Log,
     PrepareAttempt,
     TerminateEverywhere,
 )
-from ringleader.supervise.leading.state import Attempt, LeaderState, Now, Phase
+from ringleader.supervise.leading.state import Attempt, LeaderState, Phase
 from ringleader.wire.events import WorkerLost
 
 # After a stop of our own (a rank failed, a host lost, a hang): beyond the abort grace, before

@@ -8,6 +8,7 @@ pair is in neither RULES nor IGNORED, so a new event or phase cannot be dropped 
 from collections.abc import Callable
 from typing import Any, get_args
 
+from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading import hang_watch, restarts, running, settling, startup, telling
 from ringleader.supervise.leading.effects import (
     Announce,
@@ -21,7 +22,7 @@ from ringleader.supervise.leading.effects import (
     OutputChecked,
     SetupFailed,
 )
-from ringleader.supervise.leading.state import SUPERVISING, LeaderState, Now, Phase
+from ringleader.supervise.leading.state import SUPERVISING, LeaderState, Phase
 from ringleader.supervise.leading.steps import Step
 from ringleader.wire.events import (
     LauncherExited,

@@ -6,6 +6,7 @@ named after ringleader_finish_timeout; a lost worker is not waited for.
 """
 
 from ringleader.core.frozen import evolve
+from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
     Announce,
     AwaitConfirmations,
@@ -14,7 +15,7 @@ from ringleader.supervise.leading.effects import (
     Log,
     MarkTimeline,
 )
-from ringleader.supervise.leading.state import LeaderState, Now, Phase, Telling
+from ringleader.supervise.leading.state import LeaderState, Phase, Telling
 from ringleader.supervise.leading.steps import Step, stay
 from ringleader.wire.events import WorkerBye, WorkerHello, WorkerLost
 
