@@ -325,3 +325,34 @@ def test_a_leader_starved_past_its_deadline_gives_the_reports_the_time_it_lost()
     rig.stopped_ranks_end(51.0)
     assert rig.run().exit_code == exitcodes.HUNG
     assert asked == [1000.0 + 2.0 + HANG_TIMEOUT + 8.0 + 8.0]  # noticed at 30, then 8 more
+
+
+def test_a_job_still_starting_gets_the_startup_timeout_before_it_counts_as_hung() -> None:
+    """No rank has made progress yet (frameworks importing on a busy machine): the watch waits
+    the startup timeout (30 s) rather than the hang timeout (20 s), and says which it was."""
+    rig = WatchedRig()
+    rig.hellos()
+    rig.ranks_start(1.0)
+    asked: list[float] = []
+    rig.leader_parts.local.dump_stacks = lambda reason: asked.append(rig.clock.now)  # type: ignore[method-assign]
+    rig.stacks(40.0)
+    rig.stopped_ranks_end(41.0)
+    outcome = rig.run()
+    launched = rig.launched_at
+    assert launched is not None and asked == [launched + WATCHED.startup]
+    assert outcome.exit_code == exitcodes.HUNG
+    assert "no rank made progress for 30 s (ringleader_startup_timeout)" in (outcome.failure or "")
+
+
+def test_once_a_rank_made_progress_the_hang_timeout_applies() -> None:
+    rig = WatchedRig()
+    rig.hellos()
+    rig.ranks_start(1.0)
+    rig.progress(3.0, range(1))
+    asked: list[float] = []
+    rig.leader_parts.local.dump_stacks = lambda reason: asked.append(rig.clock.now)  # type: ignore[method-assign]
+    rig.stacks(24.0)
+    rig.stopped_ranks_end(25.0)
+    outcome = rig.run()
+    assert asked == [1000.0 + 3.0 + HANG_TIMEOUT]
+    assert "no rank made progress for 20 s (ringleader_hang_timeout)" in (outcome.failure or "")

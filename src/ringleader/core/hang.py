@@ -347,11 +347,12 @@ def hang_headline(
     last_progress: Sequence[LastProgress],
     timeout: float,
     now: float,
+    setting: str = HANG_TIMEOUT_SETTING,
 ) -> str:
     """The failure file's first line after a hang: the culprit first, then where the others
     wait; when every rank waits in the same place, who made progress last and when. `now` is
-    the verdict's time.time() on the leader's clock."""
-    timed_out = f"no rank made progress for {timeout:g} s ({HANG_TIMEOUT_SETTING})"
+    the verdict's time.time() on the leader's clock; `setting` bounded the wait."""
+    timed_out = f"no rank made progress for {timeout:g} s ({setting})"
     groups = group_stacks(stacks)
     waiting, culprits = _split(groups) if groups else (None, [])
     if not groups:

@@ -31,6 +31,17 @@ def _attempt(state: LeaderState) -> Attempt:
     return state.attempt
 
 
+def quiet_limit(state: LeaderState, attempt: Attempt) -> tuple[float, str]:
+    """How long no progress may last, and the setting that says so. Until some rank made
+    progress the job is still starting (frameworks import, ranks meet): the startup timeout
+    when it is the longer, so a slow start on a busy machine is not a hang."""
+    timeouts = state.setup.timeouts
+    assert timeouts.hang is not None
+    if not attempt.progress and timeouts.startup > timeouts.hang:
+        return timeouts.startup, "ringleader_startup_timeout"
+    return timeouts.hang, "ringleader_hang_timeout"
+
+
 def progressed(state: LeaderState, event: RanksProgressed, now: Now) -> Step:
     """Progress moves the hang deadline; each rank's latest progress is kept for the report."""
     attempt = _attempt(state)
@@ -67,10 +78,8 @@ def quiet(state: LeaderState, now: Now) -> Step:
     state = evolve(state, attempt=evolve(attempt, hang_deadline=None))
     if attempt.ending:
         return stay(state)
-    said = Log(
-        f"no rank made progress for {timeout:g} s (ringleader_hang_timeout): "
-        "taking every rank's stacks"
-    )
+    waited, setting = quiet_limit(state, attempt)
+    said = Log(f"no rank made progress for {waited:g} s ({setting}): taking every rank's stacks")
     return _dump_stacks(state, HANG, now, (said,))
 
 
@@ -128,7 +137,8 @@ def complete_stacks(state: LeaderState, now: Now, job_ended: bool = False) -> St
     progress = tuple(attempt.progress[rank] for rank in sorted(attempt.progress))
     timeout = state.setup.timeouts.hang or 0.0
     if dump.reason == HANG:
-        headline = hang_headline(stacks, missing, progress, timeout, now.wall)
+        waited, setting = quiet_limit(state, attempt)
+        headline = hang_headline(stacks, missing, progress, waited, now.wall, setting)
     else:
         headline = f"Every rank's stacks, {len(stacks)} of {len(dump.expected)} taken."
     report = HangReport(dump.reason, timeout, now.wall, headline, stacks, missing, progress)
