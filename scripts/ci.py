@@ -348,7 +348,11 @@ def report(runner: Runner) -> None:
     for name in failed:
         print()
         print(f"FAILED {name} ({runner.outcomes[name].why}):")
-        print(tail(LOGS / f"{name}.log", FAILED_TAIL_LINES))
+        lines = log_lines(LOGS / f"{name}.log")
+        failed_tests = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+        for line in failed_tests[:FAILED_TAIL_LINES]:
+            print(f"    {line[:300]}")
+        print(tail(LOGS / f"{name}.log", FAILED_TAIL_LINES // (2 if failed_tests else 1)))
     print()
     tests = (
         f"{counts['passed']} tests passed, {counts['failed']} failed; "
