@@ -51,7 +51,7 @@ from ringleader.supervise.leading.state import (
     LeaderState,
     Phase,
 )
-from ringleader.supervise.leading.table import EVENT_TYPES, IGNORED, RULES, step
+from ringleader.supervise.leading.table import DECISIONS, step
 from ringleader.wire.events import (
     LauncherExited,
     RankEnded,
@@ -76,16 +76,9 @@ CONFIG_ERROR = 78
 
 # ------------------------------------------------------------------------- every pair decided
 def test_every_phase_and_event_type_is_decided_once() -> None:
-    pairs = {(phase, kind) for phase in Phase for kind in EVENT_TYPES}
-    undecided = sorted(
-        f"{phase.name} x {kind.__name__}"
-        for phase, kind in pairs
-        if (phase, kind) not in RULES and (phase, kind) not in IGNORED
-    )
-    both = sorted(f"{p.name} x {k.__name__}" for p, k in set(RULES) & set(IGNORED))
-    assert undecided == [], "pairs with neither a rule nor a reason to ignore"
-    assert both == [], "pairs with a rule and a reason to ignore"
-    assert all(reason.strip() for reason in IGNORED.values())
+    """Each pair has a rule or a reason to ignore it, never both, never neither."""
+    assert DECISIONS.undecided() == []
+    assert all(reason.strip() for reason in DECISIONS.ignored.values())
 
 
 def test_an_undecided_pair_is_an_error_not_a_silent_drop() -> None:
@@ -291,7 +284,9 @@ def act(driver: Driver, kind: str, data: st.DataObject) -> None:
             host = data.draw(st.sampled_from(sorted(state.gathering.hellos)), label="hello")
             error = data.draw(st.sampled_from([None] * 19 + [CONFIG_ERROR]), label="error")
             job.checks.add(host)
-            event = WorkerHello(host, error_code=error, error_message=error and "bad config")
+            event = WorkerHello(
+                host, error_code=error, error_message="bad config" if error else None
+            )
         case "ssh":
             host = data.draw(st.sampled_from(sorted(job.checks)), label="checked")
             job.checks.discard(host)

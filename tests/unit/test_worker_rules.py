@@ -33,7 +33,7 @@ from ringleader.supervise.following.effects import (
     WriteOutcome,
 )
 from ringleader.supervise.following.state import TRANSIENT, Phase, WorkerSetup, WorkerState
-from ringleader.supervise.following.table import EVENT_TYPES, IGNORED, RULES, step
+from ringleader.supervise.following.table import DECISIONS, step
 from ringleader.wire.events import (
     LauncherExited,
     LeaderLost,
@@ -69,10 +69,8 @@ TIMEOUTS = Timeouts(startup=30, sigterm_grace=5, leader_loss=10, finish=30, abor
 
 
 def test_every_phase_and_event_type_is_decided_once() -> None:
-    pairs = {(phase, kind) for phase in Phase for kind in EVENT_TYPES}
-    undecided = sorted(f"{p.name} x {k.__name__}" for p, k in pairs - set(RULES) - set(IGNORED))
-    both = sorted(f"{p.name} x {k.__name__}" for p, k in set(RULES) & set(IGNORED))
-    assert undecided == [] and both == []
+    assert DECISIONS.undecided() == []
+    assert all(reason.strip() for reason in DECISIONS.ignored.values())
 
 
 def test_an_undecided_pair_is_an_error_not_a_silent_drop() -> None:

@@ -27,7 +27,8 @@ from ringleader.supervise.common import (
     RunningLauncher,
     StartLauncher,
 )
-from ringleader.supervise.eventloop import Clock, EventSource, Now
+from ringleader.supervise.decisions import step_with_answers
+from ringleader.supervise.eventloop import Clock, EventSource
 from ringleader.supervise.leading.effects import (
     Announce,
     AttemptPrepared,
@@ -195,17 +196,10 @@ class Leader:
             self._step(Deadline() if event is None else event)
 
     def _step(self, event: LeaderEvent) -> None:
-        """Step the rules, carry out their effects; an effect's answer is stepped next, before
-        any other event."""
-        clock = self._parts.clock
-        pending: list[LeaderEvent] = [event]
-        while pending:
-            now = Now(clock.monotonic(), clock.time())
-            self._state, effects = step(self._state, pending.pop(0), now)
-            for effect in effects:
-                answer = self._apply(effect)
-                if answer is not None:
-                    pending.append(answer)
+        step_with_answers(step, self._state, event, self._parts.clock, self._apply, self._keep)
+
+    def _keep(self, state: LeaderState) -> None:
+        self._state = state
 
     def _apply(self, effect: Effect) -> Input | None:
         parts = self._parts

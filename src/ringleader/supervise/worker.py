@@ -16,7 +16,8 @@ from ringleader.core.stacks import RankStacks
 from ringleader.launch.spawn import SpawnSpec
 from ringleader.launch.strategy import LaunchPlan
 from ringleader.supervise.common import LocalRanks, Logger, RunningLauncher, StartLauncher
-from ringleader.supervise.eventloop import Clock, EventSource, Now
+from ringleader.supervise.decisions import step_with_answers
+from ringleader.supervise.eventloop import Clock, EventSource
 from ringleader.supervise.following.effects import (
     BeginAttempt,
     Deadline,
@@ -86,15 +87,10 @@ class Worker:
         return self._state.outcome
 
     def _step(self, event: WorkerEvent) -> None:
-        clock = self._parts.clock
-        pending: list[WorkerEvent] = [event]
-        while pending:
-            now = Now(clock.monotonic(), clock.time())
-            self._state, effects = step(self._state, pending.pop(0), now)
-            for effect in effects:
-                answer = self._apply(effect)
-                if answer is not None:
-                    pending.append(answer)
+        step_with_answers(step, self._state, event, self._parts.clock, self._apply, self._keep)
+
+    def _keep(self, state: WorkerState) -> None:
+        self._state = state
 
     def _apply(self, effect: Effect) -> WorkerEvent | None:
         parts, local = self._parts, self._parts.local

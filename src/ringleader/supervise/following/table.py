@@ -1,9 +1,10 @@
 """Every (phase, event type) pair of a worker, decided: a rule, or ignored for a stated reason.
-tests/unit/test_worker_rules.py fails when a pair is in neither."""
+tests/unit/test_worker_rules.py fails when a pair is in neither (DECISIONS.undecided())."""
 
 from collections.abc import Callable
 from typing import Any, get_args
 
+from ringleader.supervise.decisions import Decisions
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.following import rules
 from ringleader.supervise.following.effects import Deadline, Effect, OutcomeWritten, WorkerEvent
@@ -35,25 +36,12 @@ NOT_STEPPED = "the interpreter steps no event here: run() has ended"
 VERDICT_IS_IN = "the verdict is in: the worker only waits for the leader to leave"
 NOT_ASKED = "the answer to an effect this phase never asks for"
 
-RULES: dict[tuple[Phase, type], AnyRule] = {}
-IGNORED: dict[tuple[Phase, type], str] = {}
 LEADER_EVENTS: dict[type, str] = {
     kind: LEADERS_ONLY
     for kind in (RanksExited, WorkerHello, SshChecked, WorkerLost, WorkerBye, WorkerReady)
 }
-
-
-def decide_phase(
-    phase: Phase, handled: dict[type, AnyRule], ignored: dict[type, str], default: str = ""
-) -> None:
-    for kind, rule in handled.items():
-        RULES[(phase, kind)] = rule
-    for kind, reason in ignored.items():
-        IGNORED[(phase, kind)] = reason
-    if default:
-        for kind in EVENT_TYPES:
-            if (phase, kind) not in RULES:
-                IGNORED.setdefault((phase, kind), default)
+DECISIONS: Decisions[WorkerState, Effect] = Decisions(Phase, EVENT_TYPES)
+decide_phase = DECISIONS.decide
 
 
 FOLLOWING: dict[type, AnyRule] = {
@@ -86,11 +74,9 @@ CHECKS_THE_KILL = frozenset({Phase.WAITING, Phase.LAUNCHED, Phase.RUNNING, Phase
 
 
 def step(state: WorkerState, event: WorkerEvent, now: Now) -> rules.Step:
-    rule = RULES.get((state.phase, type(event)))
+    rule = DECISIONS.rule(state.phase, event)
     if rule is None:
-        if (state.phase, type(event)) in IGNORED:
-            return state, ()
-        raise LookupError(f"undecided: {state.phase.name} x {type(event).__name__}")
+        return state, ()
     killed: tuple[Effect, ...] = ()
     if state.phase in CHECKS_THE_KILL:
         state, killed = rules.overdue_kill(state, now)

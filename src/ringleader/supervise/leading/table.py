@@ -2,12 +2,14 @@
 
 `step` is the leader's whole behaviour: a pure function from a state, an event and the moment
 to the next state and the effects to carry out. tests/unit/test_leader_rules.py fails when a
-pair is in neither RULES nor IGNORED, so a new event or phase cannot be dropped silently.
+pair is in neither DECISIONS.rules nor DECISIONS.ignored, so a new event or phase cannot be
+dropped silently.
 """
 
 from collections.abc import Callable
 from typing import Any, get_args
 
+from ringleader.supervise.decisions import Decisions
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading import hang_watch, restarts, running, settling, startup, telling
 from ringleader.supervise.leading.effects import (
@@ -16,6 +18,7 @@ from ringleader.supervise.leading.effects import (
     AttemptReaped,
     AwaitConfirmations,
     Deadline,
+    Effect,
     JobBegins,
     LauncherStarted,
     LeaderEvent,
@@ -60,23 +63,8 @@ AFTER_THE_VERDICT = "the verdict is made: it no longer changes"
 # The events after which every launcher may have exited.
 ENDS_LAUNCHERS = frozenset({LauncherExited, RanksExited, WorkerLost})
 
-Decided = dict[tuple[Phase, type], AnyRule]
-RULES: Decided = {}
-IGNORED: dict[tuple[Phase, type], str] = {}
-
-
-def decide_phase(
-    phase: Phase, rules: dict[type, AnyRule], ignored: dict[type, str], default: str | None = None
-) -> None:
-    """`default`: the reason for every event type this phase neither handles nor names."""
-    for event_type, rule in rules.items():
-        RULES[(phase, event_type)] = rule
-    for event_type, reason in ignored.items():
-        IGNORED[(phase, event_type)] = reason
-    if default is not None:
-        for event_type in EVENT_TYPES:
-            if (phase, event_type) not in RULES:
-                IGNORED.setdefault((phase, event_type), default)
+DECISIONS: Decisions[LeaderState, Effect] = Decisions(Phase, EVENT_TYPES)
+decide_phase = DECISIONS.decide
 
 
 WORKER_EVENTS = {LeaderMessage: WORKERS_ONLY, LeaderLost: WORKERS_ONLY}
@@ -251,11 +239,9 @@ decide_phase(Phase.DONE, {}, {}, default=NOT_STEPPED)
 
 def step(state: LeaderState, event: LeaderEvent, now: Now) -> Step:
     """The next state and the effects to carry out, in order."""
-    rule = RULES.get((state.phase, type(event)))
+    rule = DECISIONS.rule(state.phase, event)
     if rule is None:
-        if (state.phase, type(event)) in IGNORED:
-            return state, ()
-        raise LookupError(f"undecided: {state.phase.name} x {type(event).__name__}")
+        return state, ()
     state, effects = rule(state, event, now)
     # A running attempt ends once every launcher has exited (or its host was lost).
     if (
