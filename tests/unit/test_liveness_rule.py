@@ -10,6 +10,8 @@ import heapq
 from collections.abc import Callable, Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ringleader.wire.liveness import (
     FROZEN_FACTOR,
@@ -62,7 +64,7 @@ def watch(
         if now > until:
             return None
         if what == "pulse":
-            silence.heard(now)
+            silence = silence.heard(now)
             # the watcher was woken by the pulse: its pending look is replaced by a new one
             queue = [entry for entry in queue if entry[1] != watch_order]
             heapq.heapify(queue)
@@ -71,10 +73,10 @@ def watch(
             schedule(now + verdict, "watch")
             watch_order = order
         elif what == "send":
-            silence.woke(due, now)
+            silence = silence.woke(due, now)
             schedule(now + INTERVAL, "send")
         elif number == watch_order:
-            silence.woke(due, now)
+            silence = silence.woke(due, now)
             verdict = silence.check(now, ack_age(now))
             if isinstance(verdict, Lost):
                 return now, verdict.reason
@@ -203,20 +205,19 @@ def test_a_partition_seen_by_a_starved_observer_counts_only_its_on_time_silence(
 
 def test_late_runs_of_both_threads_count_once() -> None:
     silence = Silence(T, SETTING, 0.0)
-    silence.woke(2.0, 8.0)  # the sender
-    silence.woke(3.0, 8.0)  # the watcher, in the same stall
-    silence.woke(9.0, 9.5)
+    silence = silence.woke(2.0, 8.0)  # the sender
+    silence = silence.woke(3.0, 8.0)  # the watcher, in the same stall
+    silence = silence.woke(9.0, 9.5)
     assert silence.starved(9.5) == pytest.approx(6.5)
     assert silence.starved(5.0) == pytest.approx(3.0)  # only up to now
-    silence.heard(10.0)
+    silence = silence.heard(10.0)
     assert silence.starved(12.0) == 0.0  # a new silence starts clean
     assert silence.worst_lateness == pytest.approx(6.0)
 
 
 def test_a_timer_on_time_or_early_is_not_lateness() -> None:
     silence = Silence(T, SETTING, 0.0)
-    silence.woke(2.0, 2.0)
-    silence.woke(3.0, 2.9)
+    assert silence.woke(2.0, 2.0).woke(3.0, 2.9) == silence
     assert silence.starved(5.0) == 0.0
 
 
@@ -225,3 +226,56 @@ def test_check_says_when_to_look_again() -> None:
     assert silence.check(1.0, None) == pytest.approx(T - 1.0)
     # while the peer's kernel answers: no later than when that ACK would be stale
     assert silence.check(1.0, 0.5) == pytest.approx(0.625 * T - 0.5)
+
+
+# ------------------------------------------------------------------- over random stalls
+def stalls_strategy(until: float) -> st.SearchStrategy[list[tuple[float, float]]]:
+    """Stalls of this end (starved, or the machine frozen): disjoint, 0.1 to 40 s each."""
+
+    def disjoint(pairs: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        made, after = [], 0.0
+        for gap, length in pairs:
+            start = after + gap
+            if start >= until:
+                break
+            made.append((start, start + length))
+            after = start + length
+        return made
+
+    pair = st.tuples(st.floats(0.0, 60.0), st.floats(0.1, 40.0))
+    return st.lists(pair, max_size=8).map(disjoint)
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(stalls_strategy(300.0))
+def test_a_peer_that_keeps_pulsing_is_never_lost_whatever_this_end_stalls(
+    stalls: list[tuple[float, float]],
+) -> None:
+    """Its pulses, bunched at the end of each of our stalls, are read before any look at the
+    silence that the stall delayed: a live peer is never blamed for our own starvation."""
+    pulses = sorted({stalled_until(stalls, at) for at in regular(300)})
+    assert watch(pulses, answering(), until=300, stalls=stalls) is None
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(
+    stalls_strategy(400.0),
+    st.floats(5.0, 100.0),
+    st.booleans(),
+)
+def test_a_silent_peer_is_always_lost_within_the_cap_after_it_fell_silent(
+    stalls: list[tuple[float, float]], silent_at: float, kernel_answers: bool
+) -> None:
+    """Frozen (its kernel answers) or partitioned: lost, and never later than the cap
+    (STARVED_PATIENCE_FACTOR x the limit) after this end read its last pulse, plus the stall
+    that may hold our own look; never before one timeout of silence."""
+    pulses = [at for at in regular(silent_at)]
+    last = pulses[-1]
+    ack = answering() if kernel_answers else silent_from(last, last)
+    lost = watch(pulses, ack, until=last + 400, stalls=stalls)
+    assert lost is not None
+    when, _reason = lost
+    limit = T * (FROZEN_FACTOR if kernel_answers else 1.0)
+    longest_stall = max((end - start for start, end in stalls), default=0.0)
+    read = stalled_until(stalls, last)  # when this end could read that last pulse
+    assert read + T <= when <= read + STARVED_PATIENCE_FACTOR * limit + longest_stall + 1e-6

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ringleader.core.frozen import evolve
 from ringleader.wire import messages
 from ringleader.wire.protocol import Channel, ChannelClosed, ProtocolError
 
@@ -100,35 +101,37 @@ class Gaps:
         return self.largest
 
 
+@dataclass(frozen=True)
 class Silence:
-    """What one end knows about its peer's silence and about its own timeliness.
+    """What one end knows about its peer's silence and about its own timeliness: a frozen
+    value, each change a new one (the pulse loop keeps the latest per link).
 
     Times are the caller's monotonic seconds. `heard` when a pulse arrives, `woke` whenever one
     of this end's own timers fires (when it was due, when it really ran), `check` to learn
     whether the peer is lost or else how long until it could be.
     """
 
-    def __init__(self, timeout: float, setting: str, now: float) -> None:
-        self.timeout = timeout
-        self._setting = setting  # named in the loss message: which setting bounds the wait
-        self.heard_at = now
-        self._late: list[tuple[float, float]] = []  # (due, ran) of our timers that ran late
-        self.worst_lateness = 0.0
+    timeout: float
+    setting: str  # named in the loss message: which setting bounds the wait
+    heard_at: float
+    late: tuple[tuple[float, float], ...] = ()  # (due, ran) of our timers that ran late
+    worst_lateness: float = 0.0
 
-    def heard(self, now: float) -> None:
-        self.heard_at = now
-        self._late.clear()  # every late run recorded so far ended before this silence began
+    def heard(self, now: float) -> "Silence":
+        # every late run recorded so far ended before the silence that begins now
+        return evolve(self, heard_at=now, late=())
 
-    def woke(self, due: float, now: float) -> None:
+    def woke(self, due: float, now: float) -> "Silence":
         """One of our own timers, due at `due`, ran at `now`."""
-        if now > due:
-            self._late.append((due, now))
-            self.worst_lateness = max(self.worst_lateness, now - due)
+        if now <= due:
+            return self
+        worst = max(self.worst_lateness, now - due)
+        return evolve(self, late=(*self.late, (due, now)), worst_lateness=worst)
 
     def starved(self, now: float) -> float:
         """Seconds of the current silence during which this end itself ran late."""
         total, covered_to = 0.0, self.heard_at
-        for due, ran in sorted(self._late):
+        for due, ran in sorted(self.late):
             start, end = max(due, covered_to), min(ran, now)
             if end > start:
                 total += end - start
@@ -157,12 +160,12 @@ class Silence:
         if answers:
             text = (
                 f"no pulse for {silent:.0f} s; its kernel still answers: frozen or starved "
-                f"({FROZEN_FACTOR:g} x {self._setting})"
+                f"({FROZEN_FACTOR:g} x {self.setting})"
             )
         elif silent < self.timeout + 0.5:
-            text = f"no pulse for {self.timeout:g} s ({self._setting})"
+            text = f"no pulse for {self.timeout:g} s ({self.setting})"
         else:
-            text = f"no pulse for {silent:.0f} s ({self._setting})"
+            text = f"no pulse for {silent:.0f} s ({self.setting})"
         if starved >= 0.5:
             text += f"; this host itself ran late for {starved:.0f} s of it"
             if capped:
@@ -237,7 +240,7 @@ class PulseLoop:
     def __init__(self, interval: float, timeout: float, setting: str) -> None:
         self._interval = interval
         self._timeout = timeout
-        self._setting = setting
+        self.setting = setting
         self._selector = selectors.DefaultSelector()
         self._links: dict[Channel, PulseLink] = {}
         self._checks: list[tuple[float, int, PulseLink]] = []  # stale ones are skipped
@@ -253,7 +256,7 @@ class PulseLoop:
 
     def watch(self, channel: Channel, on_lost: OnLost) -> PulseLink:
         """Pulse with the peer on `channel` (the loop owns it from now on)."""
-        link = PulseLink(channel, Silence(self._timeout, self._setting, time.monotonic()), on_lost)
+        link = PulseLink(channel, Silence(self._timeout, self.setting, time.monotonic()), on_lost)
         # Without this, a pulse process starved of CPU sends nothing for the peer to
         # acknowledge, and its watcher, once it runs again, mistakes a live peer for a
         # partitioned one (seen with busy-polling ranks on 2 cores).
@@ -359,7 +362,7 @@ class PulseLoop:
             pulses = 0
             while link.channel.buffered_frame(_PULSE_FRAME_LIMIT) is not None:
                 link.gaps.add(now - link.silence.heard_at)
-                link.silence.heard(now)
+                link.silence = link.silence.heard(now)
                 pulses += 1
         except ProtocolError as error:
             self._lost(link, f"protocol error on the pulse connection: {error}")
@@ -375,7 +378,7 @@ class PulseLoop:
 
     def _pulse_all(self, due: float, now: float) -> None:
         for link in list(self._links.values()):
-            link.silence.woke(due, now)
+            link.silence = link.silence.woke(due, now)
             try:
                 if not link.unsent:
                     link.unsent = PULSE_FRAME + b"\n"
@@ -402,7 +405,7 @@ class PulseLoop:
             at, order, link = heapq.heappop(self._checks)
             if self._stale(at, order, link):
                 continue
-            link.silence.woke(at, now)
+            link.silence = link.silence.woke(at, now)
             verdict = link.silence.check(now, link.channel.last_ack_age())
             if isinstance(verdict, Lost):
                 self._lost(link, verdict.reason, at_once=True)
