@@ -100,7 +100,7 @@ def answering(last_ack: float = -1.0) -> AckAge:
 def silent_from(cut: float, last_ack: float) -> AckAge:
     """Partitioned at `cut`: the last ACK came at `last_ack` (before the cut)."""
 
-    def age(now: float) -> float:
+    def age(now: float) -> float | None:
         return now - last_ack if now >= cut else answering()(now)
 
     return age
