@@ -327,6 +327,58 @@ def no_restart_line(lost: Sequence[str], swap: Swap | None, why: str | None) -> 
     return f"==> {', '.join(lost)} lost: {why}; the job ends with exit code {code}"
 
 
+@dataclass(frozen=True)
+class RunEnded:
+    """What one run of the job ended with: the facts `after_run` decides from."""
+
+    exit_code: int  # the job's, from every host's code (job_exit_code)
+    codes: Mapping[str, int]  # each host's
+    summary: JobSummary | None  # the leader's job.json, when it was fetched
+    started: float
+    ended: float
+    interrupted: bool = False  # Ctrl-C or SIGTERM reached the runner
+
+
+@dataclass(frozen=True)
+class EndJob:
+    """The job ends with `exit_code`; the results stay in the results directory."""
+
+    exit_code: int
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunAgain:
+    """The job starts again on spares: the last run's results move to run-<n>/."""
+
+    exit_code: int  # the last run's
+    job: ClusterJob
+    earlier: tuple[AttemptRecord, ...]
+    lines: tuple[str, ...]
+
+
+def after_run(
+    job: ClusterJob, earlier: tuple[AttemptRecord, ...], next_id: str, ended: RunEnded
+) -> EndJob | RunAgain:
+    """After a run: the job ends, or, when hosts were lost, a spare is left for each of them,
+    restarts are left and nobody stopped the runner, it starts again on spares (a new run,
+    `next_id`, its attempts continuing these)."""
+    code = ended.exit_code
+    said = f"==> job {job.job_id} ended: exit code {code}"
+    if code != exitcodes.HOST_LOST or not job.spares:
+        return EndJob(code, (said,))
+    lost = lost_in_run(ended.summary, len(earlier), job.names, ended.codes)
+    attempts = run_attempts(ended.summary, earlier, job.names, ended.started, ended.ended, lost)
+    swap = swap_in_spares(job.hosts, job.spares, lost)
+    most = max_restarts(job.settings)
+    why = "stopped (Ctrl-C or SIGTERM)" if ended.interrupted else restart_refusal(attempts, most)
+    if not lost or why is not None or swap.unreplaced:
+        return EndJob(code, (said, no_restart_line(lost, swap, why)))
+    amended = amend_last(attempts, swap)
+    again = restart_line(lost, swap, len(amended), most)
+    return RunAgain(code, next_run(job, next_id, swap, amended), amended, (said, again))
+
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -368,6 +420,7 @@ class ClusterRun:
                 signal.signal(number, handler)
 
     def _runs(self) -> int:
+        """Run the job, then again on spares while after_run says so."""
         first_id, run_number = self.job.job_id, 0
         earlier: tuple[AttemptRecord, ...] = ()
         while True:
@@ -377,31 +430,23 @@ class ClusterRun:
             leader = elect_leader(job.names)
             exit_code = job_exit_code(codes[leader], [codes[name] for name in job.names])
             fetched = self._fetch_all()
-            if exit_code != exitcodes.HOST_LOST or not job.spares:
+            summary = self._job_summary(leader) if exit_code == exitcodes.HOST_LOST else None
+            ended = RunEnded(
+                exit_code, codes, summary, started, time.time(), bool(self._interrupts)
+            )
+            decision = after_run(job, earlier, f"{first_id}-r{run_number + 1}", ended)
+            if isinstance(decision, EndJob):
                 self._print_results(fetched, codes, job.results_dir)
-                self.console.line(f"==> job {job.job_id} ended: exit code {exit_code}")
-                return exit_code
-            summary = self._job_summary(leader)
-            lost = lost_in_run(summary, len(earlier), job.names, codes)
-            attempts = run_attempts(summary, earlier, job.names, started, time.time(), lost)
-            swap = swap_in_spares(job.hosts, job.spares, lost)
-            why = restart_refusal(attempts, max_restarts(job.settings))
-            if self._interrupts:
-                why = "stopped (Ctrl-C or SIGTERM)"
-            if not lost or why is not None or swap.unreplaced:
-                self._print_results(fetched, codes, job.results_dir)
-                self.console.line(f"==> job {job.job_id} ended: exit code {exit_code}")
-                self.console.line(no_restart_line(lost, swap, why))
-                return exit_code
+                for line in decision.lines:
+                    self.console.line(line)
+                return decision.exit_code
             kept = job.results_dir / EARLIER_RUN_DIR.format(run_number)
             self._keep_results(job.hosts, kept)
             self._print_results(fetched, codes, kept)
-            self.console.line(f"==> job {job.job_id} ended: exit code {exit_code}")
-            earlier = amend_last(attempts, swap)
-            run_number += 1
-            self.console.line(restart_line(lost, swap, len(earlier), max_restarts(job.settings)))
-            self.job = next_run(job, f"{first_id}-r{run_number}", swap, earlier)
-            self._agents = {}
+            for line in decision.lines:
+                self.console.line(line)
+            earlier, run_number = decision.earlier, run_number + 1
+            self.job, self._agents = decision.job, {}
             self.console.line(headline(self.job))
 
     def _job_summary(self, leader: str) -> JobSummary | None:

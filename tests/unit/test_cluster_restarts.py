@@ -1,0 +1,77 @@
+"""`ringleader cluster run --spares`: after_run, the pure rule that decides after each run
+whether the job ends or starts again on spares, over random chains of runs (hosts lost or
+not, the leader's job.json fetched or not, connections failed, Ctrl-C, any budget)."""
+
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from ringleader.config.topology import elect_leader
+from ringleader.core import exitcodes
+from ringleader.core.attempts import AttemptRecord
+from ringleader.core.jobfile import JobSummary
+from ringleader.tools.cluster import run
+from tests.unit.test_cluster import spare_job
+
+HOST_LOST = exitcodes.HOST_LOST
+
+
+@st.composite
+def run_end(
+    draw: st.DrawFn, job: run.ClusterJob, earlier: tuple[AttemptRecord, ...]
+) -> run.RunEnded:
+    """One run's end as the hosts could report it."""
+    names = job.names
+    code = draw(st.sampled_from([0, 3, HOST_LOST, HOST_LOST, 143]), label="code")
+    codes = {name: code for name in names}
+    for name in names:  # a host whose connection failed (ssh's own 255)
+        if code == HOST_LOST and draw(st.integers(0, 5), label="ssh") == 0:
+            codes[name] = run.SSH_FAILED
+    summary = None
+    if draw(st.booleans(), label="job.json"):
+        lost = draw(st.lists(st.sampled_from(names), max_size=2, unique=True), label="lost")
+        mine = AttemptRecord(
+            len(earlier), 1.0, 2.0, code, None if code == 0 else "cause", names, True, tuple(lost)
+        )
+        attempts = (*earlier, mine) if draw(st.booleans(), label="attempted") else earlier
+        summary = JobSummary(code, None, names, 6, None, (), attempts=attempts)
+    return run.RunEnded(
+        run.job_exit_code(codes[elect_leader(names)], list(codes.values())),
+        codes,
+        summary,
+        1.0,
+        2.0,
+        draw(st.integers(0, 9), label="interrupted") == 0,
+    )
+
+
+@settings(max_examples=1000, deadline=None, database=None)
+@given(st.data(), st.integers(0, 3), st.integers(0, 3))
+def test_a_chain_of_runs_keeps_the_restart_rules(
+    data: st.DataObject, most: int, spare_count: int
+) -> None:
+    job = spare_job(spares=("d", "e", "f")[:spare_count], settings={"max_restarts": str(most)})
+    earlier: tuple[AttemptRecord, ...] = ()
+    restarts = 0
+    for number in range(6):
+        ended = data.draw(run_end(job, earlier), label=f"run {number}")
+        decision = run.after_run(job, earlier, f"cluster-1-r{number + 1}", ended)
+        assert decision.exit_code == ended.exit_code  # the run's code is what ends the job
+        if isinstance(decision, run.EndJob):
+            event(f"{restarts} restart(s)")
+            assert decision.lines[0] == f"==> job {job.job_id} ended: exit code {ended.exit_code}"
+            return
+        restarts += 1
+        # only a host loss, with a spare for every lost host, budget left, nobody stopping it
+        assert ended.exit_code == HOST_LOST and not ended.interrupted
+        assert restarts <= most
+        new = decision.job
+        assert len(new.hosts) == len(job.hosts)
+        assert len(new.spares) == len(job.spares) - (len(set(new.names) - set(job.names)))
+        assert not set(new.names) & {host for host in job.names if host not in new.names}
+        assert set(new.names) - set(job.names) <= {spare.name for spare in job.spares}
+        # the attempts continue: numbered from 0, one more at least, the last naming its loss
+        numbers = [each.attempt for each in decision.earlier]
+        assert numbers == list(range(len(numbers))) and len(numbers) > len(earlier)
+        assert decision.earlier[-1].lost and new.job_id == f"cluster-1-r{number + 1}"
+        job, earlier = new, decision.earlier
+    assert restarts <= most
