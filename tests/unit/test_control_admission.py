@@ -140,7 +140,7 @@ def test_connections_that_never_join_are_bounded_and_the_rest_wait(monkeypatch):
 
 def test_a_join_must_come_whole_within_the_join_timeout(monkeypatch):
     """A peer sending a byte at a time gets no longer than one that sends nothing: it is
-    refused at the join timeout, while most of its trickle (7 s at least) is still to come."""
+    refused at the join timeout, before its trickle (7 s at least) could finish."""
     monkeypatch.setattr(control, "JOIN_TIMEOUT", 0.5)
     target = Leader()
     sock = socket.create_connection(("127.0.0.1", target.port), timeout=5.0)
