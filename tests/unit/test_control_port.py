@@ -171,6 +171,28 @@ def test_a_silent_listener_is_a_config_error_only_at_the_startup_deadline():
     )
 
 
+def test_a_silent_holder_that_goes_away_is_still_named_at_the_deadline():
+    """What held the port stayed silent through a whole try, then went away (its host shut
+    down: the leader there gave up on the taken port, exit 78): the later tries are refused,
+    and the worker still reports the port's silent holder (78), not a leader that never
+    answered (69)."""
+    with listener() as silent:
+        port = port_of(silent)
+
+        def hold_one_try_then_go() -> None:
+            first, _ = silent.accept()
+            first.recv(1)  # the worker gave up on it: closed
+            first.close()
+            silent.close()  # nothing listens any more: every later try is refused
+
+        threading.Thread(target=hold_one_try_then_go, daemon=True).start()
+        with pytest.raises(ConfigError) as caught:
+            connect(port, greeting_timeout=0.3, deadline=2.0)
+    assert caught.value.problem.startswith(
+        f"what answers on 127.0.0.1:{port} never greeted this host: no greeting within 0.3 s"
+    )
+
+
 def test_a_leader_that_greets_late_is_tried_again_until_it_answers():
     """The first connection is held without a greeting (the leader busy with other hosts);
     the worker tries again and joins once the leader answers, instead of taking the port for

@@ -562,11 +562,14 @@ def connect_to_leader(
     or not up yet), and so is one not greeted within the greeting timeout (a leader busy with
     thousands of hosts), until `deadline`. Raises ConfigError (ringleader_control_port) when
     what answers is not this job's leader (another job's greeting, something else, a proof
-    that does not match the job's secret), when the leader refuses this host, or when the
-    last try before `deadline` got no greeting either.
+    that does not match the job's secret), when the leader refuses this host, or when a try
+    got no greeting and none greeted by `deadline`.
     """
     delay = 0.05
-    unanswered: NoAnswer | None = None  # the last try's, if its connection got no greeting
+    # A try whose connection got no greeting: what held the port then was silent. A later try
+    # refused or closed does not undo that (the port's holder may go with the leader's host,
+    # whose leader gave up on it); only a greeting does.
+    unanswered: NoAnswer | None = None
     while not stop.is_set() and time.monotonic() < deadline:
         try:
             joined = _join(leader, host, link, deadline, stop)
@@ -576,9 +579,6 @@ def connect_to_leader(
             unanswered, joined = error, None
         except (NotTheLeader, NotAdmitted) as error:
             raise ConfigError(CONTROL_PORT_SETTING, _not_joined(leader, error)) from None
-        else:
-            if time.monotonic() < deadline:  # refused or closed: not what holds it silent
-                unanswered = None
         if joined is not None:
             return joined
         stop.wait(min(delay, max(deadline - time.monotonic(), 0)))
