@@ -1,13 +1,17 @@
-# ringleader training image: Debian's Python 3.11, OpenMPI 4.1 and OpenSSH, plus the ringleader
-# package in a venv, prepared exactly as docs/own-image.md tells users to prepare their own image:
-# `pip install ringleader-*.whl && ringleader image setup`, ENTRYPOINT ["ringleader-entrypoint"].
-# Build with scripts/setup.sh (or `make image`): it prepares the wheelhouse
+# ringleader training image, without ringleader itself: Debian's Python 3.11, OpenMPI 4.1 and
+# OpenSSH, and ringleader's dependencies in a venv (tagged ringleader-stage/ringleader-latest:runtime).
+# Dockerfile.ringleader adds ringleader on top, as docs/own-image.md tells users to prepare their
+# own image (`pip install ringleader-*.whl && ringleader image setup`, ENTRYPOINT
+# ["ringleader-entrypoint"]): that is ringleader:latest. The framework images start from the same
+# runtime and add ringleader last the same way, so a change to ringleader rebuilds one small
+# layer per image. Build with scripts/setup.sh (or `make image`): it prepares the wheelhouse
 # (build/wheelhouse/{deps,ringleader}) on the host, so this build needs no PyPI, only the Debian
 # mirror. No `# syntax=` line on purpose: no registry can be reached for a frontend image, and the
 # file works with both the classic builder and BuildKit.
 #
 # Layers, least to most often changed: apt packages -> dependency venv (own stage, so the wheels are
-# not kept in the image) -> the ringleader wheel and `ringleader image setup`.
+# not kept in the image) -> (Dockerfile.ringleader) the ringleader wheel and `ringleader image
+# setup`.
 
 ARG BASE_IMAGE=debian:bookworm-slim
 
@@ -36,29 +40,13 @@ RUN /usr/bin/python3 -m venv --system-site-packages /opt/ringleader/venv \
         --no-cache-dir --disable-pip-version-check /tmp/wheels/*.whl
 
 # ---------------------------------------------------------------------------------------------------
-FROM system
+FROM system AS runtime
 
 COPY --from=deps /opt/ringleader/venv /opt/ringleader/venv
 
-# On every ringleader image (the framework images start from this one): the image scripts remove
-# untagged images with this label once a rebuild has superseded them.
+# On every ringleader image (the framework images start from this stage).
 LABEL ringleader.image=ringleader
 
 ENV PATH=/opt/ringleader/venv/bin:$PATH \
     LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1
-
-# The package itself, last: a change to it rebuilds only this layer. Its dependencies come from
-# the venv above (no index); if they no longer match, this fails loudly instead of going online.
-# `ringleader image setup` writes the job's own ssh files (configs only: no ssh key in the
-# image, every job makes its own when it starts), /etc/ringleader/image.json, the entry script
-# and /opt/ml.
-COPY build/wheelhouse/ringleader/ /tmp/wheels/
-RUN pip install --no-index --find-links /tmp/wheels --no-cache-dir --disable-pip-version-check \
-        /tmp/wheels/ringleader-*.whl \
- && rm -rf /tmp/wheels \
- && ringleader image setup \
- && python -c 'import mpi4py, sagemaker_training, ringleader'
-
-ENTRYPOINT ["ringleader-entrypoint"]
-CMD ["train"]

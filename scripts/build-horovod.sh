@@ -30,7 +30,8 @@
 #   FRAMEWORK=pytorch                  pytorch (ringleader:horovod), mxnet (ringleader:mxnet) or
 #                                      tensorflow (ringleader:tf-horovod)
 #   IMAGE                              tag to build (default by FRAMEWORK, as above)
-#   RINGLEADER_IMAGE=ringleader:latest image to add the framework and Horovod to
+#   RINGLEADER_IMAGE=ringleader:latest image whose runtime (ringleader-stage/...:runtime) gets the
+#                                      framework and Horovod, then ringleader on top
 #   BASE_IMAGE                         base of the compile stage; default: debian:bookworm-slim
 #                                      if present, else ringleader/base:bookworm (what
 #                                      scripts/setup.sh built ringleader:latest from)
@@ -162,7 +163,7 @@ build_args() {
     local base
     base=$(compile_base)
     BUILD_ARGS=(-f "$DOCKERFILE" --build-arg BASE_IMAGE="$base"
-        --build-arg RINGLEADER_IMAGE="$RINGLEADER_IMAGE" "${FRAMEWORK_ARGS[@]}"
+        --build-arg RUNTIME_IMAGE="$(stage_tag "$RINGLEADER_IMAGE" runtime)" "${FRAMEWORK_ARGS[@]}"
         --build-arg HOROVOD_VERSION="$HOROVOD_VERSION")
     [[ ${NO_CACHE:-} != 1 ]] || BUILD_ARGS+=(--no-cache)
     COMPILE_BASE=$base
@@ -182,13 +183,16 @@ step_compile() {
 
 step_build() {
     docker info >/dev/null 2>&1 || die "Docker Engine does not answer; run 'scripts/setup.sh docker'"
-    image_exists "$RINGLEADER_IMAGE" || die "$RINGLEADER_IMAGE is not built; run 'make image' first"
+    local start=$SECONDS runtime frameworks
+    runtime=$(stage_tag "$RINGLEADER_IMAGE" runtime)
+    frameworks=$(stage_tag "$IMAGE" frameworks)
+    image_exists "$runtime" || die "$runtime (ringleader's runtime) is not built; run 'make image' first"
     [[ -f $WHEELHOUSE/.key ]] || die "no wheelhouse in $WHEELHOUSE; run '$0 wheelhouse'"
-    local start=$SECONDS
     build_args
-    log "Building image $IMAGE from $RINGLEADER_IMAGE; Horovod $HOROVOD_VERSION compiled on $COMPILE_BASE (log: $LOG; a cold build takes about 8 minutes, 5 of them compiling Horovod)"
+    log "Building image $IMAGE: $runtime plus $FRAMEWORK and Horovod $HOROVOD_VERSION compiled on $COMPILE_BASE, then ringleader (log: $LOG; a cold build takes about 8 minutes, 5 of them compiling Horovod)"
     # The context is the wheelhouse only: nothing else is sent to the daemon.
-    build_image "$IMAGE" "$LOG" "${BUILD_ARGS[@]}" "$WHEELHOUSE"
+    build_image "$frameworks" "$LOG" "${BUILD_ARGS[@]}" "$WHEELHOUSE"
+    with_ringleader "$IMAGE" "$frameworks" "${LOG%.log}-ringleader.log"
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}')): $(docker run --rm --entrypoint python "$IMAGE" -c "$CHECK")"
 }
 

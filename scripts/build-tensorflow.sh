@@ -11,7 +11,8 @@
 #
 # Environment:
 #   IMAGE=ringleader:tensorflow        tag to build
-#   RINGLEADER_IMAGE=ringleader:latest image to add TensorFlow to
+#   RINGLEADER_IMAGE=ringleader:latest image whose runtime (ringleader-stage/...:runtime) gets
+#                                      TensorFlow, then ringleader on top
 #   PYTHON=python3                     host CPython 3.11 that downloads the wheelhouse
 #   REBUILD_WHEELS=1                   download the wheelhouse again even if it looks up to date
 set -euo pipefail
@@ -51,13 +52,15 @@ step_wheelhouse() {
 
 step_build() {
     docker info >/dev/null 2>&1 || die "Docker Engine does not answer; run 'scripts/setup.sh docker'"
-    image_exists "$RINGLEADER_IMAGE" || die "$RINGLEADER_IMAGE is not built; run 'make image' first"
+    local start=$SECONDS runtime frameworks
+    runtime=$(stage_tag "$RINGLEADER_IMAGE" runtime)
+    frameworks=$(stage_tag "$IMAGE" frameworks)
+    image_exists "$runtime" || die "$runtime (ringleader's runtime) is not built; run 'make image' first"
     [[ -f $WHEELHOUSE/.key ]] || die "no wheelhouse in $WHEELHOUSE; run '$0 wheelhouse'"
-    local start=$SECONDS
-    log "Building image $IMAGE from $RINGLEADER_IMAGE (log: $LOG; about 2 minutes)"
-    build_image "$IMAGE" "$LOG" -f Dockerfile.tensorflow \
-        --build-arg RINGLEADER_IMAGE="$RINGLEADER_IMAGE" --build-arg TF_VERSION="$TF_VERSION" \
-        "$WHEELHOUSE"
+    log "Building image $IMAGE: $runtime plus TensorFlow, then ringleader (log: $LOG; about 2 minutes)"
+    build_image "$frameworks" "$LOG" -f Dockerfile.tensorflow \
+        --build-arg RUNTIME_IMAGE="$runtime" --build-arg TF_VERSION="$TF_VERSION" "$WHEELHOUSE"
+    with_ringleader "$IMAGE" "$frameworks" "${LOG%.log}-ringleader.log"
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}'))"
 }
 

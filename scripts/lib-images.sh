@@ -69,9 +69,27 @@ stage_ids() {
          END { for (name in last) print name, last[name] }' "$1"
 }
 
+# stage_tag IMAGE NAME: the tag of one of IMAGE's stages or intermediate images,
+# ringleader-stage/IMAGE:NAME (ringleader:latest's runtime: ringleader-stage/ringleader-latest:runtime).
+stage_tag() {
+    local image=${1#ringleader-stage/}
+    printf 'ringleader-stage/%s:%s\n' "${image//[:\/@]/-}" "$2"
+}
+
+# with_ringleader IMAGE FROM LOG: IMAGE is FROM (ringleader's runtime, or it plus a framework)
+# with ringleader itself as its last layer (Dockerfile.ringleader, the wheel the only context): a
+# change to ringleader rebuilds that layer only, in every image.
+with_ringleader() {
+    local image=$1 from=$2 log_file=$3 wheels=build/wheelhouse/ringleader
+    compgen -G "$wheels/ringleader-*.whl" >/dev/null ||
+        die "no ringleader wheel in $wheels; run 'scripts/setup.sh wheelhouse'"
+    log "Adding ringleader ($(basename "$wheels"/ringleader-*.whl)) on top: $image"
+    build_image "$image" "$log_file" -f Dockerfile.ringleader --build-arg FROM_IMAGE="$from" "$wheels"
+}
+
 # build_image IMAGE LOG DOCKER-BUILD-ARGS...: logged_build tagged IMAGE. Each named stage's last
-# image is tagged too (ringleader-stage/IMAGE:STAGE), so it stays in the build cache whatever
-# else removes untagged images. When a tag moves, the image it left is removed with its untagged
+# image is tagged too (stage_tag IMAGE STAGE), so it stays in the build cache whatever else
+# removes untagged images. When a tag moves, the image it left is removed with its untagged
 # parents (gigabytes per rebuild with the classic builder); only this build's own images, so builds
 # running side by side never remove each other's cache.
 build_image() {
@@ -81,7 +99,7 @@ build_image() {
     old=$(image_id "$image")
     logged_build "$log_file" "$start" "$@" -t "$image"
     while read -r stage id; do
-        stage_tag="ringleader-stage/${image//[:\/@]/-}:$stage"
+        stage_tag=$(stage_tag "$image" "$stage")
         before=$(image_id "$stage_tag")
         docker tag "$id" "$stage_tag"
         [[ -z $before || $before == "$(image_id "$stage_tag")" ]] || superseded+=("$before")

@@ -9,8 +9,8 @@
 #                                 sdk3 venv
 #                                 image all (wheel: only the ringleader wheel, in
 #                                 build/wheelhouse/ringleader)
-#   (browser: Debian's chromium, for the report's screenshot test; sdk3: build/sdk3-venv with
-#   SageMaker Python SDK v3 for its local-mode tests)
+#   (browser: Debian's chromium, for the report's screenshot test; sdk3: build/sdk3-venv, a link
+#   to a venv with SageMaker Python SDK v3 in ~/.cache/ringleader, for its local-mode tests)
 #
 # Environment:
 #   IMAGE=ringleader:latest        tag of the image to build
@@ -153,8 +153,11 @@ step_build() {
     compgen -G "$WHEELHOUSE/deps/*.whl" >/dev/null && compgen -G "$WHEELHOUSE/ringleader/*.whl" >/dev/null ||
         die "no wheelhouse in $WHEELHOUSE; run 'scripts/setup.sh wheelhouse' (or 'image')"
     mkdir -p build
-    log "Building image $IMAGE from $BASE_IMAGE (log: $logf)"
-    build_image "$IMAGE" "$logf" --build-arg BASE_IMAGE="$BASE_IMAGE" .
+    local runtime
+    runtime=$(stage_tag "$IMAGE" runtime)
+    log "Building image $IMAGE from $BASE_IMAGE: its runtime $runtime, then ringleader (log: $logf)"
+    build_image "$runtime" "$logf" --build-arg BASE_IMAGE="$BASE_IMAGE" .
+    with_ringleader "$IMAGE" "$runtime" "${logf%.log}-ringleader.log"
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}'))"
 }
 
@@ -185,20 +188,28 @@ step_sshkeygen() {
 
 step_sdk3() {
     # SageMaker Python SDK v3 cannot share a virtualenv with v2 (both are `sagemaker`): the
-    # v3 local-mode tests run their jobs with this interpreter (RINGLEADER_SDK3_PYTHON).
-    local dir=build/sdk3-venv
-    if [[ -x $dir/bin/python ]] && "$dir/bin/python" -c 'import sagemaker' 2>/dev/null; then
-        log "SDK v3 virtualenv $dir is ready"
-        return 0
+    # v3 local-mode tests run their jobs with this interpreter (RINGLEADER_SDK3_PYTHON). It needs
+    # nothing of this tree, so it lives in a cache outside it (RINGLEADER_CACHE, by default
+    # ~/.cache/ringleader), one per requirement and Python, and every clone links to it: a fresh
+    # clone on a warm machine skips the 5 minutes of its install.
+    local link=build/sdk3-venv requirement='sagemaker>=3,<4' key dir start=$SECONDS
+    key=$({ printf '%s\n' "$requirement"; "$PYTHON" -V 2>&1; } | sha256sum | cut -c1-12)
+    dir=${RINGLEADER_CACHE:-$HOME/.cache/ringleader}/sdk3-venv-$key
+    mkdir -p build "$(dirname "$dir")"
+    if [[ ! -f $dir/.ready ]] || ! "$dir/bin/python" -c 'import sagemaker' 2>/dev/null; then
+        log "Creating $dir with $requirement (for the SDK v3 local-mode tests)"
+        rm -rf "$dir"
+        "$PYTHON" -m venv "$dir"
+        if ! "$dir/bin/python" -m pip install --quiet "$requirement" >build/pip-sdk3.log 2>&1; then
+            tail -n 40 build/pip-sdk3.log >&2
+            die "pip install '$requirement' failed (see build/pip-sdk3.log)"
+        fi
+        touch "$dir/.ready"
+        log "SDK v3 virtualenv ready in $((SECONDS - start))s"
     fi
-    log "Creating $dir with sagemaker>=3 (for the SDK v3 local-mode tests)"
-    rm -rf "$dir"
-    mkdir -p build
-    "$PYTHON" -m venv "$dir"
-    if ! "$dir/bin/python" -m pip install --quiet 'sagemaker>=3,<4' >build/pip-sdk3.log 2>&1; then
-        tail -n 40 build/pip-sdk3.log >&2
-        die "pip install 'sagemaker>=3,<4' failed (see build/pip-sdk3.log)"
-    fi
+    rm -rf "$link"
+    ln -s "$dir" "$link"
+    log "SDK v3 virtualenv: $link -> $dir"
 }
 
 step_venv() {
