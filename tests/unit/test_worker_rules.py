@@ -20,7 +20,6 @@ from ringleader.core import exitcodes
 from ringleader.core.outcome import Outcome
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
-from ringleader.launch.spawn import SpawnSpec
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.following.effects import (
     Deadline,
@@ -54,17 +53,8 @@ from ringleader.wire.messages import (
     Restart,
     Terminate,
 )
+from tests.unit.test_supervise_faults import SPEC
 
-HOSTS = ("algo-1", "algo-2", "algo-3")
-SPEC = SpawnSpec(
-    hosts=HOSTS,
-    processes_per_host=2,
-    master_addr="algo-1",
-    master_port=7777,
-    run_id="job",
-    interface="eth0",
-    torch=True,
-)
 TIMEOUTS = Timeouts(startup=30, sigterm_grace=5, leader_loss=10, finish=30, abort_grace=0.5)
 
 
