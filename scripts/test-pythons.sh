@@ -6,10 +6,12 @@
 # Interpreters: `pyenv root`/versions/3.1[0-3].*/bin/python3 and python3.1[0-3] on PATH, one per
 # minor version, skipping the .venv's minor version (`make test-unit` covers that one). PYTHONS
 # names interpreters explicitly instead (space separated paths or commands). Each gets a venv
-# build/py-venvs/<version> with `pip install -e '.[dev]'`, rebuilt only when pyproject.toml or
-# the interpreter's version changes, then runs `pytest -m 'not container'` with that venv's
-# python. Exit status: non-zero when an install or a test run fails; 0 when every run passes,
-# also when no other interpreter is found (then it says only the default one was tested).
+# with `pip install -e '.[dev]'` in the cache (RINGLEADER_CACHE, by default ~/.cache/ringleader),
+# linked as build/py-venvs/<version>, rebuilt only when pyproject.toml or the interpreter's
+# version changes (this tree's ringleader is installed into it, editable, every time: one run
+# at a time per cache), then runs `pytest -m 'not container'` with that venv's python. Exit
+# status: non-zero when an install or a test run fails; 0 when every run passes, also when no
+# other interpreter is found (then it says only the default one was tested).
 #
 # Environment:
 #   PYTHONS="/path/python3.10 python3.13"   interpreters to test instead of the discovered ones
@@ -21,6 +23,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 VENVS_DIR=build/py-venvs
+CACHE=${RINGLEADER_CACHE:-$HOME/.cache/ringleader}
 DEFAULT_VENV_PYTHON=.venv/bin/python
 PIP_TIMEOUT=${PIP_TIMEOUT:-900}
 PYTEST_TIMEOUT=${PYTEST_TIMEOUT:-1800}
@@ -112,35 +115,46 @@ venv_key() {
     } | sha256sum | cut -d' ' -f1
 }
 
-# Creates or refreshes build/py-venvs/<version>; returns non-zero (after saying why) on failure.
+# Makes build/py-venvs/<version> a link to a venv of that Python with the dev extras, kept in
+# the cache outside the tree (RINGLEADER_CACHE/py-venvs, by default ~/.cache/ringleader), one per
+# interpreter version and pyproject.toml, so a fresh clone on a warm machine does not install
+# them again; then installs this tree's ringleader into it, editable and without dependencies
+# (the cached venv's may point at another clone). Returns non-zero (after saying why) on failure.
 ensure_venv() {
-    local python=$1 version=$2 venv=$VENVS_DIR/$2 stamp key start=$SECONDS pip_log
+    local python=$1 version=$2 link=$VENVS_DIR/$2 stamp key start=$SECONDS pip_log venv
+    key=$(venv_key "$python")
+    venv=$CACHE/py-venvs/$version-${key:0:12}
     stamp=$venv/.ringleader-test-pythons.key
     pip_log=$VENVS_DIR/pip-$version.log
-    key=$(venv_key "$python")
+    mkdir -p "$CACHE/py-venvs"
     if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c '' 2>/dev/null &&
         [[ -f $stamp && $(<"$stamp") == "$key" ]]; then
-        log "Python $version: venv $venv is up to date"
-        return 0
-    fi
-    if ! { [[ -x $venv/bin/python ]] && "$venv/bin/python" -c '' 2>/dev/null; }; then
+        log "Python $version: venv $venv has the dependencies"
+    else
         log "Python $version: creating venv $venv"
         rm -rf "$venv"
         "$python" -m venv "$venv" || {
             log "Python $version: '$python -m venv $venv' failed"
             return 1
         }
+        log "Python $version: pip install -e '.[dev]' (bounded by ${PIP_TIMEOUT}s; log $pip_log)"
+        if ! timeout "$PIP_TIMEOUT" "$venv/bin/python" -m pip install --progress-bar off \
+            -e '.[dev]' >"$pip_log" 2>&1; then
+            tail -n 30 "$pip_log" >&2
+            log "Python $version: pip install -e '.[dev]' failed or timed out (see $pip_log)"
+            return 1
+        fi
+        printf '%s\n' "$key" >"$stamp"
     fi
-    rm -f "$stamp"
-    log "Python $version: pip install -e '.[dev]' (bounded by ${PIP_TIMEOUT}s; log $pip_log)"
-    if ! timeout "$PIP_TIMEOUT" "$venv/bin/python" -m pip install --progress-bar off \
-        -e '.[dev]' >"$pip_log" 2>&1; then
+    if ! timeout "$PIP_TIMEOUT" "$venv/bin/python" -m pip install --quiet --no-deps -e . \
+        >>"$pip_log" 2>&1; then
         tail -n 30 "$pip_log" >&2
-        log "Python $version: pip install -e '.[dev]' failed or timed out (see $pip_log)"
+        log "Python $version: pip install --no-deps -e . failed or timed out (see $pip_log)"
         return 1
     fi
-    printf '%s\n' "$key" >"$stamp"
-    log "Python $version: venv ready in $((SECONDS - start))s"
+    rm -rf "$link"
+    ln -s "$venv" "$link"
+    log "Python $version: venv ready in $((SECONDS - start))s ($link -> $venv)"
 }
 
 # "PASSED|FAILED|SKIPPED" from pytest's last summary line (FAILED counts errors too).
@@ -183,7 +197,9 @@ main() {
         rc=0
         # pipefail: rc is pytest's (or timeout's) status, not tee's. Tee so a long run shows progress; the venv's own python runs pytest (the editable
         # install of src/ is shared, the interpreter and the dependencies are not).
-        timeout "$PYTEST_TIMEOUT" "$venv/bin/python" -m pytest -m 'not container' -q \
+        # The property tests at a tenth of their examples: the .venv's run checks them in full.
+        RINGLEADER_PROPERTY_SCALE=${RINGLEADER_PROPERTY_SCALE:-0.1} \
+            timeout "$PYTEST_TIMEOUT" "$venv/bin/python" -m pytest -m 'not container' -q \
             -p no:cacheprovider 2>&1 | tee "$test_log" || rc=$?
         seconds=$((SECONDS - start))
         counts=$(pytest_counts "$test_log")

@@ -10,6 +10,7 @@ from ringleader.core import exitcodes
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.jobfile import JobSummary
 from ringleader.tools.cluster import run
+from tests.properties import examples
 from tests.unit.test_cluster import spare_job
 
 HOST_LOST = exitcodes.HOST_LOST
@@ -44,7 +45,7 @@ def run_end(
     )
 
 
-@settings(max_examples=1000, deadline=None, database=None)
+@settings(max_examples=examples(1000), deadline=None, database=None)
 @given(st.data(), st.integers(0, 3), st.integers(0, 3))
 def test_a_chain_of_runs_keeps_the_restart_rules(
     data: st.DataObject, most: int, spare_count: int

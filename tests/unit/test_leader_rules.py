@@ -67,6 +67,7 @@ from ringleader.wire.events import (
     WorkerReady,
 )
 from ringleader.wire.messages import HANG
+from tests.properties import examples
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 WORLD = 6
@@ -441,7 +442,7 @@ def replay(first: Run) -> LeaderState:
 PROPERTY = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@settings(PROPERTY, max_examples=1000)
+@settings(PROPERTY, max_examples=examples(1000))
 @given(st.data())
 def test_every_interleaving_keeps_the_failure_models_invariants(data: st.DataObject) -> None:
     run = run_job(data)
@@ -471,7 +472,7 @@ def test_every_interleaving_keeps_the_failure_models_invariants(data: st.DataObj
     assert replay(run) == run.state, story
 
 
-@settings(PROPERTY, max_examples=500)
+@settings(PROPERTY, max_examples=examples(500))
 @given(st.data())
 def test_in_a_calm_job_a_sigterm_before_the_verdict_is_143_on_every_host(
     data: st.DataObject,

@@ -19,6 +19,7 @@ from ringleader.wire.liveness import (
     Lost,
     Silence,
 )
+from tests.properties import examples
 
 T = 10.0  # ringleader_leader_timeout
 INTERVAL = T / 4
@@ -246,7 +247,7 @@ def stalls_strategy(until: float) -> st.SearchStrategy[list[tuple[float, float]]
     return st.lists(pair, max_size=8).map(disjoint)
 
 
-@settings(max_examples=500, deadline=None, database=None)
+@settings(max_examples=examples(500), deadline=None, database=None)
 @given(stalls_strategy(300.0))
 def test_a_peer_that_keeps_pulsing_is_never_lost_whatever_this_end_stalls(
     stalls: list[tuple[float, float]],
@@ -257,7 +258,7 @@ def test_a_peer_that_keeps_pulsing_is_never_lost_whatever_this_end_stalls(
     assert watch(pulses, answering(), until=300, stalls=stalls) is None
 
 
-@settings(max_examples=500, deadline=None, database=None)
+@settings(max_examples=examples(500), deadline=None, database=None)
 @given(
     stalls_strategy(400.0),
     st.floats(5.0, 100.0),

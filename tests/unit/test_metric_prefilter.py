@@ -17,6 +17,7 @@ from ringleader.config.metric_definitions import (
     parse_definitions,
 )
 from ringleader.output.metrics import extract
+from tests.properties import examples
 
 FIELD = "metric_definitions"
 
@@ -97,7 +98,11 @@ def compiled(regex: str) -> re.Pattern[str]:
     return pattern
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(
+    max_examples=examples(1000),
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much],
+)
 @given(regex=regexes(), line=lines)
 @example(regex="step|loss=([0-9.]+)", line="loss=0.5")
 @example(regex="(?i)LOSS=([0-9.]+)", line="loss=0.5")
@@ -114,7 +119,11 @@ def test_prefilter_never_changes_what_is_extracted(regex: str, line: str) -> Non
         assert definition.required_text in line
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much],
+)
 @given(regex=regexes(), line=lines, flags=st.sampled_from([0, re.IGNORECASE, re.VERBOSE]))
 def test_prefix_of_a_compiled_pattern_honours_its_flags(regex: str, line: str, flags: int) -> None:
     try:

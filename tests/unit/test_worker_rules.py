@@ -53,6 +53,7 @@ from ringleader.wire.messages import (
     Restart,
     Terminate,
 )
+from tests.properties import examples
 from tests.unit.test_supervise_faults import SPEC
 
 TIMEOUTS = Timeouts(startup=30, sigterm_grace=5, leader_loss=10, finish=30, abort_grace=0.5)
@@ -214,7 +215,7 @@ def run_worker(data: st.DataObject) -> Driver:
     return driver
 
 
-@settings(max_examples=3000, deadline=None, database=None)
+@settings(max_examples=examples(3000), deadline=None, database=None)
 @given(st.data())
 def test_every_interleaving_keeps_the_workers_invariants(data: st.DataObject) -> None:
     driver = run_worker(data)
