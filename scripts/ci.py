@@ -162,7 +162,7 @@ def all_steps(container_workers: int) -> list[Step]:
             "containers-alone",
             pytest_command("-m", "container and alone", "--durations=10"),
             needs=(*container_images, "venv"),
-            after=("containers",),
+            after=("containers", "other-pythons"),  # the machine to themselves
             timeout=30 * MINUTE,
             about="container tests that need the machine to themselves",
             tests=True,
