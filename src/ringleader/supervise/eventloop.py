@@ -36,16 +36,25 @@ class EventSource(Protocol):
         """The next event, or None once `deadline` (the clock's monotonic time) has passed."""
 
 
+# The longest the main thread blocks at once. A signal (SIGTERM) that the kernel delivers to
+# another thread does not interrupt the main thread's wait, and Python runs its handler only in
+# the main thread: a wait without a deadline would hold the handler, and with it the stop,
+# until the next event (seen: a worker's SIGTERM handled 60 s late, after a restart's backoff).
+SIGNAL_CHECK_SECONDS = 1.0
+
+
 class EventQueue(queue.Queue[Event]):
     """What the control server, the host agent, the launcher and signals put events in."""
 
     def next(self, deadline: float | None) -> Event | None:
-        if deadline is None:
-            return self.get()
-        try:
-            return self.get(timeout=max(deadline - time.monotonic(), 0.0))
-        except queue.Empty:
-            return None
+        while True:
+            now = time.monotonic()
+            left = SIGNAL_CHECK_SECONDS if deadline is None else deadline - now
+            try:
+                return self.get(timeout=max(min(left, SIGNAL_CHECK_SECONDS), 0.0))
+            except queue.Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
 
 
 def earliest(*deadlines: float | None) -> float | None:
