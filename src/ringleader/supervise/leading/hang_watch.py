@@ -26,11 +26,6 @@ from ringleader.wire.messages import HANG, ON_DEMAND
 LATE_TIMER_SECONDS = 1.0
 
 
-def _attempt(state: LeaderState) -> Attempt:
-    assert state.attempt is not None
-    return state.attempt
-
-
 def quiet_limit(state: LeaderState, attempt: Attempt) -> tuple[float, str]:
     """How long no progress may last, and the setting that says so. Until some rank made
     progress the job is still starting (frameworks import, ranks meet): the startup timeout
@@ -44,7 +39,7 @@ def quiet_limit(state: LeaderState, attempt: Attempt) -> tuple[float, str]:
 
 def progressed(state: LeaderState, event: RanksProgressed, now: Now) -> Step:
     """Progress moves the hang deadline; each rank's latest progress is kept for the report."""
-    attempt = _attempt(state)
+    attempt = state.current
     progress = attempt.progress.update(
         (rank, LastProgress(rank, event.host, now.wall)) for rank in event.ranks
     )
@@ -61,7 +56,7 @@ def quiet(state: LeaderState, now: Now) -> Step:
     Output reaching the leader is not progress by itself: Horovod's stall inspector repeats its
     warning while the job hangs. A leader behind on output still takes each host's progress
     reports, which travel with that host's output, in turn."""
-    attempt = _attempt(state)
+    attempt = state.current
     timeout = state.setup.timeouts.hang
     assert timeout is not None and attempt.hang_deadline is not None
     late = now.monotonic - attempt.hang_deadline
@@ -90,7 +85,7 @@ def stacks_requested(state: LeaderState, event: StacksRequested, now: Now) -> St
 
 def _dump_stacks(state: LeaderState, reason: str, now: Now, effects: tuple[Effect, ...]) -> Step:
     """Ask every running rank for its stacks (a hang's request replaces one on demand)."""
-    attempt = _attempt(state)
+    attempt = state.current
     dump = attempt.dump
     if dump is not None and (dump.reason == HANG or reason == ON_DEMAND):
         return state, effects
@@ -107,7 +102,7 @@ def _dump_stacks(state: LeaderState, reason: str, now: Now, effects: tuple[Effec
 
 
 def stacks_taken(state: LeaderState, event: StacksTaken, now: Now) -> Step:
-    attempt = _attempt(state)
+    attempt = state.current
     dump = attempt.dump
     if dump is None or event.reason != dump.reason:
         return stay(state)  # late, for a request already answered
@@ -124,7 +119,7 @@ def stacks_taken(state: LeaderState, event: StacksTaken, now: Now) -> Step:
 def complete_stacks(state: LeaderState, now: Now, job_ended: bool = False) -> Step:
     """Every rank's stacks arrived, or ringleader_stack_dump_timeout passed (or the job ended):
     show them; after a hang, the verdict, and every rank is stopped."""
-    attempt = _attempt(state)
+    attempt = state.current
     dump = attempt.dump
     assert dump is not None
     attempt = evolve(attempt, dump=None)

@@ -18,6 +18,7 @@ from ringleader.core.outcome import (
     decide,
     lost_hosts_outcome,
 )
+from ringleader.core.records import RankRecord
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
     AttemptReaped,
@@ -33,9 +34,13 @@ from ringleader.wire.events import SigtermReceived, WorkerLost, WorkerReady
 from ringleader.wire.messages import Restart
 
 
-def attempt_facts(state: LeaderState, attempt: Attempt, reaped: AttemptReaped) -> JobFacts:
-    """What the attempt's verdict is decided from."""
-    records = tuple(attempt.records[rank] for rank in sorted(attempt.records))
+def attempt_facts(
+    state: LeaderState,
+    attempt: Attempt,
+    records: tuple[RankRecord, ...],
+    reaped: AttemptReaped,
+) -> JobFacts:
+    """What the attempt's verdict is decided from; `records`: its ranks' records, by rank."""
     losses = tuple(
         HostLoss(
             host=loss.host,
@@ -71,7 +76,8 @@ def attempt_reaped(state: LeaderState, event: AttemptReaped, now: Now) -> Step:
     (refusal() says when not: the failure-model's restart rows)."""
     attempt = state.attempt
     assert attempt is not None
-    facts = attempt_facts(state, attempt, event)
+    records = tuple(attempt.records[rank] for rank in sorted(attempt.records))
+    facts = attempt_facts(state, attempt, records, event)
     outcome = decide(facts)
     record = AttemptRecord(
         attempt.number,
@@ -84,7 +90,6 @@ def attempt_reaped(state: LeaderState, event: AttemptReaped, now: Now) -> Step:
         tuple(loss.host for loss in facts.lost_hosts),
     )
     earlier = state.attempts
-    records = tuple(attempt.records[rank] for rank in sorted(attempt.records))
     state = evolve(state, attempts=(*earlier, record), records=records)
     restart = state.setup.restart
     why_not = refusal(state.attempts, facts, restart.max_restarts)

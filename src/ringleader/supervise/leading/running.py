@@ -33,14 +33,9 @@ from ringleader.wire.events import (
 )
 
 
-def _attempt(state: LeaderState) -> Attempt:
-    assert state.attempt is not None
-    return state.attempt
-
-
 def rank_started(state: LeaderState, event: RankStarted, now: Now) -> Step:
     """Once every rank started, the launch deadline is gone."""
-    attempt = _attempt(state)
+    attempt = state.current
     if event.attempt != attempt.number:
         return stay(state)  # stale: a rank of an earlier attempt
     started = attempt.started.set(event.rank, event.host)
@@ -54,7 +49,7 @@ def rank_started(state: LeaderState, event: RankStarted, now: Now) -> Step:
 def rank_ended(state: LeaderState, event: RankEnded, now: Now) -> Step:
     """A rank's record, on the leader's clock. A failure stops the others; the end of every
     main task stops the rest; the end of every rank leaves the launcher a deadline."""
-    attempt = _attempt(state)
+    attempt = state.current
     if event.record.attempt != attempt.number:
         return stay(state)
     record = event.record.on_clock(state.clock_offsets.get(event.record.host, 0.0))
@@ -125,7 +120,7 @@ def _release_after(
 def sigterm(state: LeaderState, event: SigtermReceived, now: Now) -> Step:
     """A stop from outside: every rank gets SIGTERM and the sigterm grace, the launcher is
     killed after it; the verdict will be 143 unless a hang or a loss came first."""
-    attempt = _attempt(state)
+    attempt = state.current
     if attempt.stopped_on is not None:
         return stay(state)
     grace = state.setup.timeouts.sigterm_grace
@@ -138,7 +133,7 @@ def sigterm(state: LeaderState, event: SigtermReceived, now: Now) -> Step:
 def worker_lost(state: LeaderState, event: WorkerLost, now: Now) -> Step:
     """A host lost: the first loss stops every rank (unless a stop is under way); the launcher
     is killed after the abort grace."""
-    noted = record_loss(state, _attempt(state), event)
+    noted = record_loss(state, state.current, event)
     if noted is None:
         return stay(state)
     state, attempt, effects = noted
@@ -152,14 +147,14 @@ def worker_lost(state: LeaderState, event: WorkerLost, now: Now) -> Step:
 
 
 def launcher_exited(state: LeaderState, event: LauncherExited, now: Now) -> Step:
-    attempt = _attempt(state)
+    attempt = state.current
     attempt = evolve(attempt, exited=(*attempt.exited, (state.setup.host, event.exit_code)))
     return evolve(state, attempt=attempt), (Log(f"launcher exited with code {event.exit_code}"),)
 
 
 def ranks_exited(state: LeaderState, event: RanksExited, now: Now) -> Step:
     """A worker's own launcher (spawned ranks) exited."""
-    attempt = _attempt(state)
+    attempt = state.current
     if event.host not in attempt.policy.other_launchers:
         return stay(state)
     attempt = evolve(attempt, exited=(*attempt.exited, (event.host, event.exit_code)))
@@ -169,7 +164,7 @@ def ranks_exited(state: LeaderState, event: RanksExited, now: Now) -> Step:
 def deadline(state: LeaderState, event: object, now: Now) -> Step:
     """Whatever is due first: the stacks' wait, the hang watch, the launcher's kill, the
     launch's deadline."""
-    attempt = _attempt(state)
+    attempt = state.current
     at = now.monotonic
     if attempt.dump is not None and at >= attempt.dump.deadline:
         return complete_stacks(state, now)
@@ -206,7 +201,7 @@ def _missing_ranks_message(state: LeaderState, attempt: Attempt) -> str:
 
 
 def every_launcher_exited(state: LeaderState) -> bool:
-    attempt = _attempt(state)
+    attempt = state.current
     exited = {host for host, _ in attempt.exited}
     return state.setup.host in exited and attempt.policy.other_launchers <= (
         exited | attempt.lost_hosts

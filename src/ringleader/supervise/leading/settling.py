@@ -19,7 +19,7 @@ from ringleader.supervise.leading.effects import (
     TerminateEverywhere,
 )
 from ringleader.supervise.leading.hang_watch import complete_stacks
-from ringleader.supervise.leading.state import Attempt, LeaderState, Phase
+from ringleader.supervise.leading.state import LeaderState, Phase
 from ringleader.supervise.leading.steps import Step, record_loss, stay
 from ringleader.wire.events import RankEnded, SigtermReceived, WorkerLost
 
@@ -29,18 +29,13 @@ RECORD_SETTLE_SECONDS = 2.0
 SETTLE_CHECK_SECONDS = 0.25  # while settling: how often to look whether output still arrives
 
 
-def _attempt(state: LeaderState) -> Attempt:
-    assert state.attempt is not None
-    return state.attempt
-
-
 def settle(state: LeaderState, now: Now, effects: tuple[Effect, ...]) -> Step:
     """Every launcher exited: stacks still awaited are shown as they are, the launcher's code
     is taken, then the records still unreported are waited for."""
-    if _attempt(state).dump is not None:  # the job ended meanwhile: keep what arrived
+    if state.current.dump is not None:  # the job ended meanwhile: keep what arrived
         state, shown = complete_stacks(state, now, job_ended=True)
         effects = (*effects, *shown)
-    attempt = _attempt(state)
+    attempt = state.current
     code = first_failure([code for _, code in attempt.exited])
     every_host = frozenset(state.setup.hosts)
     if (attempt.policy.ranks_decide or attempt.launcher_outlived_ranks) and not attempt.unreported(
@@ -62,14 +57,14 @@ def _settle_wait(state: LeaderState) -> float:
     """After a loss, a host whose ranks stay silent may be lost too (a partition silences every
     host at once, and busy machines notice each silence at its own time): wait until it would
     count as lost, so the verdict names every lost host."""
-    if _attempt(state).lost:
+    if state.current.lost:
         return max(RECORD_SETTLE_SECONDS, state.setup.timeouts.leader_loss)
     return RECORD_SETTLE_SECONDS
 
 
 def _settled_yet(state: LeaderState, now: Now, effects: tuple[Effect, ...]) -> Step:
     """Concluded once no host still up (not lost) owes a record; else look again soon."""
-    attempt = _attempt(state)
+    attempt = state.current
     if not attempt.unreported(frozenset(state.setup.hosts) - attempt.lost_hosts):
         return conclude(state, effects)
     attempt = evolve(attempt, settle_check=now.monotonic + SETTLE_CHECK_SECONDS)
@@ -85,7 +80,7 @@ def conclude(state: LeaderState, effects: tuple[Effect, ...]) -> Step:
 def output_checked(state: LeaderState, event: OutputChecked, now: Now) -> Step:
     """While output still arrives, the missing records are on their way: the wait restarts.
     Once it stops for the whole wait, the records still missing are given up."""
-    attempt = _attempt(state)
+    attempt = state.current
     if attempt.output_taken is None:  # the first look, as every launcher had exited
         attempt = evolve(attempt, output_taken=event.taken)
     elif event.taken != attempt.output_taken:
@@ -97,7 +92,7 @@ def output_checked(state: LeaderState, event: OutputChecked, now: Now) -> Step:
 
 
 def record_arrived(state: LeaderState, event: RankEnded, now: Now) -> Step:
-    attempt = _attempt(state)
+    attempt = state.current
     if event.record.attempt != attempt.number:
         return stay(state)
     record = event.record.on_clock(state.clock_offsets.get(event.record.host, 0.0))
@@ -107,7 +102,7 @@ def record_arrived(state: LeaderState, event: RankEnded, now: Now) -> Step:
 
 def lost_while_settling(state: LeaderState, event: WorkerLost, now: Now) -> Step:
     """Its ranks' records will never come: named in the verdict with the loss."""
-    noted = record_loss(state, _attempt(state), event)
+    noted = record_loss(state, state.current, event)
     if noted is None:
         return stay(state)
     state, _, effects = noted
@@ -117,7 +112,7 @@ def lost_while_settling(state: LeaderState, event: WorkerLost, now: Now) -> Step
 def sigterm_while_settling(state: LeaderState, event: SigtermReceived, now: Now) -> Step:
     """A stop from outside after the launcher exited, before the verdict: the job was told to
     stop, so it ends with 143 and no attempt starts after it. Whatever still runs is stopped."""
-    attempt = _attempt(state)
+    attempt = state.current
     if attempt.stopped_on is not None:
         return stay(state)
     attempt = evolve(attempt, stopped_on=event.host, stopped_at=now.wall)
@@ -128,5 +123,5 @@ def sigterm_while_settling(state: LeaderState, event: SigtermReceived, now: Now)
 
 def settle_deadline(state: LeaderState, event: object, now: Now) -> Step:
     """Time to look whether output still arrives."""
-    attempt = evolve(_attempt(state), settle_check=now.monotonic + SETTLE_CHECK_SECONDS)
+    attempt = evolve(state.current, settle_check=now.monotonic + SETTLE_CHECK_SECONDS)
     return evolve(state, attempt=attempt), (CheckOutput(),)

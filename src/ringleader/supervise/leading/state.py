@@ -184,6 +184,12 @@ class LeaderState:
     telling: Telling | None = None
 
     @property
+    def current(self) -> Attempt:
+        """The attempt that runs or settles: only its phases' rules ask for it."""
+        assert self.attempt is not None
+        return self.attempt
+
+    @property
     def deadline(self) -> float | None:
         """When the interpreter must step a Deadline if no event comes first."""
         if self.phase is Phase.GATHERING and self.gathering is not None:

@@ -1,7 +1,6 @@
 """What every rule returns, and the moves several concerns share (a verdict, a stop)."""
 
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from ringleader.core.frozen import evolve
 from ringleader.core.outcome import JobFacts, Outcome, decide
@@ -20,8 +19,6 @@ from ringleader.wire.events import WorkerLost
 STOP_KILL_MARGIN_SECONDS = 0.5
 
 Step = tuple[LeaderState, tuple[Effect, ...]]
-E = TypeVar("E")
-Rule = Callable[[LeaderState, E, Now], Step]
 
 
 def stay(state: LeaderState) -> Step:
