@@ -3,6 +3,7 @@ by a stated reason to ignore it, and the interpreter's step: the rules, then the
 effect's answer stepped before any other event."""
 
 import enum
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -11,6 +12,13 @@ from ringleader.supervise.eventloop import Clock, Now
 S = TypeVar("S")
 E = TypeVar("E")  # an effect
 In = TypeVar("In")  # an input: an event, or an effect's answer
+
+
+class Phases(enum.Enum):
+    """The base of a state machine's phases: hashed by identity (the table looks a phase up at
+    every step, and Enum's own hash runs in Python, a quarter of a microsecond)."""
+
+    __hash__ = object.__hash__
 
 
 class Decisions(Generic[S, E]):
@@ -70,10 +78,9 @@ def step_with_answers(
 ) -> None:
     """Step `event`, keep the new state, carry out the effects in order; an effect's answer is
     stepped next, before any other event."""
-    pending = [event]
+    pending = deque((event,))
     while pending:
-        now = Now(clock.monotonic(), clock.time())
-        state, effects = step(state, pending.pop(0), now)
+        state, effects = step(state, pending.popleft(), Now(clock.monotonic(), clock.time()))
         keep(state)
         for effect in effects:
             answer = apply(effect)

@@ -2,16 +2,14 @@
 
 import queue
 import time
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ringleader.wire.events import Event
 
 
-@dataclass(frozen=True)
-class Now:
+class Now(NamedTuple):
     """The moment of a state machine's step: the monotonic clock for deadlines, the wall clock
-    for facts."""
+    for facts. (A tuple: one is made at every step.)"""
 
     monotonic: float
     wall: float

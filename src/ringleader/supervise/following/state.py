@@ -1,14 +1,14 @@
 """What a worker knows, as frozen values."""
 
-import enum
 from dataclasses import dataclass
 
 from ringleader.config.job import Timeouts
 from ringleader.core.outcome import Outcome
+from ringleader.supervise.decisions import Phases
 from ringleader.supervise.eventloop import earliest
 
 
-class Phase(enum.Enum):
+class Phase(Phases):
     WAITING = "waiting for the leader's launch"
     LAUNCHED = "launched: waiting for this host's first rank"
     RUNNING = "this host's ranks run"

@@ -4,7 +4,6 @@ A rule never changes a state; it returns the next one (`dataclasses.replace`). T
 tables are PMaps, so an event costs the leader what it changes, not the size of the job.
 """
 
-import enum
 from dataclasses import dataclass, field
 
 from ringleader.config.job import RestartConfig, Timeouts
@@ -17,11 +16,12 @@ from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
 from ringleader.core.timeline import Mark
 from ringleader.launch.strategy import EndPolicy, LaunchPlan
+from ringleader.supervise.decisions import Phases
 from ringleader.supervise.eventloop import earliest
 from ringleader.wire.events import WorkerLost
 
 
-class Phase(enum.Enum):
+class Phase(Phases):
     GATHERING = "waiting for every worker's hello"
     PREPARING = "the launch command is made and the launcher started"
     LAUNCHING = "waiting for every rank to start"
