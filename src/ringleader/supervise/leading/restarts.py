@@ -18,6 +18,7 @@ from ringleader.core.outcome import (
     decide,
     lost_hosts_outcome,
 )
+from ringleader.core.pmap import PSet
 from ringleader.core.records import RankRecord
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
@@ -116,7 +117,7 @@ def _between_attempts(
     )
     between = BetweenAttempts(
         attempt=number,
-        waiting=frozenset(state.setup.workers) - state.settled,
+        waiting=PSet(host for host in state.setup.workers if host not in state.settled),
         resume_at=now.monotonic + restart.backoff,
         deadline=now.monotonic + state.setup.timeouts.startup,
     )
@@ -138,7 +139,7 @@ def worker_ready(state: LeaderState, event: WorkerReady, now: Now) -> Step:
     assert between is not None
     if event.attempt != between.attempt:
         return stay(state)  # ready for an attempt that is not the next one
-    between = evolve(between, waiting=between.waiting - {event.host})
+    between = evolve(between, waiting=between.waiting.discard(event.host))
     return _ready_yet(evolve(state, between=between), now)
 
 
@@ -152,7 +153,7 @@ def lost_between_attempts(state: LeaderState, event: WorkerLost, now: Now) -> St
     if event.host not in state.setup.workers:
         return stay(state)
     said = Log(f"lost worker {event.host} between attempts: {event.reason}")
-    state = evolve(state, settled=state.settled | {event.host})
+    state = evolve(state, settled=state.settled.add(event.host))
     outcome = lost_hosts_outcome([HostLoss(event.host, event.reason, event.last_heard)])
     return verdict(state, with_history(outcome, state.attempts), said)
 

@@ -12,6 +12,7 @@ from ringleader.core import timeline as phases
 from ringleader.core.attempts import with_history
 from ringleader.core.frozen import evolve
 from ringleader.core.outcome import JobFacts, decide
+from ringleader.core.pmap import PSet
 from ringleader.core.timeline import Mark
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
@@ -49,7 +50,7 @@ def job_begins(state: LeaderState, event: JobBegins, now: Now) -> Step:
     workers = state.setup.workers
     if not workers:
         return prepare(state, len(state.attempts), now)
-    gathering = Gathering(frozenset(workers), now.monotonic + state.setup.timeouts.startup)
+    gathering = Gathering(PSet(workers), now.monotonic + state.setup.timeouts.startup)
     waiting = Log(f"waiting for {len(workers)} worker(s): {', '.join(sorted(workers))}")
     return evolve(state, gathering=gathering), (waiting,)
 
@@ -66,7 +67,7 @@ def hello(state: LeaderState, event: WorkerHello, now: Now) -> Step:
     if gathering is None or event.host not in gathering.hellos:
         return stay(state)  # a repeated hello
     timeout = state.setup.timeouts.startup
-    hellos = gathering.hellos - {event.host}
+    hellos = gathering.hellos.discard(event.host)
     deadline = gathering.deadline
     if not hellos:  # each check is bounded by the timeout; 32 run at once
         rounds = -(-len(state.setup.workers) // SSH_CHECKS_AT_ONCE)
@@ -75,12 +76,12 @@ def hello(state: LeaderState, event: WorkerHello, now: Now) -> Step:
     state = evolve(state, clock_offsets=offsets)
     effects: list[Effect] = [MarkTimeline(state.on_leader_clock(event.host, event.marks))]
     if event.error_code is not None:
-        state = evolve(state, settled=state.settled | {event.host})
+        state = evolve(state, settled=state.settled.add(event.host))
         message = event.error_message or f"host {event.host} reported an error"
         return error_verdict(state, event.error_code, message, *effects)
     checks = gathering.checks
     if state.setup.checks_ssh:
-        checks = checks | {event.host}
+        checks = checks.add(event.host)
         effects.append(CheckSsh(event.host, event.host_key, timeout))
     gathering = evolve(gathering, hellos=hellos, deadline=deadline, checks=checks)
     return _gathered_yet(evolve(state, gathering=gathering), now, effects)
@@ -93,7 +94,7 @@ def ssh_checked(state: LeaderState, event: SshChecked, now: Now) -> Step:
     problems = gathering.problems
     if event.problem is not None:
         problems = (*problems, event.problem)
-    gathering = evolve(gathering, checks=gathering.checks - {event.host}, problems=problems)
+    gathering = evolve(gathering, checks=gathering.checks.discard(event.host), problems=problems)
     return _gathered_yet(evolve(state, gathering=gathering), now, [])
 
 
@@ -113,7 +114,7 @@ def _gathered_yet(state: LeaderState, now: Now, effects: list[Effect]) -> Step:
 def lost_while_gathering(state: LeaderState, event: WorkerLost, now: Now) -> Step:
     if event.host not in state.setup.workers:
         return stay(state)
-    state = evolve(state, settled=state.settled | {event.host})
+    state = evolve(state, settled=state.settled.add(event.host))
     message = f"Host {event.host} was lost before the job started: {event.reason}."
     return error_verdict(state, UNREACHABLE, message)
 
@@ -129,7 +130,7 @@ def gathering_deadline(state: LeaderState, event: object, now: Now) -> Step:
         return stay(state)
     timeout = state.setup.timeouts.startup
     if gathering.hellos:
-        state = evolve(state, settled=state.settled | gathering.hellos)  # nobody to tell
+        state = evolve(state, settled=PSet((*state.settled, *gathering.hellos)))  # nobody to tell
         message = (
             f"Host(s) {', '.join(sorted(gathering.hellos))} never answered within "
             f"{timeout:g} s (ringleader_startup_timeout)."

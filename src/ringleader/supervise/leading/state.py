@@ -11,7 +11,7 @@ from ringleader.core.attempts import AttemptRecord
 from ringleader.core.frozen import evolve
 from ringleader.core.hang import LastProgress
 from ringleader.core.outcome import Hang, Outcome
-from ringleader.core.pmap import PMap
+from ringleader.core.pmap import PMap, PSet
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
 from ringleader.core.timeline import Mark
@@ -141,9 +141,9 @@ class Attempt:
 class Gathering:
     """Waiting for the workers' hellos and the ssh checks they start."""
 
-    hellos: frozenset[str]
+    hellos: PSet[str]  # workers still to say hello
     deadline: float
-    checks: frozenset[str] = frozenset()
+    checks: PSet[str] = field(default_factory=PSet)
     problems: tuple[str, ...] = ()
 
 
@@ -152,7 +152,7 @@ class BetweenAttempts:
     """The backoff before `attempt`, while the workers get ready for it."""
 
     attempt: int
-    waiting: frozenset[str]  # workers not ready yet
+    waiting: PSet[str]  # workers not ready yet
     resume_at: float  # the backoff's end
     deadline: float  # ringleader_startup_timeout for the workers to get ready
 
@@ -161,7 +161,7 @@ class BetweenAttempts:
 class Telling:
     """The verdict was sent: waiting for every worker's confirmation."""
 
-    pending: frozenset[str] = frozenset()
+    pending: PSet[str] = field(default_factory=PSet)
     deadline: float | None = None  # set when the leader starts waiting
 
 
@@ -173,7 +173,8 @@ class LeaderState:
     # every start of the ranks, once it ended (a cluster's earlier runs' first)
     attempts: tuple[AttemptRecord, ...] = ()
     records: tuple[RankRecord, ...] = ()  # the last concluded attempt's records, by rank
-    settled: frozenset[str] = frozenset()  # workers that will not need the final exit message
+    # workers that will not need the final exit message
+    settled: PSet[str] = field(default_factory=PSet)
     # Each worker's clock to the leader's (measured at its hello): every time compared across
     # hosts is on the leader's clock, never a remote wall clock.
     clock_offsets: PMap[str, float] = field(default_factory=PMap)

@@ -67,5 +67,5 @@ def record_loss(
     if host not in state.setup.workers or attempt.loss_of(host) is not None:
         return None
     attempt = evolve(attempt, lost=(*attempt.lost, loss))
-    state = evolve(state, settled=state.settled | {host}, attempt=attempt)
+    state = evolve(state, settled=state.settled.add(host), attempt=attempt)
     return state, attempt, (Log(f"lost worker {host}: {loss.reason}"),)

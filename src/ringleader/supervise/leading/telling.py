@@ -6,6 +6,7 @@ named after ringleader_finish_timeout; a lost worker is not waited for.
 """
 
 from ringleader.core.frozen import evolve
+from ringleader.core.pmap import PSet
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
     Announce,
@@ -23,10 +24,10 @@ from ringleader.wire.events import WorkerBye, WorkerHello, WorkerLost
 def announce(state: LeaderState, event: Announce, now: Now) -> Step:
     """Send the exit code to every worker: the leader's verdict, or the outcome of a job that
     never started."""
-    pending: frozenset[str] = frozenset()
+    pending: PSet[str] = PSet()
     effects: tuple[Effect, ...] = ()
     if state.setup.tells_workers:
-        pending = frozenset(state.setup.workers) - state.settled
+        pending = PSet(host for host in state.setup.workers if host not in state.settled)
         effects = (Finish(event.outcome.exit_code, event.outcome.failure),)
     telling = Telling(pending=pending)
     return evolve(state, phase=Phase.TELLING, outcome=event.outcome, telling=telling), effects
@@ -55,14 +56,14 @@ def bye(state: LeaderState, event: WorkerBye, now: Now) -> Step:
     telling = state.telling
     assert telling is not None
     marks = state.on_leader_clock(event.host, event.marks)
-    state = evolve(state, telling=evolve(telling, pending=telling.pending - {event.host}))
+    state = evolve(state, telling=evolve(telling, pending=telling.pending.discard(event.host)))
     return _told_yet(state, (MarkTimeline(marks),))
 
 
 def lost_while_telling(state: LeaderState, event: WorkerLost, now: Now) -> Step:
     telling = state.telling
     assert telling is not None
-    state = evolve(state, telling=evolve(telling, pending=telling.pending - {event.host}))
+    state = evolve(state, telling=evolve(telling, pending=telling.pending.discard(event.host)))
     return _told_yet(state, ())
 
 
@@ -73,7 +74,7 @@ def hello_while_telling(state: LeaderState, event: WorkerHello, now: Now) -> Ste
         return stay(state)
     telling = state.telling
     assert telling is not None
-    state = evolve(state, telling=evolve(telling, pending=telling.pending - {event.host}))
+    state = evolve(state, telling=evolve(telling, pending=telling.pending.discard(event.host)))
     return _told_yet(state, ())
 
 
