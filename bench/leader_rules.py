@@ -8,8 +8,9 @@ a git worktree of --before (made under build/bench-before-REV once), and `after`
 Each round runs in a fresh Python (python -c ... with that tree's src first on sys.path).
 
 Printed per tree: events stepped, the leader's CPU in all (process time of run() and
-tell_workers()), CPU per event in microseconds, and the verdict (both must agree), then the
-ratio after / before.
+tell_workers()), CPU per event in microseconds, the same for tell_workers() alone (the verdict
+sent, every worker's bye taken), and the verdict (both must agree), then the ratios after /
+before.
 
 Usage: .venv/bin/python bench/leader_rules.py [--hosts 1024] [--ranks-per-host 8]
        [--progress 5] [--rounds 5] [--before 7a477b3]
@@ -98,9 +99,13 @@ parts = LeaderParts(
 leader = Leader(hosts[0], hosts[1:], Timeouts(startup=600, hang=3600), parts)
 began = time.process_time()
 outcome = leader.run(Strategy())
+ran, run_events = time.process_time(), events.at
 leader.tell_workers(outcome)
-cpu = time.process_time() - began
-print(json.dumps({"events": events.at, "cpu": cpu, "exit": outcome.exit_code}))
+told = time.process_time()
+print(json.dumps({
+    "events": events.at, "cpu": told - began, "exit": outcome.exit_code,
+    "byes": events.at - run_events, "byes_cpu": told - ran,
+}))
 """
 
 
@@ -146,15 +151,23 @@ def main() -> int:
         f"{args.hosts} hosts x {args.ranks_per_host} ranks, {args.progress} progress rounds; "
         f"median of {args.rounds} alternating rounds"
     )
-    print(f"{'tree':<8} {'events':>8} {'CPU s':>8} {'us/event':>9}  exit")
-    per_event = {}
+    print(f"{'tree':<8} {'events':>8} {'CPU s':>8} {'us/event':>9} {'byes':>6} {'us/bye':>7}  exit")
+    per_event, per_bye = {}, {}
     for name, results in runs.items():
         cpu = statistics.median(result["cpu"] for result in results)
         events = results[0]["events"]
         per_event[name] = cpu / events * 1e6
+        byes = results[0]["byes"]
+        per_bye[name] = statistics.median(result["byes_cpu"] for result in results) / byes * 1e6
         exits = sorted({int(result["exit"]) for result in results})
-        print(f"{name:<8} {events:>8.0f} {cpu:>8.3f} {per_event[name]:>9.2f}  {exits}")
-    print(f"after / before: {per_event['after'] / per_event['before']:.2f}")
+        print(
+            f"{name:<8} {events:>8.0f} {cpu:>8.3f} {per_event[name]:>9.2f} {byes:>6.0f} "
+            f"{per_bye[name]:>7.2f}  {exits}"
+        )
+    print(
+        f"after / before: {per_event['after'] / per_event['before']:.2f} per event, "
+        f"{per_bye['after'] / per_bye['before']:.2f} per bye"
+    )
     return 0
 
 

@@ -383,6 +383,48 @@ def test_a_rank_ending_by_itself_within_the_abort_grace_keeps_its_own_code(workd
     assert not any(b"got TERM" in line for line in agent.lines(agent.stdout))
 
 
+SLOW_SHUTDOWN_AT_EXIT = (  # Horovod's shutdown at interpreter exit, on a busy machine
+    "import atexit, sys, time\n"
+    "atexit.register(lambda: (print('shutting down', flush=True), time.sleep(30)))\n"
+    "print('ready', flush=True)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("ending", "code"),
+    [("sys.exit(7)", 7), ("raise ValueError('on purpose')", 1)],
+    ids=["sys.exit", "exception"],
+)
+def test_a_rank_stopped_while_exiting_is_reported_with_the_code_it_chose(
+    workdir, agent, ending: str, code: int
+):
+    """mpirun's abort (another rank failed) reaches a rank whose exit is still running: it is
+    reported with the code it was exiting with, not as killed by the stop's signal."""
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    script = SLOW_SHUTDOWN_AT_EXIT + "time.sleep(0.2)\n" + ending + "\n"
+    wrapper = Wrapper(workdir, python_command(script), grace=20, abort_grace=0.4)
+    wrapper.wait_for_line(agent.stdout, b"shutting down")
+    wrapper.process.send_signal(signal.SIGTERM)  # orted's abort
+    assert wrapper.wait() == code
+    record = ended_record(agent.events)
+    assert (record.exit_code, record.signal, record.terminated) == (code, None, True)
+    assert record.stderr_tail[-1] == (
+        f"[ringleader] stopped while exiting with code {code}: reported with it"
+    )
+    assert suspicion(record) == 1  # ended by itself while being stopped: a likely cause
+
+
+def test_a_rank_stopped_before_it_began_to_exit_is_reported_as_killed(workdir, agent):
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    script = SLOW_SHUTDOWN_AT_EXIT + "time.sleep(30)\n"
+    wrapper = Wrapper(workdir, python_command(script), grace=20, abort_grace=0.4)
+    wrapper.wait_for_line(agent.stdout, b"ready")
+    wrapper.process.send_signal(signal.SIGTERM)
+    assert wrapper.wait() == 143
+    record = ended_record(agent.events)
+    assert (record.exit_code, record.signal, record.terminated) == (143, 15, True)
+
+
 def child_pid(wrapper: Wrapper, agent: RunningAgent) -> int:
     line = wrapper.wait_for_line(agent.stdout, b"pid=")
     return int(line.rsplit(b"pid=", 1)[1])

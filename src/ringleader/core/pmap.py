@@ -91,6 +91,7 @@ class PMap(Mapping[K, V]):
         return self._of(tuple(buckets), size) if copied else self
 
     def delete(self, key: K) -> "PMap[K, V]":
+        """Without `key`; this very PMap when it has no such key."""
         index = _bucket(key)
         if key not in self._buckets[index]:
             return self
@@ -132,4 +133,5 @@ class PSet(Set[K]):
         return self if item in self._members else self._with(self._members.set(item, None))
 
     def discard(self, item: K) -> "PSet[K]":
-        return self._with(self._members.delete(item)) if item in self._members else self
+        members = self._members.delete(item)
+        return self if members is self._members else self._with(members)

@@ -28,6 +28,7 @@ from ringleader.core.proctimes import process_name, process_started_at
 from ringleader.core.records import RankRecord
 from ringleader.rank.capture import Pump, RankOutput
 from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
+from ringleader.rank.exitnote import EXIT_DIR_VARIABLE, read_exit_note
 from ringleader.rank.progress import ProgressWatch
 from ringleader.rank.stacks import stack_environment, take_stacks
 from ringleader.rank.tree import become_subreaper, end_descendants
@@ -166,6 +167,7 @@ class RankSupervisor:
             pump.start()
         returncode = self._child.wait()
         ended = time.time()  # its end, before cleanup and draining its output take their time
+        cut_short = self._exit_cut_short(returncode)
         # Helpers the rank left behind (own session, daemons) would hold its pipes open.
         leftovers = end_descendants(self._stray_grace)
         for pump in pumps:
@@ -173,13 +175,28 @@ class RankSupervisor:
         if leftovers:
             note = "[ringleader] the rank had ended; stopped what it left running: "
             output.put("stdout", [note + ", ".join(leftovers)])
+        tail = tuple(pumps[1].tail)
+        if cut_short is not None:
+            said = f"[ringleader] stopped while exiting with code {cut_short}: reported with it"
+            output.put("stderr", [said])
+            tail = (*tail, said)
         output.close(timeout=_OUTPUT_STALL_SECONDS)
-        if returncode < 0:
+        if cut_short is not None:
+            code, signum = cut_short, None
+        elif returncode < 0:
             code, signum = exitcodes.signal_exit_code(-returncode), -returncode
         else:
             code, signum = returncode, None
         recorded = read_error_file(Path(error_file)) if error_file and code != 0 else ()
-        return self._record(started, code, signum, tuple(pumps[1].tail), recorded, ended)
+        return self._record(started, code, signum, tail, recorded, ended)
+
+    def _exit_cut_short(self, returncode: int) -> int | None:
+        """The non-zero code the rank was exiting with when our stop's signal ended it."""
+        directory = self._env.get(EXIT_DIR_VARIABLE)
+        if returncode >= 0 or not self._terminated.is_set() or not directory:
+            return None
+        assert self._child is not None
+        return read_exit_note(Path(directory), self._child.pid) or None
 
     def _record(
         self,
@@ -348,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = stack_environment(env, rank_dir / "stacks")
     env[paths.PROGRESS_FILE_VARIABLE] = str(watch.heartbeat)
     env[paths.ATTEMPT_VARIABLE] = str(args.attempt)
+    env[EXIT_DIR_VARIABLE] = str(rank_dir / "exits")
     if args.horovod_stall_check is not None:
         env.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", args.horovod_stall_check)
     become_subreaper()

@@ -13,6 +13,7 @@ Self-contained and Python 3.6+: the user's interpreter may be any, without ringl
 Nothing here may break the user's program: every failure of ours only skips the registration.
 """
 
+import _thread
 import io
 import os
 import sys
@@ -83,6 +84,50 @@ def _register_from_environment() -> None:
         return
 
 
+def _note_exits_from_environment() -> None:
+    """With RINGLEADER_EXIT_DIR set, the code this interpreter is about to exit with is written
+    to `<dir>/<pid>` first: at `sys.exit` in the main thread, and when an exception ends the
+    program. A stop that cuts the exit short (Horovod's shutdown at exit, during mpirun's
+    abort) then leaves the code the program chose (ringleader.rank.exitnote)."""
+    try:
+        directory = os.environ.get("RINGLEADER_EXIT_DIR", "")
+        if not directory:
+            return
+        main_thread = _thread.get_ident()
+        own_exit, own_hook = sys.exit, sys.excepthook
+
+        def note(code: int) -> None:
+            try:
+                os.makedirs(directory, exist_ok=True)
+                with open(os.path.join(directory, str(os.getpid())), "w") as out:
+                    out.write(str(code))
+            except Exception:
+                return
+
+        def exit(status: "int | str | None" = None) -> None:
+            if _thread.get_ident() == main_thread:  # elsewhere it ends a thread, not the program
+                note(_exit_code(status))
+            own_exit(status)
+
+        def excepthook(kind: "type[BaseException]", value: BaseException, trace: object) -> None:
+            note(1)
+            own_hook(kind, value, trace)  # type: ignore[arg-type]
+
+        sys.exit = exit  # type: ignore[assignment]
+        sys.excepthook = excepthook
+    except Exception:
+        return
+
+
+def _exit_code(status: object) -> int:
+    """The process's exit code for `sys.exit(status)`, as the interpreter computes it."""
+    if status is None:
+        return 0
+    if isinstance(status, int):
+        return status & 0xFF
+    return 1  # anything else is printed, and the code is 1
+
+
 def _import_system() -> "tuple[type[PathFinder], Loader]":
     """The import system's own PathFinder and module_from_spec.
 
@@ -124,4 +169,5 @@ def _chain() -> None:
 
 
 _register_from_environment()
+_note_exits_from_environment()
 _chain()
