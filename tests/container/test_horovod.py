@@ -16,7 +16,7 @@ import csv
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +217,7 @@ def test_failing_horovod_rank_is_the_root_cause(failed_job):
 
 
 @pytest.mark.alone  # its 6 busy-polling ranks saturate the 2 cores by themselves
-@pytest.mark.parametrize("attempt", range(1, 6))
+@pytest.mark.parametrize("attempt", range(1, 3))
 def test_failing_rank_under_an_output_flood_is_named_every_time(
     attempt: int, docker_client: docker.DockerClient, horovod_image: str, tmp_path: Path
 ) -> None:
@@ -227,7 +227,9 @@ def test_failing_rank_under_an_output_flood_is_named_every_time(
 
     Before the pulse connection asked the peer's kernel by keepalive, a pulse process starved
     of CPU sent nothing to acknowledge and took a live peer for a partitioned one in about 1
-    of 10 such runs."""
+    of 10 such runs. That mechanism is proven by test_core_control.py's
+    test_the_peer_kernel_answers_keepalive_probes_while_we_send_nothing; two runs here check it
+    end to end (they were five: about 30 s each, alone on the machine)."""
     capture = Capture()
     spec = make_spec(
         tmp_path,
@@ -263,28 +265,3 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def test_docker_stop_of_a_host_ends_every_host_with_143(
-    start_job: Callable[..., JobRun], horovod_image: str, docker_client: docker.DockerClient
-) -> None:
-    """`docker stop` of a worker host in the middle of an mpirun job's training (SageMaker stops
-    a job with SIGTERM): ringleader forwards it, and every host exits 143 within its grace."""
-    run = start_job(
-        image=horovod_image,
-        entry_point="horovod_train.py",
-        hyperparameters={"steps": "1000000", "log-interval": "10"},
-        mpi_options=YIELD,
-        settings={"startup_timeout": "60"},
-    )
-    run.capture.wait_for(lambda text: "step 10 loss=" in text, timeout=120)  # training
-    stopped = time.monotonic()
-    docker_client.api.stop(run.container_id("algo-2"), timeout=40)
-    run.join(timeout=90)
-    took = time.monotonic() - stopped
-    assert run.codes() == dict.fromkeys(HOSTS, 143), run.output
-    # within ringleader's SIGTERM grace (30 s by default): no rank was left for SIGKILL
-    assert took < 30, f"every host exited {took:.1f} s after docker stop"
-    for host in HOSTS:
-        failure = run.failure(host)
-        assert failure.startswith("Job stopped by SIGTERM received on host algo-2"), failure

@@ -5,8 +5,9 @@ examples/tf_horovod_train.py trains a small Keras MLP with hvd.DistributedOptimi
 BroadcastGlobalVariablesCallback(0) over MPI. Horovod's timeline is switched on through an
 mpirun -x option, as a user would with sagemaker_mpi_custom_mpi_options; rank 0 runs on the
 leader algo-1 and writes it into its /opt/ml/output/data, what SageMaker uploads. Autotune's
-log, written by the same Horovod core, and an mpirun job's `docker stop` are test_horovod.py's
-(Horovod for PyTorch: the same facts at a fraction of TensorFlow's CPU).
+log, written by the same Horovod core, is test_horovod.py's (Horovod for PyTorch: the same fact
+at a fraction of TensorFlow's CPU); a SIGTERM to one host of an mpirun job is
+test_lifecycle.py's.
 `--mca mpi_yield_when_idle 1`: the fake hosts share this machine's cores (see test_horovod.py).
 
 These tests need `make image-tf-horovod`; without the image they fail (never skip).
