@@ -44,6 +44,8 @@ GRADIENT = re.compile(r"DistributedSGD_Allreduce/.*/HorovodAllreduce_grads(_\d+)
 def test_tf_horovod_training_with_a_timeline(
     run_job: Callable[..., JobRun], tf_horovod_image: str
 ) -> None:
+    """Slow: 6 ranks import TensorFlow and build the model on 2 cores, beside other jobs,
+    before 60 steps of training."""
     run = run_job(
         image=tf_horovod_image,
         entry_point="tf_horovod_train.py",
