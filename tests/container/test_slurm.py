@@ -183,8 +183,8 @@ def test_a_hung_rank_is_named_and_every_node_ends_with_124(cluster: Any) -> None
 
 
 def test_the_time_limit_is_named_in_every_nodes_failure_file(cluster: Any) -> None:
-    """Slow: Slurm's shortest time limit is a minute, and slurmctld looks for jobs past theirs
-    only every 30 s."""
+    """Slow: Slurm's shortest time limit is a minute, and the job ends when slurmctld enforces
+    it (69 to 92 s in full runs)."""
     job = submit_batch(cluster, "limit", f"{RINGLEADER} -- {LONG_JOB}", "#SBATCH --time=1\n")
     state = cluster.wait(job, 60 + JOB_END)  # Slurm's shortest limit is a minute
     output = output_of(cluster, "limit", job)
