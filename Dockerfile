@@ -18,8 +18,12 @@ ARG BASE_IMAGE=debian:bookworm-slim
 # ---------------------------------------------------------------------------------------------------
 FROM ${BASE_IMAGE} AS system
 
-ARG DEBIAN_FRONTEND=noninteractive
-RUN apt-get update \
+# The first instruction after this FROM is this file's own, not an ARG: the classic builder
+# takes, among identical layers on one parent, the newest, and the framework images' compile
+# stages (the same base, then `ARG DEBIAN_FRONTEND`) built beside this one made this stage miss
+# its cache in the next run, and every framework image with it.
+RUN export DEBIAN_FRONTEND=noninteractive \
+ && apt-get update \
  && apt-get install -y --no-install-recommends \
         python3 python3-venv python3-mpi4py \
         openmpi-bin libopenmpi-dev \
