@@ -1,6 +1,7 @@
 """The suite's time budget (README, Development): a test that takes longer than SLOW_SECONDS says
 why in its docstring, in a paragraph that starts with "Slow:". The ones that do not are listed at
 the end of the run, with their times (under pytest-xdist too: the mark travels with the report).
+The longest units of the container tests are handed out first (LONGEST_FIRST).
 """
 
 from __future__ import annotations
@@ -12,6 +13,27 @@ import pytest
 SLOW_SECONDS = 60.0
 REASON = "Slow:"
 UNEXPLAINED = "slow without a reason"
+
+
+# pytest-xdist hands out tests and xdist groups in collection order: a long unit that comes last
+# keeps one worker busy while the others have nothing left. These come first, longest first: the
+# Slurm cluster's group (both files on one worker, about 5 minutes), the Horovod group, the SDK's
+# jobs (collected after every container file), then the slowest single tests' files.
+LONGEST_FIRST = (
+    "tests/container/test_slurm",
+    "tests/container/test_horovod.py",
+    "tests/sdk/",
+    "tests/container/test_tf_horovod.py",
+    "tests/container/test_hang.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def position(item: pytest.Item) -> int:
+        starts = [item.nodeid.startswith(prefix) for prefix in LONGEST_FIRST]
+        return starts.index(True) if True in starts else len(LONGEST_FIRST)
+
+    items.sort(key=position)  # stable: the rest keep their order
 
 
 def slow_reason_missing(item: pytest.Item) -> bool:
