@@ -18,7 +18,6 @@ from ringleader.core.outcome import (
     decide,
     lost_hosts_outcome,
 )
-from ringleader.core.pmap import PSet
 from ringleader.core.records import RankRecord
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
@@ -117,7 +116,7 @@ def _between_attempts(
     )
     between = BetweenAttempts(
         attempt=number,
-        waiting=PSet(host for host in state.setup.workers if host not in state.settled),
+        waiting=state.unsettled,
         resume_at=now.monotonic + restart.backoff,
         deadline=now.monotonic + state.setup.timeouts.startup,
     )

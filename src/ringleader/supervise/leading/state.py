@@ -206,6 +206,11 @@ class LeaderState:
             return self.telling.deadline
         return None
 
+    @property
+    def unsettled(self) -> PSet[str]:
+        """The workers that still need the job's word (the next attempt, the final exit)."""
+        return PSet(host for host in self.setup.workers if host not in self.settled)
+
     def on_leader_clock(self, host: str, marks: tuple[Mark, ...]) -> tuple[Mark, ...]:
         """A worker's timeline marks, on the leader's clock."""
         offset = self.clock_offsets.get(host, 0.0)

@@ -27,7 +27,7 @@ def announce(state: LeaderState, event: Announce, now: Now) -> Step:
     pending: PSet[str] = PSet()
     effects: tuple[Effect, ...] = ()
     if state.setup.tells_workers:
-        pending = PSet(host for host in state.setup.workers if host not in state.settled)
+        pending = state.unsettled
         effects = (Finish(event.outcome.exit_code, event.outcome.failure),)
     telling = Telling(pending=pending)
     return evolve(state, phase=Phase.TELLING, outcome=event.outcome, telling=telling), effects
