@@ -101,7 +101,7 @@ def headline(
     missing: tuple[MissingStacks, ...] = (),
     progress: tuple[LastProgress, ...] = (),
 ) -> str:
-    return hang_headline(stacks, missing, progress, TIMEOUT, NOW)
+    return hang_headline(stacks, missing, progress, TIMED_OUT, NOW)
 
 
 def main_frames(stacks: RankStacks) -> tuple[Frame, ...]:
@@ -372,7 +372,7 @@ def report() -> HangReport:
     missing = (MissingStacks(5, "algo-3", "it ended (exit code 1) before its stacks were taken"),)
     del stacks[5]
     progress = tuple(LastProgress(rank, host(rank), 1978.0) for rank in range(6))
-    text = hang_headline(stacks, missing, progress, TIMEOUT, NOW)
+    text = hang_headline(stacks, missing, progress, TIMED_OUT, NOW)
     return HangReport("hang", TIMEOUT, NOW, text, tuple(stacks), missing, progress)
 
 

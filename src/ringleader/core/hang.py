@@ -18,7 +18,6 @@ from typing import Any
 
 from ringleader.core.stacks import FAULTHANDLER, PROC, PY_SPY, Frame, RankStacks, ThreadStack
 
-HANG_TIMEOUT_SETTING = "ringleader_hang_timeout"
 HEADLINE_LIMIT = 400  # characters: one line, read first in the failure file
 # Progress this close to the latest counts as last too: ranks that stopped together (each
 # printed its last step line) are named together, not told apart by milliseconds.
@@ -345,14 +344,13 @@ def hang_headline(
     stacks: Sequence[RankStacks],
     missing: Sequence[MissingStacks],
     last_progress: Sequence[LastProgress],
-    timeout: float,
+    timed_out: str,
     now: float,
-    setting: str = HANG_TIMEOUT_SETTING,
 ) -> str:
     """The failure file's first line after a hang: the culprit first, then where the others
     wait; when every rank waits in the same place, who made progress last and when. `now` is
-    the verdict's time.time() on the leader's clock; `setting` bounded the wait."""
-    timed_out = f"no rank made progress for {timeout:g} s ({setting})"
+    the verdict's time.time() on the leader's clock; `timed_out` says how long the job was
+    quiet and the setting that allowed it."""
     groups = group_stacks(stacks)
     waiting, culprits = _split(groups) if groups else (None, [])
     if not groups:

@@ -26,32 +26,49 @@ from ringleader.wire.messages import HANG, ON_DEMAND
 LATE_TIMER_SECONDS = 1.0
 
 
-def quiet_limit(state: LeaderState, attempt: Attempt) -> tuple[float, str]:
-    """How long no progress may last, and the setting that says so. Until some rank made
-    progress the job is still starting (frameworks import, ranks meet): the startup timeout
-    when it is the longer, so a slow start on a busy machine is not a hang."""
+def watch_from_launch(state: LeaderState, attempt: Attempt, now: Now) -> Attempt:
+    """The hang watch starts with the launch: a job can hang as it starts (ranks that never
+    meet). Until every rank made progress the job is still starting (frameworks import, ranks
+    meet, one host slower than the rest on a busy machine): no verdict before the startup
+    timeout has passed since the launch, when that is the longer."""
     timeouts = state.setup.timeouts
     assert timeouts.hang is not None
-    if not attempt.progress and timeouts.startup > timeouts.hang:
-        return timeouts.startup, "ringleader_startup_timeout"
-    return timeouts.hang, "ringleader_hang_timeout"
+    starting_until = None
+    if timeouts.startup > timeouts.hang:
+        starting_until = now.monotonic + timeouts.startup
+    attempt = evolve(attempt, starting_until=starting_until, hang_patience=timeouts.hang)
+    return evolve(attempt, hang_deadline=_quiet_deadline(attempt, timeouts.hang, now))
+
+
+def _quiet_deadline(attempt: Attempt, hang: float, now: Now) -> float:
+    deadline = now.monotonic + hang
+    if attempt.starting_until is None:
+        return deadline
+    return max(deadline, attempt.starting_until)
 
 
 def progressed(state: LeaderState, event: RanksProgressed, now: Now) -> Step:
-    """Progress moves the hang deadline; each rank's latest progress is kept for the report."""
+    """Progress moves the hang deadline; each rank's latest progress is kept for the report.
+    The start-up window closes once every rank made progress, or when it ends."""
     attempt = state.current
     progress = attempt.progress.update(
         (rank, LastProgress(rank, event.host, now.wall)) for rank in event.ranks
     )
-    attempt = evolve(attempt, progress=progress)
+    starting_until = attempt.starting_until
+    if starting_until is not None and (
+        len(progress) >= state.world_size or now.monotonic >= starting_until
+    ):
+        starting_until = None
+    attempt = evolve(attempt, progress=progress, starting_until=starting_until)
     hang = state.setup.timeouts.hang
     if attempt.hang_deadline is not None and hang is not None:
-        attempt = evolve(attempt, hang_deadline=now.monotonic + hang)
+        attempt = evolve(attempt, hang_deadline=_quiet_deadline(attempt, hang, now))
     return evolve(state, attempt=attempt), ()
 
 
 def quiet(state: LeaderState, now: Now) -> Step:
-    """No progress reported for ringleader_hang_timeout: the job hung.
+    """No progress reported for ringleader_hang_timeout (and the start-up window over): the job
+    hung.
 
     Output reaching the leader is not progress by itself: Horovod's stall inspector repeats its
     warning while the job hangs. A leader behind on output still takes each host's progress
@@ -73,9 +90,41 @@ def quiet(state: LeaderState, now: Now) -> Step:
     state = evolve(state, attempt=evolve(attempt, hang_deadline=None))
     if attempt.ending:
         return stay(state)
-    waited, setting = quiet_limit(state, attempt)
-    said = Log(f"no rank made progress for {waited:g} s ({setting}): taking every rank's stacks")
-    return _dump_stacks(state, HANG, now, (said,))
+    how_long = quiet_for(state, attempt, now)
+    said = Log(f"{how_long}: taking every rank's stacks")
+    return _dump_stacks(state, HANG, now, (said,), how_long)
+
+
+def quiet_for(state: LeaderState, attempt: Attempt, now: Now) -> str:
+    """How long the job was quiet when the hang watch fired, and the setting that allowed it:
+    the hang timeout; the startup timeout while no rank had made progress; both when some
+    ranks had made progress but others had not by the end of the start-up window."""
+    timeouts = state.setup.timeouts
+    assert timeouts.hang is not None
+    hang = f"no rank made progress for {timeouts.hang:g} s (ringleader_hang_timeout)"
+    if attempt.starting_until is None:
+        return hang
+    if not attempt.progress:
+        return f"no rank made progress for {timeouts.startup:g} s (ringleader_startup_timeout)"
+    silent = [
+        rank
+        for rank in range(state.world_size)
+        if rank not in attempt.progress and rank not in attempt.records
+    ]
+    if not silent:
+        return hang
+    latest = max(each.at for each in attempt.progress.values())
+    return (
+        f"no rank made progress for {max(now.wall - latest, 0):.0f} s, and "
+        f"{_ranks(silent)} none in the {timeouts.startup:g} s since the launch "
+        "(ringleader_startup_timeout)"
+    )
+
+
+def _ranks(ranks: list[int]) -> str:
+    shown = ", ".join(str(rank) for rank in ranks[:8])
+    more = f" and {len(ranks) - 8} more" if len(ranks) > 8 else ""
+    return f"rank{'s' if len(ranks) > 1 else ''} {shown}{more}"
 
 
 def stacks_requested(state: LeaderState, event: StacksRequested, now: Now) -> Step:
@@ -83,7 +132,9 @@ def stacks_requested(state: LeaderState, event: StacksRequested, now: Now) -> St
     return _dump_stacks(state, ON_DEMAND, now, (said,))
 
 
-def _dump_stacks(state: LeaderState, reason: str, now: Now, effects: tuple[Effect, ...]) -> Step:
+def _dump_stacks(
+    state: LeaderState, reason: str, now: Now, effects: tuple[Effect, ...], quiet: str = ""
+) -> Step:
     """Ask every running rank for its stacks (a hang's request replaces one on demand)."""
     attempt = state.current
     dump = attempt.dump
@@ -92,7 +143,7 @@ def _dump_stacks(state: LeaderState, reason: str, now: Now, effects: tuple[Effec
     running = PMap(
         (rank, host) for rank, host in attempt.started.items() if rank not in attempt.records
     )
-    dump = StackDump(reason, now.monotonic + state.setup.timeouts.stack_dump, running)
+    dump = StackDump(reason, now.monotonic + state.setup.timeouts.stack_dump, running, quiet=quiet)
     state = evolve(state, attempt=evolve(attempt, dump=dump))
     effects = (*effects, RequestStacks(reason))
     if not running:
@@ -132,8 +183,7 @@ def complete_stacks(state: LeaderState, now: Now, job_ended: bool = False) -> St
     progress = tuple(attempt.progress[rank] for rank in sorted(attempt.progress))
     timeout = state.setup.timeouts.hang or 0.0
     if dump.reason == HANG:
-        waited, setting = quiet_limit(state, attempt)
-        headline = hang_headline(stacks, missing, progress, waited, now.wall, setting)
+        headline = hang_headline(stacks, missing, progress, dump.quiet, now.wall)
     else:
         headline = f"Every rank's stacks, {len(stacks)} of {len(dump.expected)} taken."
     report = HangReport(dump.reason, timeout, now.wall, headline, stacks, missing, progress)

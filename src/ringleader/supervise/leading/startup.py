@@ -27,7 +27,7 @@ from ringleader.supervise.leading.effects import (
     SetupFailed,
     StartLauncher,
 )
-from ringleader.supervise.leading.hang_watch import quiet_limit
+from ringleader.supervise.leading.hang_watch import watch_from_launch
 from ringleader.supervise.leading.state import Gathering, LeaderState, Phase
 from ringleader.supervise.leading.steps import (
     Step,
@@ -166,17 +166,13 @@ def attempt_prepared(state: LeaderState, event: AttemptPrepared, now: Now) -> St
 
 def launcher_started(state: LeaderState, event: LauncherStarted, now: Now) -> Step:
     """The launcher runs: every rank must start within ringleader_startup_timeout, and the
-    hang watch counts from now (a job's start-up can hang too; until a rank's first progress,
-    it allows the startup timeout when that is the longer)."""
+    hang watch counts from now."""
     attempt = state.attempt
     assert attempt is not None
     timeouts = state.setup.timeouts
     attempt = evolve(attempt, launch_deadline=now.monotonic + timeouts.startup)
     if timeouts.hang is not None:
-        quiet_for, _ = quiet_limit(state, attempt)
-        attempt = evolve(
-            attempt, hang_deadline=now.monotonic + quiet_for, hang_patience=timeouts.hang
-        )
+        attempt = watch_from_launch(state, attempt, now)
     launched = Mark(state.setup.host, phases.LAUNCHED, now.wall)
     return evolve(state, phase=Phase.LAUNCHING, attempt=attempt), (MarkTimeline((launched,)),)
 

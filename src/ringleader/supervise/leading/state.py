@@ -64,6 +64,7 @@ class StackDump:
     deadline: float  # ringleader_stack_dump_timeout from the request
     expected: PMap[int, str]  # rank -> host: the ranks running when they were asked
     stacks: PMap[int, RankStacks] = field(default_factory=PMap)
+    quiet: str = ""  # after a hang: how long the job was quiet, and the setting that allowed it
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,9 @@ class Attempt:
     launcher_outlived_ranks: bool = False
     # The hang watch: when the job counts as hung unless some rank makes progress first.
     hang_deadline: float | None = None
+    # The start-up window (monotonic; launch + ringleader_startup_timeout when that is the
+    # longer): until every rank made progress, no hang verdict before its end.
+    starting_until: float | None = None
     hang_patience: float = 0.0  # what a starved leader may still add to the deadline
     progress: PMap[int, LastProgress] = field(default_factory=PMap)  # each rank's latest
     dump: StackDump | None = None
