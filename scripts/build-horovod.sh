@@ -106,41 +106,32 @@ wheelhouse_key() {
 
 step_wheelhouse() {
     require_python311
-    local stamp=$WHEELHOUSE/.key key tmp start=$SECONDS
-    key=$(wheelhouse_key)
-    if [[ ${REBUILD_WHEELS:-} != 1 && -f $stamp && $(<"$stamp") == "$key" ]] &&
-        [[ -f $WHEELHOUSE/sdist/horovod-$HOROVOD_VERSION.tar.gz ]]; then
-        log "$FRAMEWORK + Horovod wheelhouse is up to date ($WHEELHOUSE)"
-        return 0
-    fi
-    mkdir -p build
-    tmp=$(mktemp -d build/.wheelhouse-horovod.XXXXXX)
-    chmod 755 "$tmp"
-    log "Downloading ${REQUIREMENTS[0]} and the wheels it and Horovod need into $WHEELHOUSE/wheels (cp311, manylinux x86_64)"
-    download_wheels "$tmp/wheels" "${REQUIREMENTS[@]}"
+    cached_wheelhouse "$WHEELHOUSE" "$(wheelhouse_key)" "The $FRAMEWORK + Horovod wheelhouse" \
+        horovod_wheels
+}
+
+# horovod_wheels DIR: the framework's wheels and those it and Horovod need (DIR/wheels), and
+# the Horovod sdist (DIR/sdist).
+horovod_wheels() {
+    local dir=$1 found
+    log "Downloading ${REQUIREMENTS[0]} and the wheels it and Horovod need (cp311, manylinux x86_64)"
+    download_wheels "$dir/wheels" "${REQUIREMENTS[@]}"
     if ((${#NO_DEPS_REQUIREMENTS[@]})); then
-        download_wheels "$tmp/wheels" --no-deps "${NO_DEPS_REQUIREMENTS[@]}"
+        download_wheels "$dir/wheels" --no-deps "${NO_DEPS_REQUIREMENTS[@]}"
     fi
-    log "Downloading the Horovod $HOROVOD_VERSION sdist into $WHEELHOUSE/sdist"
+    log "Downloading the Horovod $HOROVOD_VERSION sdist"
     # (pip prepares the sdist's metadata in an isolated build environment on the host; nothing is
     # compiled here.)
-    if ! "$PYTHON" -m pip download --quiet --dest "$tmp/sdist" --no-deps --no-binary=:all: \
-        "horovod==$HOROVOD_VERSION" 2>"$tmp/pip.log"; then
-        cat "$tmp/pip.log" >&2
-        rm -rf "$tmp"
+    if ! "$PYTHON" -m pip download --quiet --dest "$dir/sdist" --no-deps --no-binary=:all: \
+        "horovod==$HOROVOD_VERSION" 2>"$dir.pip.log"; then
+        cat "$dir.pip.log" >&2
         die "pip download of the horovod sdist failed"
     fi
-    if [[ $FRAMEWORK == pytorch ]] && ! compgen -G "$tmp/wheels/torch-$TORCH_VERSION+cpu-*.whl" >/dev/null; then
-        local found
-        found=$(cd "$tmp/wheels" && ls torch-*)
-        rm -rf "$tmp"
+    rm -f "$dir.pip.log"
+    if [[ $FRAMEWORK == pytorch ]] && ! compgen -G "$dir/wheels/torch-$TORCH_VERSION+cpu-*.whl" >/dev/null; then
+        found=$(cd "$dir/wheels" && ls torch-*)
         die "pip took a torch that is not the CPU build: $found"
     fi
-    rm -f "$tmp/pip.log"
-    rm -rf "$WHEELHOUSE"
-    mv "$tmp" "$WHEELHOUSE"
-    printf '%s\n' "$key" >"$stamp"
-    log "$FRAMEWORK + Horovod wheelhouse ready in $((SECONDS - start))s: $(find "$WHEELHOUSE/wheels" -name '*.whl' | wc -l) wheels + sdist, $(du -sh "$WHEELHOUSE" | cut -f1)"
 }
 
 # ---------------------------------------------------------------------------------------- build

@@ -33,21 +33,14 @@ source scripts/lib-images.sh
 
 step_wheelhouse() {
     require_python311
-    local stamp=$WHEELHOUSE/.key key tmp start=$SECONDS
+    local key
     key=$({ printf 'tensorflow-cpu==%s\n' "$TF_VERSION"; "$PYTHON" -V 2>&1; } | sha256sum | cut -d' ' -f1)
-    if [[ ${REBUILD_WHEELS:-} != 1 && -f $stamp && $(<"$stamp") == "$key" ]]; then
-        log "TensorFlow wheelhouse is up to date ($WHEELHOUSE)"
-        return 0
-    fi
-    mkdir -p build
-    tmp=$(mktemp -d build/.wheelhouse-tensorflow.XXXXXX)
-    chmod 755 "$tmp"
-    log "Downloading tensorflow-cpu==$TF_VERSION and the wheels it needs into $WHEELHOUSE/wheels (cp311, manylinux x86_64)"
-    download_wheels "$tmp/wheels" "tensorflow-cpu==$TF_VERSION"
-    rm -rf "$WHEELHOUSE"
-    mv "$tmp" "$WHEELHOUSE"
-    printf '%s\n' "$key" >"$stamp"
-    log "TensorFlow wheelhouse ready in $((SECONDS - start))s: $(find "$WHEELHOUSE/wheels" -name '*.whl' | wc -l) wheels, $(du -sh "$WHEELHOUSE" | cut -f1)"
+    cached_wheelhouse "$WHEELHOUSE" "$key" "The TensorFlow wheelhouse" tensorflow_wheels
+}
+
+tensorflow_wheels() {
+    log "Downloading tensorflow-cpu==$TF_VERSION and the wheels it needs (cp311, manylinux x86_64)"
+    download_wheels "$1/wheels" "tensorflow-cpu==$TF_VERSION"
 }
 
 step_build() {

@@ -55,24 +55,20 @@ step_base() {
 }
 
 step_wheelhouse() {
-    local stamp=$WHEELHOUSE/.key key tmp start=$SECONDS
+    local key
     local -a deps
     mapfile -t deps < <(project_dependencies)
     key=$({ printf '%s\n' "${deps[@]}" "$USER_PACKAGES"; } | sha256sum | cut -d' ' -f1)
-    if [[ ${REBUILD_WHEELS:-} != 1 && -f $stamp && $(<"$stamp") == "$key" ]]; then
-        log "Trixie wheelhouse is up to date ($WHEELHOUSE)"
-        return 0
-    fi
-    mkdir -p build
-    tmp=$(mktemp -d build/.wheelhouse-trixie.XXXXXX)
-    chmod 755 "$tmp"
-    log "Downloading ringleader's dependencies and $USER_PACKAGES into $WHEELHOUSE/wheels (cp313, manylinux x86_64)"
+    cached_wheelhouse "$WHEELHOUSE" "$key" "The trixie wheelhouse" trixie_wheels "${deps[@]}"
+}
+
+# trixie_wheels DIR DEPENDENCY...: ringleader's dependencies and the user's packages, for cp313.
+trixie_wheels() {
+    local dir=$1
+    shift
+    log "Downloading ringleader's dependencies and $USER_PACKAGES (cp313, manylinux x86_64)"
     # shellcheck disable=SC2086 # USER_PACKAGES is a list
-    WHEEL_PYTHON=3.13 download_wheels "$tmp/wheels" "${deps[@]}" $USER_PACKAGES
-    rm -rf "$WHEELHOUSE"
-    mv "$tmp" "$WHEELHOUSE"
-    printf '%s\n' "$key" >"$stamp"
-    log "Trixie wheelhouse ready in $((SECONDS - start))s: $(find "$WHEELHOUSE/wheels" -name '*.whl' | wc -l) wheels, $(du -sh "$WHEELHOUSE" | cut -f1)"
+    WHEEL_PYTHON=3.13 download_wheels "$dir/wheels" "$@" $USER_PACKAGES
 }
 
 step_build() {

@@ -1,6 +1,7 @@
-# Shared by the image scripts (setup.sh, build-horovod.sh, build-tensorflow.sh): logging, the
-# wheelhouse download for the image's Python, and a docker build that shows each step as it starts
-# and removes the images it made obsolete. Sourced, not run.
+# Shared by the image scripts (setup.sh, build-horovod.sh, build-tensorflow.sh, build-trixie.sh):
+# logging, the wheelhouse download for the image's Python and its cache outside the tree, and a
+# docker build that shows each step as it starts and removes the images it made obsolete.
+# Sourced, not run.
 
 log() { printf '==> %s\n' "$*"; }
 die() {
@@ -250,4 +251,37 @@ choose_base() {
         BASE_IMAGE=$fallback
     fi
     log "Base image: $BASE_IMAGE"
+}
+
+# cached_wheelhouse DIR KEY WHAT FILL [ARGS...]: DIR holds what `FILL TMP ARGS...` puts into TMP
+# (the wheels downloaded or built for an image), and DIR/.key its KEY. It is filled once per KEY
+# in the cache outside the tree (RINGLEADER_CACHE, by default ~/.cache/ringleader; one KEY kept
+# per DIR) and copied into each tree as hard links: a fresh clone on a warm machine skips the
+# downloads (35-40 s each on these machines). REBUILD_WHEELS=1 fills it again; WHAT names it in
+# the log.
+cached_wheelhouse() {
+    local dir=$1 key=$2 what=$3 fill=$4 cache kept tmp start=$SECONDS
+    shift 4
+    if [[ ${REBUILD_WHEELS:-} != 1 && -f $dir/.key && $(<"$dir/.key") == "$key" ]]; then
+        log "$what is up to date ($dir)"
+        return 0
+    fi
+    cache=${RINGLEADER_CACHE:-$HOME/.cache/ringleader}/${dir//\//-}
+    kept=$cache/${key:0:16}
+    if [[ ${REBUILD_WHEELS:-} == 1 || ! -f $kept/.key ]]; then
+        mkdir -p "$cache"
+        tmp=$(mktemp -d "$cache/.fill.XXXXXX")
+        chmod 755 "$tmp"
+        "$fill" "$tmp" "$@"
+        printf '%s\n' "$key" >"$tmp/.key"
+        # Earlier keys and fills that failed (a `die` leaves its directory) go.
+        find "$cache" -mindepth 1 -maxdepth 1 ! -path "$tmp" -exec rm -rf {} +
+        mv "$tmp" "$kept"
+        log "$what ready in $((SECONDS - start))s: $(find "$kept" -name '*.whl' | wc -l) wheels, $(du -sh "$kept" | cut -f1)"
+    else
+        log "$what from the cache ($kept)"
+    fi
+    rm -rf "$dir"
+    mkdir -p "$(dirname "$dir")"
+    cp -al "$kept" "$dir" 2>/dev/null || cp -a "$kept" "$dir"
 }

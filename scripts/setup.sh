@@ -49,6 +49,8 @@ export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # shellcheck source=scripts/lib-images.sh
 source scripts/lib-images.sh
+# shellcheck source=scripts/lib-venv.sh
+source scripts/lib-venv.sh
 
 # --------------------------------------------------------------------------------------- docker
 step_docker() {
@@ -104,32 +106,22 @@ EOF
 
 step_wheelhouse() {
     require_python311
-    local deps=$WHEELHOUSE/deps stamp=$WHEELHOUSE/deps.key key tmp start
-    key=$(deps_key)
-    mkdir -p "$WHEELHOUSE"
-    if [[ ${REBUILD_WHEELS:-} != 1 && -f $stamp && $(<"$stamp") == "$key" ]] &&
-        compgen -G "$deps/*.whl" >/dev/null; then
-        log "Dependency wheels are up to date ($deps)"
-    else
-        start=$SECONDS
-        log "Building dependency wheels into $deps (pip wheel, $("$PYTHON" -V 2>&1))"
-        tmp=$(mktemp -d "$WHEELHOUSE/.deps.XXXXXX")
-        # With the extra `compare`: the image also carries sagemaker-training for the benchmarks;
-        # with `stacks`: py-spy, in the venv's bin (on the image's PATH), for a hung rank's stacks.
-        # A fixed SOURCE_DATE_EPOCH: the wheels built from sdists come out the same in every
-        # clone, so the image's dependency layer stays in the build cache.
-        if ! SOURCE_DATE_EPOCH=$WHEEL_EPOCH "$PYTHON" -m pip wheel --quiet --wheel-dir "$tmp" '.[compare,stacks]' 2>"$WHEELHOUSE/pip-wheel.log"; then
-            cat "$WHEELHOUSE/pip-wheel.log" >&2
-            rm -rf "$tmp"
-            die "pip wheel failed"
-        fi
-        rm -f "$tmp"/ringleader-*.whl
-        rm -rf "$deps"
-        mv "$tmp" "$deps"
-        printf '%s\n' "$key" >"$stamp"
-        log "Dependency wheels built in $((SECONDS - start))s: $(find "$deps" -name '*.whl' | wc -l) wheels, $(du -sh "$deps" | cut -f1)"
-    fi
+    cached_wheelhouse "$WHEELHOUSE/deps" "$(deps_key)" "The dependency wheels" dependency_wheels
     step_wheel
+}
+
+# dependency_wheels DIR: ringleader's dependencies as wheels (pip wheel, sdists built here).
+dependency_wheels() {
+    log "Building the dependency wheels (pip wheel, $("$PYTHON" -V 2>&1))"
+    # With the extra `compare`: the image also carries sagemaker-training for the benchmarks;
+    # with `stacks`: py-spy, in the venv's bin (on the image's PATH), for a hung rank's stacks.
+    # A fixed SOURCE_DATE_EPOCH: the wheels built from sdists come out the same in every
+    # clone, so the image's dependency layer stays in the build cache.
+    if ! SOURCE_DATE_EPOCH=$WHEEL_EPOCH "$PYTHON" -m pip wheel --quiet --wheel-dir "$1" '.[compare,stacks]' 2>"$1.pip.log"; then
+        cat "$1.pip.log" >&2
+        die "pip wheel failed"
+    fi
+    rm -f "$1.pip.log" "$1"/ringleader-*.whl
 }
 
 # The ringleader wheel (`make wheel`: what `pip install ringleader-*.whl` takes in any image) is
@@ -159,14 +151,6 @@ step_build() {
     build_image "$runtime" "$logf" --build-arg BASE_IMAGE="$BASE_IMAGE" .
     with_ringleader "$IMAGE" "$runtime" "${logf%.log}-ringleader.log"
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}'))"
-}
-
-# ----------------------------------------------------------------------------------------- venv
-venv_key() {
-    {
-        cat pyproject.toml
-        "$PYTHON" -V 2>&1
-    } | sha256sum | cut -d' ' -f1
 }
 
 step_browser() {
@@ -212,27 +196,18 @@ step_sdk3() {
     log "SDK v3 virtualenv: $link -> $dir"
 }
 
+# ----------------------------------------------------------------------------------------- venv
 step_venv() {
     have "$PYTHON" || die "$PYTHON not found (set PYTHON)"
     local stamp=$VENV/.ringleader-setup.key key start=$SECONDS
-    key=$(venv_key)
+    key=$(venv_key "$PYTHON")
     if [[ -x $VENV/bin/python ]] && "$VENV/bin/python" -c '' 2>/dev/null &&
         [[ -f $stamp && $(<"$stamp") == "$key" ]]; then
         log "Virtualenv $VENV is up to date"
         return 0
     fi
-    if ! { [[ -x $VENV/bin/python ]] && "$VENV/bin/python" -c '' 2>/dev/null; }; then
-        log "Creating virtualenv $VENV ($("$PYTHON" -V 2>&1))"
-        rm -rf "$VENV"
-        "$PYTHON" -m venv "$VENV"
-    fi
-    log "Installing ringleader (editable) with dev extras into $VENV"
-    rm -f "$stamp"
-    mkdir -p build
-    if ! "$VENV/bin/python" -m pip install --quiet -e '.[dev]' >build/pip-venv.log 2>&1; then
-        tail -n 40 build/pip-venv.log >&2
-        die "pip install -e '.[dev]' failed (see build/pip-venv.log)"
-    fi
+    log "Making $VENV: ringleader (editable) with the dev extras ($("$PYTHON" -V 2>&1))"
+    venv_from_cache "$PYTHON" "$VENV" build/pip-venv.log || die "the virtualenv $VENV failed"
     printf '%s\n' "$key" >"$stamp"
     log "Virtualenv $VENV ready in $((SECONDS - start))s"
 }

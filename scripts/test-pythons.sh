@@ -6,12 +6,11 @@
 # Interpreters: `pyenv root`/versions/3.1[0-3].*/bin/python3 and python3.1[0-3] on PATH, one per
 # minor version, skipping the .venv's minor version (`make test-unit` covers that one). PYTHONS
 # names interpreters explicitly instead (space separated paths or commands). Each gets a venv
-# with `pip install -e '.[dev]'` in the cache (RINGLEADER_CACHE, by default ~/.cache/ringleader),
-# linked as build/py-venvs/<version>, rebuilt only when pyproject.toml or the interpreter's
-# version changes (this tree's ringleader is installed into it, editable, every time: one run
-# at a time per cache), then runs `pytest -m 'not container'` with that venv's python. Exit
-# status: non-zero when an install or a test run fails; 0 when every run passes, also when no
-# other interpreter is found (then it says only the default one was tested).
+# in build/py-venvs/<version> with the dev extras, its dependencies copied from the cache
+# (scripts/lib-venv.sh; installed there once per interpreter version and pyproject.toml) and
+# this tree's ringleader installed editable, then runs `pytest -m 'not container'` with that
+# venv's python. Exit status: non-zero when an install or a test run fails; 0 when every run
+# passes, also when no other interpreter is found (then it says only the default one was tested).
 #
 # Environment:
 #   PYTHONS="/path/python3.10 python3.13"   interpreters to test instead of the discovered ones
@@ -23,7 +22,6 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 VENVS_DIR=build/py-venvs
-CACHE=${RINGLEADER_CACHE:-$HOME/.cache/ringleader}
 DEFAULT_VENV_PYTHON=.venv/bin/python
 PIP_TIMEOUT=${PIP_TIMEOUT:-900}
 PYTEST_TIMEOUT=${PYTEST_TIMEOUT:-1800}
@@ -34,6 +32,8 @@ die() {
     log "ERROR: $*"
     exit 1
 }
+# shellcheck source=scripts/lib-venv.sh
+source scripts/lib-venv.sh
 
 # "3.12.1" for an interpreter, or nothing when it does not run.
 python_version() {
@@ -108,53 +108,14 @@ select_pythons() {
     done < <(candidate_pythons)
 }
 
-venv_key() {
-    {
-        cat pyproject.toml
-        "$1" -V 2>&1
-    } | sha256sum | cut -d' ' -f1
-}
-
-# Makes build/py-venvs/<version> a link to a venv of that Python with the dev extras, kept in
-# the cache outside the tree (RINGLEADER_CACHE/py-venvs, by default ~/.cache/ringleader), one per
-# interpreter version and pyproject.toml, so a fresh clone on a warm machine does not install
-# them again; then installs this tree's ringleader into it, editable and without dependencies
-# (the cached venv's may point at another clone). Returns non-zero (after saying why) on failure.
+# build/py-venvs/<version>: a venv of that Python with the dev extras and this tree's ringleader
+# (scripts/lib-venv.sh: the dependencies from the cache, installed once per version and
+# pyproject.toml). Returns non-zero (after saying why) on failure.
 ensure_venv() {
-    local python=$1 version=$2 link=$VENVS_DIR/$2 stamp key start=$SECONDS pip_log venv
-    key=$(venv_key "$python")
-    venv=$CACHE/py-venvs/$version-${key:0:12}
-    stamp=$venv/.ringleader-test-pythons.key
-    pip_log=$VENVS_DIR/pip-$version.log
-    mkdir -p "$CACHE/py-venvs"
-    if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c '' 2>/dev/null &&
-        [[ -f $stamp && $(<"$stamp") == "$key" ]]; then
-        log "Python $version: venv $venv has the dependencies"
-    else
-        log "Python $version: creating venv $venv"
-        rm -rf "$venv"
-        "$python" -m venv "$venv" || {
-            log "Python $version: '$python -m venv $venv' failed"
-            return 1
-        }
-        log "Python $version: pip install -e '.[dev]' (bounded by ${PIP_TIMEOUT}s; log $pip_log)"
-        if ! timeout "$PIP_TIMEOUT" "$venv/bin/python" -m pip install --progress-bar off \
-            -e '.[dev]' >"$pip_log" 2>&1; then
-            tail -n 30 "$pip_log" >&2
-            log "Python $version: pip install -e '.[dev]' failed or timed out (see $pip_log)"
-            return 1
-        fi
-        printf '%s\n' "$key" >"$stamp"
-    fi
-    if ! timeout "$PIP_TIMEOUT" "$venv/bin/python" -m pip install --quiet --no-deps -e . \
-        >>"$pip_log" 2>&1; then
-        tail -n 30 "$pip_log" >&2
-        log "Python $version: pip install --no-deps -e . failed or timed out (see $pip_log)"
+    local python=$1 version=$2 start=$SECONDS
+    venv_from_cache "$python" "$VENVS_DIR/$version" "$VENVS_DIR/pip-$version.log" "$PIP_TIMEOUT" ||
         return 1
-    fi
-    rm -rf "$link"
-    ln -s "$venv" "$link"
-    log "Python $version: venv ready in $((SECONDS - start))s ($link -> $venv)"
+    log "Python $version: venv ready in $((SECONDS - start))s ($VENVS_DIR/$version)"
 }
 
 # "PASSED|FAILED|SKIPPED" from pytest's last summary line (FAILED counts errors too).
