@@ -23,9 +23,11 @@ import os
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.container.conftest import EXAMPLES, HOROVOD_IMAGE
 from tests.sdk.conftest import (
     IMAGE,
     MPI_HYPERPARAMETERS,
@@ -45,6 +47,7 @@ ONE_WORKER = pytest.mark.xdist_group("sdk-v3")
 pytestmark = [pytest.mark.sdk, pytest.mark.container, ONE_WORKER]
 
 SDK3_PYTHON = os.environ.get("RINGLEADER_SDK3_PYTHON")
+SOURCE = Path(__file__).resolve().parents[2] / "src"
 V3_JOB = Path(__file__).with_name("v3_job.py")
 
 
@@ -57,7 +60,20 @@ def sdk3_job(docker_client, tmp_path):
         pytest.skip(message)
     jobs = []
 
-    def run(code: Path, channel: Path, **hyperparameters) -> SdkJob:
+    def run(
+        code: Path,
+        channel: Path,
+        *,
+        distributed: dict[str, Any] | None = None,
+        entry_script: str = "train.py",
+        image: str = IMAGE,
+        instance_count: int = 3,
+        construct_only: bool = False,
+        **hyperparameters: Any,
+    ) -> SdkJob:
+        """A job of `image`: with `distributed`, ModelTrainer(source_code=SourceCode(code,
+        entry_script), distributed=Ringleader(**distributed)) and only the user's
+        hyperparameters; without, the image's entry point and the sagemaker_* hyperparameters."""
         # The compose project's name: unique per job, also across tests run side by side
         # (pytest-xdist workers' tmp_path names repeat; "v3root0" twice recreated one job's
         # containers under the other).
@@ -66,18 +82,26 @@ def sdk3_job(docker_client, tmp_path):
         job = SdkJob(root=root, output=root / "compressed_artifacts", docker=docker_client)
         job.project = compose_project(str(root))
         jobs.append(job)
-        spec = {
-            "image": IMAGE,
+        spec: dict[str, Any] = {
+            "image": image,
             "root": str(root),
             "channel": str(channel),
-            "instance_count": 3,
-            "hyperparameters": {
-                "sagemaker_program": "train.py",
+            "instance_count": instance_count,
+            "hyperparameters": hyperparameters,
+        }
+        if distributed is None:
+            spec["hyperparameters"] = {
+                "sagemaker_program": entry_script,
                 "sagemaker_submit_directory": f"file://{code}",
                 **MPI_HYPERPARAMETERS,
                 **hyperparameters,
-            },
-        }
+            }
+        else:
+            spec.update(
+                distributed=distributed,
+                source_code={"source_dir": str(code), "entry_script": entry_script},
+                construct_only=construct_only,
+            )
         (tmp_path / "spec.json").write_text(json.dumps(spec))
         defaults = tmp_path / "sagemaker-defaults.yaml"
         defaults.write_text(
@@ -92,6 +116,7 @@ def sdk3_job(docker_client, tmp_path):
             AWS_SECRET_ACCESS_KEY="testing",
             AWS_DEFAULT_REGION="us-west-2",
             AWS_EC2_METADATA_DISABLED="true",
+            PYTHONPATH=str(SOURCE),  # `from ringleader.sagemaker import Ringleader`
         )
         completed = subprocess.run(
             [SDK3_PYTHON, str(V3_JOB), str(tmp_path / "spec.json"), str(tmp_path / "r.json")],
@@ -104,8 +129,10 @@ def sdk3_job(docker_client, tmp_path):
         result = json.loads((tmp_path / "r.json").read_text())
         assert result["network_attempts"] == [], result["network_attempts"]
         job.hosts = result["hosts"]
-        job.seconds = result["seconds"]
         job.error = RuntimeError(result["error"]) if result["error"] else None
+        if "seconds" not in result:  # Ringleader(...) refused its fields: no job ran
+            return job
+        job.seconds = result["seconds"]
         job.job_root = Path(result["compose_root"])
         for host, files in result["snapshots"].items():
             job.snapshots[host] = HostSnapshot(
@@ -153,3 +180,170 @@ def test_v3_failing_rank_is_named(sdk3_job, code_dir, channel):
     headline = "Rank 4 on host algo-3 exited with code 3."
     assert_hosts_agree(job, 3, headline, host_pattern=r"algo-[1-3]")
     assert job.output_tar()["failure"].decode().startswith(headline)
+
+
+# ------------------------------------------------- ModelTrainer(distributed=Ringleader(...))
+RINGLEADER_MPI = {
+    "distribution": "mpi",
+    "processes_per_host": 2,
+    "mpi_options": "-x RINGLEADER_PROBE_OPTION=from-custom-options",
+}
+# ringleader:latest before ringleader's own layer (scripts/lib-images.sh, stage_tag): Python and
+# pip on PATH, no ringleader, as a user's image that was never prepared.
+NO_RINGLEADER_IMAGE = "ringleader-stage/ringleader-latest:runtime"
+# A script written for AWS's PyTorch container: one process per host, no distribution, the
+# process group from MASTER_ADDR and MASTER_PORT (init_method env://, the default).
+ENV_INIT_PY = """\
+import json, os
+import torch
+import torch.distributed as dist
+
+hosts = json.loads(os.environ["SM_HOSTS"])
+rank = hosts.index(os.environ["SM_CURRENT_HOST"])
+dist.init_process_group("gloo", rank=rank, world_size=len(hosts))
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+master = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+print(f"env-init host={hosts[rank]} rank={rank} master={master} sum={total.item():g}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def assert_mpi_job_trained(job: SdkJob) -> None:
+    assert job.error is None
+    assert job.hosts == ["algo-1", "algo-2", "algo-3"]
+    assert_hosts_agree(job, 0, host_pattern=r"algo-[1-3]")
+    files = job.output_tar()
+    assert "success" in files
+    records = rank_records(files)
+    assert sorted(records) == list(range(6))
+    for rank, record in records.items():
+        assert record["host"] == f"algo-{rank // 2 + 1}"
+        assert record["probe"] == "1.0"  # requirements.txt, installed
+        assert record["argv"] == ["--rounds", "2"]
+        assert record["channel_files"] == ["sample.csv"]
+        assert record["option"] == "from-custom-options"
+
+
+def test_v3_ringleader_runs_the_mpi_job_on_three_hosts(sdk3_job, code_dir, channel):
+    """The SDK's sm_train.sh runs Ringleader's driver in every container; ringleader runs the
+    job as for a v2 estimator: the code from the source directory, the hyperparameters as
+    arguments, requirements.txt installed, mpirun's options passed."""
+    job = sdk3_job(code_dir(), channel, distributed=RINGLEADER_MPI, rounds=2)
+    assert_mpi_job_trained(job)
+
+
+def test_v3_ringleader_names_the_failing_rank_on_every_host(sdk3_job, code_dir, channel):
+    job = sdk3_job(
+        code_dir(),
+        channel,
+        distributed=RINGLEADER_MPI,
+        rounds=2,
+        **{"fail-rank": 4, "fail-code": 3},
+    )
+    assert job.error is not None and "Process exited with code: 3" in str(job.error)
+    headline = "Rank 4 on host algo-3 exited with code 3."
+    assert_hosts_agree(job, 3, headline, host_pattern=r"algo-[1-3]")
+    assert job.output_tar()["failure"].decode().startswith(headline)
+
+
+TORCH = {"distribution": "torch_distributed", "processes_per_host": 2}
+
+
+def test_v3_ringleader_torch_distributed_gives_every_rank_torchrun_s_environment(sdk3_job, channel):
+    job = sdk3_job(
+        EXAMPLES,
+        channel,
+        distributed=TORCH,
+        entry_script="ddp_train.py",
+        image=HOROVOD_IMAGE,
+        steps=20,
+        **{"log-interval": 10},
+    )
+    assert job.error is None
+    assert_hosts_agree(job, 0, host_pattern=r"algo-[1-3]")
+    files = job.output_tar()
+    logs = b"".join(content for name, content in files.items() if name.endswith(".log"))
+    for rank in range(6):
+        expected = (
+            f"env rank={rank} local_rank={rank % 2} world=6 group_rank={rank // 2} "
+            f"master=algo-1:7777 host=algo-{rank // 2 + 1} allreduce=15 ok"
+        )
+        assert expected.encode() in logs, expected
+
+
+def test_v3_ringleader_torch_distributed_failing_rank_is_named(sdk3_job, channel):
+    job = sdk3_job(
+        EXAMPLES,
+        channel,
+        distributed=TORCH,
+        entry_script="ddp_train.py",
+        image=HOROVOD_IMAGE,
+        steps=400,
+        **{"fail-rank": 3, "fail-code": 3},
+    )
+    assert job.error is not None and "Process exited with code: 3" in str(job.error)
+    headline = "Rank 3 on host algo-2 exited with code 3."
+    assert_hosts_agree(job, 3, headline, host_pattern=r"algo-[1-3]")
+
+
+def test_a_script_written_for_aws_pytorch_container_finds_master_addr_and_port(
+    sdk3_job, tmp_path, channel
+):
+    """No distribution, 2 hosts: each runs the script once and it calls
+    init_process_group(rank=host index, world_size=hosts) with env://, as SageMaker's classic
+    PyTorch examples do: MASTER_ADDR (the first host) and MASTER_PORT (7777) must be set."""
+    code = tmp_path / "env-init"
+    code.mkdir()
+    (code / "train.py").write_text(ENV_INIT_PY)
+    job = sdk3_job(
+        code, channel, distributed={"distribution": "none"}, image=HOROVOD_IMAGE, instance_count=2
+    )
+    assert job.error is None
+    assert job.hosts == ["algo-1", "algo-2"]
+    for host in job.hosts:
+        assert job.containers[host].exit_code == 0
+    text = b"".join(
+        content for snapshot in job.snapshots.values() for content in snapshot.files.values()
+    )
+    for rank in range(2):
+        expected = f"env-init host=algo-{rank + 1} rank={rank} master=algo-1:7777 sum=3"
+        assert expected.encode() in text, expected
+
+
+@pytest.mark.parametrize(
+    ("distributed", "message"),
+    [
+        (
+            {"distribution": "ddp"},
+            "Configuration error in distribution: expected one of mpi, torch_distributed, "
+            "parameter_server, multi_worker_mirrored_strategy, none, got 'ddp'",
+        ),
+        (
+            {"settings": {"hang_timeout": "soon"}},
+            "Configuration error in ringleader_hang_timeout: expected a number of seconds",
+        ),
+        ({"settings": {"hang_timout": 30}}, "ringleader_hang_timout: unknown ringleader setting"),
+    ],
+)
+def test_v3_ringleader_refuses_bad_fields_where_the_user_makes_it(
+    sdk3_job, code_dir, channel, distributed, message
+):
+    job = sdk3_job(code_dir(), channel, distributed=distributed, construct_only=True)
+    assert job.error is not None and message in str(job.error), job.error
+    assert "Ringleader(...)" in str(job.error)
+
+
+def test_v3_ringleader_in_an_image_without_ringleader_says_so_on_every_host(
+    sdk3_job, code_dir, channel, docker_client
+):
+    docker_client.images.get(NO_RINGLEADER_IMAGE)  # built with ringleader:latest
+    job = sdk3_job(code_dir(), channel, distributed=RINGLEADER_MPI, image=NO_RINGLEADER_IMAGE)
+    assert job.error is not None and "Process exited with code: 78" in str(job.error)
+    for host in job.hosts:
+        assert job.containers[host].exit_code == 78
+        failure = job.snapshots[host].files["failure"].decode()
+        assert failure.startswith(
+            "Configuration error in training_image: ringleader is not installed in this image"
+        ), failure
+        assert "ringleader image setup" in failure

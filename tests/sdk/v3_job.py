@@ -3,10 +3,13 @@
 Run by tests/sdk/test_sdk_v3_local_mode.py with an interpreter that has sagemaker>=3 (it
 cannot share a virtualenv with SDK v2): `python v3_job.py SPEC.json RESULT.json`.
 
-SPEC: {"image", "root", "code", "channel", "hyperparameters", "instance_count"}. The job uses
-ModelTrainer in LOCAL_CONTAINER mode WITHOUT source_code: with source_code the SDK replaces
-the image's entry point by its own driver (/bin/bash .../sm_drivers/sm_train.sh), so the code
-goes through the sagemaker_* hyperparameters, as with a generic v2 Estimator.
+SPEC: {"image", "root", "channel", "hyperparameters", "instance_count"}, and optionally
+"source_code" ({"source_dir", "entry_script"}) with "distributed" (Ringleader's fields). Without
+them the job uses ModelTrainer in LOCAL_CONTAINER mode without source_code: the image's own
+entry point runs, the code goes through the sagemaker_* hyperparameters, as with a generic v2
+Estimator. With them, the SDK replaces the image's entry point by its own script
+(/bin/bash .../sm_drivers/sm_train.sh), which runs Ringleader's driver. "construct_only": only
+make Ringleader(**distributed) and report what it raised.
 
 RESULT: {"error", "seconds", "hosts", "compose_root", "network_attempts",
          "snapshots": {host: {path: [base64 bytes, mtime]}}}
@@ -82,6 +85,23 @@ def main() -> None:
 
     _LocalContainer.retrieve_artifacts = retrieve_artifacts  # type: ignore[method-assign]
 
+    options: dict[str, Any] = {}
+    if "distributed" in spec:
+        from ringleader.sagemaker import Ringleader
+
+        try:
+            options["distributed"] = Ringleader(**spec["distributed"])
+        except ValueError as error:
+            result["error"] = str(error)
+        if spec.get("construct_only") or result["error"]:
+            result["network_attempts"] = ATTEMPTS
+            Path(sys.argv[2]).write_text(json.dumps(result))
+            return
+    if "source_code" in spec:
+        from sagemaker.train.configs import SourceCode
+
+        options["source_code"] = SourceCode(**spec["source_code"])
+
     trainer = ModelTrainer(
         training_image=spec["image"],
         training_mode=Mode.LOCAL_CONTAINER,
@@ -90,6 +110,7 @@ def main() -> None:
         role="arn:aws:iam::123456789012:role/RingleaderLocalTests",
         local_container_root=spec["root"],
         base_job_name="ringleader-sdk-v3",
+        **options,
     )
     started = time.monotonic()
     try:

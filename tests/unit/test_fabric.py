@@ -186,14 +186,18 @@ def sagemaker_env_vars_with(tmp_path: Path, monkeypatch, with_efa: bool) -> dict
 
 
 def test_without_efa_the_host_environment_is_unchanged(tmp_path: Path, monkeypatch) -> None:
-    """No EFA devices: exactly SageMaker's SM_* variables, no FI_* added."""
+    """No EFA devices: exactly SageMaker's SM_* variables and what AWS's framework
+    containers add for every job (MASTER_ADDR, MASTER_PORT), no FI_* added."""
     variables = sagemaker_env_vars_with(tmp_path, monkeypatch, with_efa=False)
     assert not [name for name in variables if name.startswith(("FI_", "NCCL_", "RDMAV_"))]
     config = job("algo-1")
     resource = json.loads((tmp_path / "config" / "resourceconfig.json").read_text())
     resource["network_interface_name"] = config.topology.network_interface
     facts = sagemaker_env.probe_host(os.environ, "ml.p4d.24xlarge")
-    assert variables == sagemaker_env.sagemaker_variables(resource, {}, {}, facts)
+    assert variables == {
+        **hostenv.container_variables(config, os.environ),
+        **sagemaker_env.sagemaker_variables(resource, {}, {}, facts),
+    }
 
 
 def test_with_efa_the_variables_reach_every_rank(tmp_path: Path, monkeypatch) -> None:

@@ -1,7 +1,7 @@
 """The sub-packages' layering, read from the source with `ast` (nothing of it is imported).
 
 Layers, lowest first: core < aws < config < launch < wire < output < (rank, source, artifacts)
-< supervise < tools. A module may import, at module level, in a function or under
+< supervise < tools < sagemaker. A module may import, at module level, in a function or under
 `if TYPE_CHECKING:`, only from its own layer or a lower one. rank, source and artifacts share a
 layer but import nothing of each other, so each of them may import itself and lower layers, not
 the other two.
@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rank", "source", "artifacts"),
     ("supervise",),
     ("tools",),
+    ("sagemaker",),  # SDK v3's Ringleader(...), imported in the user's own Python
 )
 LAYER = {name: index for index, names in enumerate(LAYERS) for name in names}
 APART = frozenset({"rank", "source", "artifacts"})  # one layer, but none may import another

@@ -287,6 +287,22 @@ def parse_job_config(
     )
 
 
+def check_values(raw_hyperparameters: Mapping[str, Any]) -> None:
+    """What parse_job_config checks that does not depend on the hosts: the distribution,
+    mpirun's options and processes per host, every ringleader_* setting. Raises ConfigError."""
+    values = hp.decode_all(raw_hyperparameters)
+    mpi_enabled = hp.as_bool("sagemaker_mpi_enabled", values.get("sagemaker_mpi_enabled", False))
+    _distribution(mpi_enabled, values)
+    per_host = values.get("sagemaker_mpi_num_of_processes_per_host")
+    if per_host is not None:
+        hp.as_positive_int("sagemaker_mpi_num_of_processes_per_host", per_host)
+    _split_custom_options(values.get("sagemaker_mpi_custom_mpi_options", ""))
+    _parse_ringleader_keys(values, {})
+    own = values.get(PROCESSES_PER_HOST_KEY)
+    if own is not None and not isinstance(own, dict):
+        hp.as_positive_int(PROCESSES_PER_HOST_KEY, own)
+
+
 def _job_topology(topology: Topology, values: Mapping[str, Any]) -> tuple[str, Topology]:
     """The distribution, and the hosts it runs on: with instance groups, its groups' hosts,
     whose first host leads."""
@@ -447,6 +463,14 @@ class ConfigFiles:
 
     config_dir: Path = paths.CONFIG_DIR
     image_dir: Path = IMAGE_DIR  # what `ringleader image setup` recorded
+    # SDK v3's jobs (config/sdk3.py): its hyperparameters as a v2 estimator's.
+    translate: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+
+    def raw_hyperparameters(self) -> dict[str, Any]:
+        """hyperparameters.json's values, undecoded ({} when there is none); for SDK v3's
+        jobs, with the program, its code and Ringleader(...)'s fields."""
+        raw = read_json_object(self.hyperparameters, "hyperparameters.json") or {}
+        return raw if self.translate is None else self.translate(raw)
 
     @property
     def resource_config(self) -> Path:
@@ -520,8 +544,7 @@ def load_topology(environ: Mapping[str, str], files: ConfigFiles) -> Topology:
 def load_job_config(
     topology: Topology, environ: Mapping[str, str], files: ConfigFiles
 ) -> JobConfig:
-    raw = read_json_object(files.hyperparameters, "hyperparameters.json") or {}
-    config = parse_job_config(topology, raw, environ)
+    config = parse_job_config(topology, files.raw_hyperparameters(), environ)
     image = files.image_settings()
     if image is not None:
         config = dataclasses.replace(
@@ -557,7 +580,7 @@ def reporting_settings(files: ConfigFiles, topology: Topology | None = None) -> 
     can be read (every host then reports to the host that leads the job), else the first
     host."""
     try:
-        values = hp.decode_all(read_json_object(files.hyperparameters, "hyperparameters") or {})
+        values = hp.decode_all(files.raw_hyperparameters())
     except ConfigError:
         values = {}
     port = DEFAULT_CONTROL_PORT

@@ -41,7 +41,23 @@ def sagemaker_env_vars(config: JobConfig, files: ConfigFiles, log: Logger) -> di
     fabric_facts = fabric.probe_fabric(
         _known_instance_type(instance_type, os.environ), facts.num_gpus
     )
-    return {**fabric_variables(config, fabric_facts, os.environ, log), **variables}
+    return {
+        **fabric_variables(config, fabric_facts, os.environ, log),
+        **container_variables(config, os.environ),
+        **variables,
+    }
+
+
+def container_variables(config: JobConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """What AWS's framework containers export for every job, whatever its distribution (the
+    table in docs/sagemaker.md): the PyTorch container's MASTER_ADDR (the job's first host)
+    and MASTER_PORT (ringleader_master_port, 7777), so a script that calls
+    init_process_group() with env:// runs as there. The container's own values stay."""
+    defaults = {
+        "MASTER_ADDR": config.topology.leader,
+        "MASTER_PORT": str(config.spawn.master_port),
+    }
+    return {name: value for name, value in defaults.items() if name not in environ}
 
 
 def fabric_variables(

@@ -15,7 +15,8 @@ import threading
 import traceback
 from collections.abc import Sequence
 
-from ringleader.config.job import ConfigFiles, load_job_config, load_topology, reporting_settings
+from ringleader.config import sdk3
+from ringleader.config.job import load_job_config, load_topology, reporting_settings
 from ringleader.config.output_uri import OutputUri
 from ringleader.config.topology import Topology
 from ringleader.core import exitcodes
@@ -159,7 +160,9 @@ def main(argv: Sequence[str] | None = None, own_sshd: bool = True) -> int:
         log.log(message)
         write_result(exitcodes.CONFIG_ERROR, message + "\n")
         return exitcodes.CONFIG_ERROR
-    entry = EntryPoint(real_parts(ConfigFiles(), own_sshd, socket.gethostname(), secret))
+    entry = EntryPoint(
+        real_parts(sdk3.config_files(os.environ), own_sshd, socket.gethostname(), secret)
+    )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, entry.on_signal)
     signal.signal(signal.SIGQUIT, entry.on_quit)
