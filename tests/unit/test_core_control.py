@@ -49,7 +49,7 @@ from ringleader.wire.messages import (
     Terminate,
 )
 from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
-from ringleader.wire.pulse_process import PulseHub
+from ringleader.wire.pulse_process import STOP_SECONDS, PulseHub
 from tests.unit.pulse_peer import Pulse
 
 WORKERS = ("algo-2", "algo-3")
@@ -744,6 +744,27 @@ def test_stopping_the_pulse_process_gives_the_summaries_then_it_closes_the_links
             assert time.monotonic() < deadline, "the pulse process did not end"
             time.sleep(0.01)
     finally:
+        theirs.close()
+        server.close()
+
+
+def test_a_stop_while_the_pulse_process_still_starts_waits_for_it_to_run():
+    """A Python start-up on a starved machine takes seconds: a stop that comes first must not
+    kill the child before it ran (seen under the CI's load: no summaries). The child is held
+    (SIGSTOP) until STOP_SECONDS + 1 s after its start, past the stop's own bound."""
+    server = socket.create_server(("127.0.0.1", 0))
+    hub = PulseHub(FAST.interval, FAST.timeout, "test_timeout")
+    os.kill(hub._child.pid, signal.SIGSTOP)
+    release = threading.Timer(STOP_SECONDS + 1, os.kill, (hub._child.pid, signal.SIGCONT))
+    release.start()
+    ours = Channel(socket.create_connection(server.getsockname()))
+    theirs, _ = server.accept()
+    try:
+        hub.watch("algo-2", ours, lambda *_: None)
+        assert set(hub.stop()) == {"algo-2"}
+    finally:
+        release.cancel()
+        os.kill(hub._child.pid, signal.SIGCONT)
         theirs.close()
         server.close()
 

@@ -26,8 +26,13 @@ from ringleader.core.exiting import exit_at_once
 from ringleader.wire.liveness import OnLost, PulseLink, PulseLoop
 from ringleader.wire.protocol import Channel
 
-STOP_SECONDS = 2.0  # how long the child gets to report its summaries and end once asked
+STOP_SECONDS = 2.0  # how long a running child gets to report its summaries once asked
+# How long a child still starting when asked to stop may take to run: a Python start-up on a
+# starved machine takes seconds (seen: a stop right after the start, under the CI's load,
+# killed the child before it ran, and the summaries were lost).
+START_SECONDS = 30.0
 _WATCH = "watch"
+_READY = "ready"  # the child's first line: it runs, and reads its control socket
 _SUMMARIZED = "summarized"  # the child's line after the last summary
 _MESSAGE_BYTES = 4096
 
@@ -39,6 +44,7 @@ class PulseHub:
         self._on_lost: dict[str, OnLost] = {}
         self._summaries: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._ready = threading.Event()  # the child runs, or has ended
         self._summarized = threading.Event()  # every summary is in, or the child has ended
         self._control, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with child_end:
@@ -82,9 +88,11 @@ class PulseHub:
     def stop(self) -> dict[str, str]:
         """End every link without reporting a loss; how regularly each peer's pulses came, by
         host. Returns once the child has reported them: it closes the connections and ends
-        right after (a child that does not report within STOP_SECONDS is killed)."""
+        right after. A child still starting gets START_SECONDS to run first; one that does
+        not report within STOP_SECONDS after that is killed."""
         self.mute()
         self._control.close()
+        self._ready.wait(START_SECONDS)
         if not self._summarized.wait(STOP_SECONDS):
             self._child.kill()
             self._summarized.wait(STOP_SECONDS)  # the reader sees its end
@@ -105,9 +113,12 @@ class PulseHub:
             elif kind == "summary":
                 with self._lock:
                     self._summaries[host] = rest
+            elif kind == _READY:
+                self._ready.set()
             elif kind == _SUMMARIZED:
                 self._summarized.set()
         self._child.wait()  # its output ended with it: reaped here, nothing waits for it
+        self._ready.set()
         self._summarized.set()
 
 
@@ -145,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     control = socket.socket(fileno=args.control_fd)
     loop = PulseLoop(args.interval, args.timeout, args.setting)
     links: dict[str, PulseLink] = {}
+    report(_READY)
     while True:
         message, fds, _flags, _address = socket.recv_fds(control, _MESSAGE_BYTES, 1)
         if not message:
