@@ -167,7 +167,7 @@ def failed_job(
     atexit shutdown, and they fail by themselves with HorovodInternalError ("Horovod has been
     shut down"), exit code 1. On a busy machine their exits reach mpirun before the failing
     rank's, and mpirun's abort stops it while it still exits: it is still reported with its
-    own code (ringleader.rank.exitnote).
+    own code (ringleader.core.exitnote).
     """
     capture = Capture()
     spec = make_spec(

@@ -17,28 +17,15 @@ ringleader warns and uses the interface that reaches the other hosts), the compo
 output.tar.gz stays in <root>/compressed_artifacts.
 """
 
-import base64
-import json
 import os
-import subprocess
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.container.conftest import EXAMPLES, HOROVOD_IMAGE
-from tests.sdk.conftest import (
-    IMAGE,
-    MPI_HYPERPARAMETERS,
-    ContainerState,
-    HostSnapshot,
-    SdkJob,
-    assert_hosts_agree,
-    compose_project,
-    docker_time,
-    rank_records,
-)
+from tests.sdk.conftest import IMAGE, SdkJob, assert_hosts_agree, rank_records
+from tests.sdk.v3_runner import new_root, remove_containers, run_v3_job, v3_spec
 
 # One pytest-xdist worker runs these jobs: SDK v3 names its local-mode hosts algo-1..algo-3 on
 # the shared sagemaker-local network, so two at once reach each other's leader (seen: a worker
@@ -47,8 +34,6 @@ ONE_WORKER = pytest.mark.xdist_group("sdk-v3")
 pytestmark = [pytest.mark.sdk, pytest.mark.container, ONE_WORKER]
 
 SDK3_PYTHON = os.environ.get("RINGLEADER_SDK3_PYTHON")
-SOURCE = Path(__file__).resolve().parents[2] / "src"
-V3_JOB = Path(__file__).with_name("v3_job.py")
 
 
 @pytest.fixture
@@ -60,99 +45,19 @@ def sdk3_job(docker_client, tmp_path):
         pytest.skip(message)
     jobs = []
 
-    def run(
-        code: Path,
-        channel: Path,
-        *,
-        distributed: dict[str, Any] | None = None,
-        entry_script: str = "train.py",
-        image: str = IMAGE,
-        instance_count: int = 3,
-        construct_only: bool = False,
-        **hyperparameters: Any,
-    ) -> SdkJob:
-        """A job of `image`: with `distributed`, ModelTrainer(source_code=SourceCode(code,
-        entry_script), distributed=Ringleader(**distributed)) and only the user's
-        hyperparameters; without, the image's entry point and the sagemaker_* hyperparameters."""
-        # The compose project's name: unique per job, also across tests run side by side
-        # (pytest-xdist workers' tmp_path names repeat; "v3root0" twice recreated one job's
-        # containers under the other).
-        root = tmp_path / f"v3root{len(jobs)}{uuid.uuid4().hex[:8]}"
-        root.mkdir()
-        job = SdkJob(root=root, output=root / "compressed_artifacts", docker=docker_client)
-        job.project = compose_project(str(root))
+    def run(code: Path, channel: Path, *, image: str = IMAGE, **options: Any) -> SdkJob:
+        """tests/sdk/v3_runner.py's v3_spec: `distributed`, `entry_script`, `instance_count`,
+        `construct_only`; the rest are the user's hyperparameters."""
+        named = ("distributed", "entry_script", "instance_count", "construct_only")
+        chosen = {key: options.pop(key) for key in named if key in options}
+        spec = v3_spec(new_root(tmp_path), code, channel, image, hyperparameters=options, **chosen)
+        job = run_v3_job(SDK3_PYTHON, tmp_path, docker_client, spec)
         jobs.append(job)
-        spec: dict[str, Any] = {
-            "image": image,
-            "root": str(root),
-            "channel": str(channel),
-            "instance_count": instance_count,
-            "hyperparameters": hyperparameters,
-        }
-        if distributed is None:
-            spec["hyperparameters"] = {
-                "sagemaker_program": entry_script,
-                "sagemaker_submit_directory": f"file://{code}",
-                **MPI_HYPERPARAMETERS,
-                **hyperparameters,
-            }
-        else:
-            spec.update(
-                distributed=distributed,
-                source_code={"source_dir": str(code), "entry_script": entry_script},
-                construct_only=construct_only,
-            )
-        (tmp_path / "spec.json").write_text(json.dumps(spec))
-        defaults = tmp_path / "sagemaker-defaults.yaml"
-        defaults.write_text(
-            "SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n"
-            "      TelemetryOptOut: true\n"
-        )
-        env = dict(
-            os.environ,
-            SAGEMAKER_USER_CONFIG_OVERRIDE=str(defaults),
-            SAGEMAKER_ADMIN_CONFIG_OVERRIDE=str(defaults),
-            AWS_ACCESS_KEY_ID="testing",
-            AWS_SECRET_ACCESS_KEY="testing",
-            AWS_DEFAULT_REGION="us-west-2",
-            AWS_EC2_METADATA_DISABLED="true",
-            PYTHONPATH=str(SOURCE),  # `from ringleader.sagemaker import Ringleader`
-        )
-        completed = subprocess.run(
-            [SDK3_PYTHON, str(V3_JOB), str(tmp_path / "spec.json"), str(tmp_path / "r.json")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        print(completed.stdout[-20000:], completed.stderr[-20000:])
-        result = json.loads((tmp_path / "r.json").read_text())
-        assert result["network_attempts"] == [], result["network_attempts"]
-        job.hosts = result["hosts"]
-        job.error = RuntimeError(result["error"]) if result["error"] else None
-        if "seconds" not in result:  # Ringleader(...) refused its fields: no job ran
-            return job
-        job.seconds = result["seconds"]
-        job.job_root = Path(result["compose_root"])
-        for host, files in result["snapshots"].items():
-            job.snapshots[host] = HostSnapshot(
-                {name: base64.b64decode(data) for name, (data, _) in files.items()},
-                {name: mtime for name, (_, mtime) in files.items()},
-            )
-        label = f"com.docker.compose.project={job.project}"
-        for container in docker_client.containers.list(all=True, filters={"label": label}):
-            state = container.attrs["State"]
-            job.containers[container.labels["com.docker.compose.service"]] = ContainerState(
-                int(state["ExitCode"]), docker_time(state["FinishedAt"])
-            )
-        print(f"fit took {job.seconds:.1f} s; error {job.error!r}")
         return job
 
     yield run
     for job in jobs:
-        label = f"com.docker.compose.project={job.project}"
-        for container in docker_client.containers.list(all=True, filters={"label": label}):
-            container.remove(force=True)
+        remove_containers(docker_client, job)
 
 
 def test_v3_model_trainer_on_three_hosts(sdk3_job, code_dir, channel):

@@ -4,7 +4,8 @@ Run by tests/sdk/test_sdk_v3_local_mode.py with an interpreter that has sagemake
 cannot share a virtualenv with SDK v2): `python v3_job.py SPEC.json RESULT.json`.
 
 SPEC: {"image", "root", "channel", "hyperparameters", "instance_count"}, and optionally
-"source_code" ({"source_dir", "entry_script"}) with "distributed" (Ringleader's fields). Without
+"source_code" ({"source_dir", "entry_script"}) with "distributed" (Ringleader's fields, or
+"driver": "MPI" or "Torchrun" and the fields of the SDK's own config). Without
 them the job uses ModelTrainer in LOCAL_CONTAINER mode without source_code: the image's own
 entry point runs, the code goes through the sagemaker_* hyperparameters, as with a generic v2
 Estimator. With them, the SDK replaces the image's entry point by its own script
@@ -56,6 +57,20 @@ def guard_network() -> None:
     socket.getaddrinfo = getaddrinfo
 
 
+def distributed_config(fields: dict[str, Any]) -> Any:
+    """Ringleader(**fields), or with "driver": "MPI" or "Torchrun" the SDK's own config
+    (bench/sdk3_drivers.py compares them)."""
+    fields = dict(fields)
+    driver = fields.pop("driver", "Ringleader")
+    if driver == "Ringleader":
+        from ringleader.sagemaker import Ringleader
+
+        return Ringleader(**fields)
+    from sagemaker.train import distributed
+
+    return getattr(distributed, driver)(**fields)
+
+
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     result: dict[str, Any] = {"error": None, "snapshots": {}, "hosts": []}
@@ -87,10 +102,8 @@ def main() -> None:
 
     options: dict[str, Any] = {}
     if "distributed" in spec:
-        from ringleader.sagemaker import Ringleader
-
         try:
-            options["distributed"] = Ringleader(**spec["distributed"])
+            options["distributed"] = distributed_config(spec["distributed"])
         except ValueError as error:
             result["error"] = str(error)
         if spec.get("construct_only") or result["error"]:

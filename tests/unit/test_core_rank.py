@@ -483,6 +483,28 @@ def test_a_wrapper_killed_before_it_reported_leaves_the_agents_record(workdir, a
     agent.agent.reap(abort_grace=0.1)
 
 
+def test_a_wrapper_killed_while_its_rank_exits_leaves_the_rank_s_own_code(workdir, agent):
+    """mpirun's daemon kills a wrapper a second after its stop; on a busy machine that comes
+    while the failing rank's own exit (Horovod's shutdown) still runs. The agent reads the exit
+    note: the rank is reported with the code it chose, a likely cause (seen in CI: rank 0's
+    sys.exit(5) under Horovod, every host exited 70 with no rank named)."""
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    script = SLOW_SHUTDOWN_AT_EXIT + "time.sleep(0.2)\nsys.exit(5)\n"
+    wrapper = Wrapper(workdir, python_command(script), rank=0, grace=20)
+    wrapper.wait_for_line(agent.stdout, b"shutting down")
+    assert agent.events.get(timeout=5.0) == RankStarted(0, "algo-2")
+    wrapper.process.kill()
+    wrapper.wait()
+    record = ended_record(agent.events)
+    assert (record.rank, record.exit_code, record.signal) == (0, 5, None)
+    assert record.terminated and not record.unreported
+    assert record.stderr_tail == (
+        "[ringleader] its wrapper was killed while it was exiting with code 5: reported with it",
+    )
+    assert suspicion(record) == 1
+    agent.agent.reap(abort_grace=0.1)
+
+
 def test_reap_after_a_stop_counts_the_stop_grace_from_the_stop(workdir, agent):
     write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
     wrapper = Wrapper(workdir, python_command(PID_IGNORE_TERM_SLEEP), grace=20, abort_grace=20)

@@ -90,10 +90,34 @@ class RankRecord:
 
 
 def unreported_record(
-    rank: int, host: str, started_at: float, ended_at: float, attempt: int = 0
+    rank: int,
+    host: str,
+    started_at: float,
+    ended_at: float,
+    attempt: int = 0,
+    exiting_with: int | None = None,
 ) -> RankRecord:
     """What a host's agent knows of a rank whose wrapper died before reporting: it was
-    killed, and whatever killed the wrapper (its process group's SIGKILL) killed the rank."""
+    killed, and whatever killed the wrapper (its process group's SIGKILL) killed the rank;
+    unless the rank had begun to exit with a code of its own (`exiting_with`, its exit note:
+    mpirun's daemon kills a wrapper a second after its stop, and on a busy machine that can
+    come while the failing rank's exit still runs): then it is reported with that code."""
+    if exiting_with:
+        said = (
+            f"[ringleader] its wrapper was killed while it was exiting with code "
+            f"{exiting_with}: reported with it"
+        )
+        return RankRecord(
+            rank=rank,
+            host=host,
+            exit_code=exiting_with,
+            signal=None,
+            started_at=started_at,
+            ended_at=ended_at,
+            terminated=True,
+            stderr_tail=(said,),
+            attempt=attempt,
+        )
     return RankRecord(
         rank=rank,
         host=host,

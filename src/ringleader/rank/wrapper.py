@@ -23,12 +23,12 @@ from ringleader.config import timeouts
 from ringleader.config.selection import RankSelection
 from ringleader.core import exitcodes, paths
 from ringleader.core.exiting import exit_at_once
+from ringleader.core.exitnote import EXIT_DIR_VARIABLE, note_path, read_exit_note
 from ringleader.core.processes import escalate, signal_group
 from ringleader.core.proctimes import process_name, process_started_at
 from ringleader.core.records import RankRecord
 from ringleader.rank.capture import Pump, RankOutput
 from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
-from ringleader.rank.exitnote import EXIT_DIR_VARIABLE, read_exit_note
 from ringleader.rank.progress import ProgressWatch
 from ringleader.rank.stacks import stack_environment, take_stacks
 from ringleader.rank.tree import become_subreaper, end_descendants
@@ -196,7 +196,7 @@ class RankSupervisor:
         if returncode >= 0 or not self._terminated.is_set() or not directory:
             return None
         assert self._child is not None
-        return read_exit_note(Path(directory), self._child.pid) or None
+        return read_exit_note(note_path(Path(directory), self._child.pid)) or None
 
     def _record(
         self,
@@ -418,18 +418,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         pid.append(started)
         if channel is not None:
             with contextlib.suppress(ChannelClosed):
-                channel.send(RankStart(rank, host, started, args.attempt))
+                note = str(note_path(rank_dir / "exits", started))
+                channel.send(RankStart(rank, host, started, args.attempt, note))
             if args.progress_interval is not None:
                 watch.report_to(channel, host, rank, output, args.progress_interval)
 
     output.start(channel)
     record = supervisor.run(output, announce)
     watch.stop()
-    _remove_rank_dir(rank_dir)  # its heartbeat and faulthandler files
     if channel is not None:
         with contextlib.suppress(ChannelClosed):
             channel.send(RankEnd(record))
             acked.wait(_REPORT_TIMEOUT)
+    # Its heartbeat, faulthandler files and exit note; after the report: a wrapper killed
+    # before it leaves the exit note to the agent.
+    _remove_rank_dir(rank_dir)
     return record.exit_code
 
 

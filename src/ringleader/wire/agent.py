@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+from ringleader.core.exitnote import read_exit_note
 from ringleader.core.proctimes import start_ticks
 from ringleader.core.records import unreported_record
 from ringleader.wire import messages
@@ -164,8 +165,14 @@ class HostAgent:
                     self._wrappers.remove(channel)
             channel.close()
             if started is not None and not ended:
+                note = started.exit_note
                 record = unreported_record(
-                    started.rank, started.host, started_at, time.time(), started.attempt
+                    started.rank,
+                    started.host,
+                    started_at,
+                    time.time(),
+                    started.attempt,
+                    read_exit_note(Path(note)) if note else None,
                 )
                 self._events.put(RankEnded(record))
 

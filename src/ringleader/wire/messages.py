@@ -180,6 +180,7 @@ class RankStart:
     host: str
     pid: int | None = None
     attempt: int = 0
+    exit_note: str | None = None  # where the user process notes the code it exits with
 
 
 @dataclass(frozen=True)
@@ -334,6 +335,7 @@ def decode(frame: bytes) -> Message:
             read.text("host"),
             read.optional_integer("pid"),
             read.optional_integer("attempt") or 0,
+            read.optional_text("exit_note"),
         )
     if kind == RankEnd.kind:
         return RankEnd(read.parsed("record", RankRecord.from_json))
@@ -390,7 +392,8 @@ def _fields(message: Message) -> JsonObject:
         return {"host": message.host, "attempt": message.attempt}
     if isinstance(message, RankStart):
         attempt = message.attempt or None  # attempt 0 is the default: not sent
-        return _set({"rank": message.rank, "host": message.host}, pid=message.pid, attempt=attempt)
+        fields = {"rank": message.rank, "host": message.host}
+        return _set(fields, pid=message.pid, attempt=attempt, exit_note=message.exit_note)
     if isinstance(message, RankEnd):
         return {"record": message.record.to_json()}
     if isinstance(message, RanksExit):

@@ -88,7 +88,7 @@ def _note_exits_from_environment() -> None:
     """With RINGLEADER_EXIT_DIR set, the code this interpreter is about to exit with is written
     to `<dir>/<pid>` first: at `sys.exit` in the main thread, and when an exception ends the
     program. A stop that cuts the exit short (Horovod's shutdown at exit, during mpirun's
-    abort) then leaves the code the program chose (ringleader.rank.exitnote)."""
+    abort) then leaves the code the program chose (ringleader.core.exitnote)."""
     try:
         directory = os.environ.get("RINGLEADER_EXIT_DIR", "")
         if not directory:

@@ -9,6 +9,10 @@ ends the program; the wrapper reads its child's note when a stop's signal ended 
 
 Not noted: `raise SystemExit(...)` (Python's own `exit()` too), and a program that catches the
 SystemExit of its own `sys.exit` and goes on (its note stays).
+
+mpirun's daemon may also kill the wrapper itself before it reports (a second after its stop, on
+a busy machine): the host agent then reads the note, whose path the wrapper gave it with the
+rank's start.
 """
 
 from pathlib import Path
@@ -16,9 +20,14 @@ from pathlib import Path
 EXIT_DIR_VARIABLE = "RINGLEADER_EXIT_DIR"  # the same name is written in site/sitecustomize.py
 
 
-def read_exit_note(directory: Path, pid: int) -> int | None:
-    """The code process `pid` noted as it began to exit, if it did."""
+def note_path(directory: Path, pid: int) -> Path:
+    """Where process `pid` notes its code."""
+    return directory / str(pid)
+
+
+def read_exit_note(path: Path) -> int | None:
+    """The code noted in `path` as its process began to exit, if it did."""
     try:
-        return int((directory / str(pid)).read_text())
+        return int(path.read_text())
     except (OSError, ValueError):
         return None
