@@ -8,10 +8,10 @@ one run: ModelTrainer(source_code=..., distributed=...) in local mode (Mode.LOCA
           Torchrun(process_count_per_node=2)  vs  Ringleader(distribution="torch_distributed", ...)
 
 Each job once as a success and once with rank 3 exiting with code 3. Measured: train()'s wall
-time (medians over the rounds), and for the failing rank what train() raised, every
-container's exit code and every host's failure file's first line (from the last round).
+time (medians over the rounds), and for a job that failed what train() raised, every
+container's exit code and every host's failure file (its first and last line; the last round).
 
-Usage: .venv/bin/python bench/sdk3_drivers.py [--rounds 3] [--timeout 600]
+Usage: .venv/bin/python bench/sdk3_drivers.py [--rounds 3] [--timeout 600] [--only CASES]
        (RINGLEADER_SDK3_PYTHON, default build/sdk3-venv/bin/python: a Python with sagemaker>=3)
 """
 
@@ -85,24 +85,36 @@ def run(
     return job
 
 
-def first_line(text: bytes | None) -> str:
-    if not text:
+def first_and_last(text: bytes | None) -> str:
+    """A failure file's first line, and its last when there are more."""
+    lines = (text or b"").decode(errors="replace").strip().splitlines()
+    if not lines:
         return "(none)"
-    line = text.decode(errors="replace").strip().splitlines()[0] if text.strip() else ""
-    return line[:110] or "(empty)"
+    shown = lines[0][:100]
+    return shown if len(lines) == 1 else f"{shown} ... {lines[-1][:100]}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per train()")
+    parser.add_argument(
+        "--only",
+        help="these cases only, e.g. ddp:Torchrun,ddp:Ringleader (the SDK's MPI driver waits "
+        "out its 300 s ssh checks in an image not prepared as AWS's are)",
+    )
     args = parser.parse_args()
+    chosen = [
+        case
+        for case in cases()
+        if not args.only or f"{case.job}:{case.driver}" in args.only.split(",")
+    ]
     client = docker.from_env()
     seconds: dict[tuple[str, str, bool], list[float]] = {}
     last: dict[tuple[str, str, bool], SdkJob] = {}
     with tempfile.TemporaryDirectory(prefix="rl-sdk3-bench-") as scratch:
         for round_number in range(args.rounds):
-            order = cases() if round_number % 2 == 0 else cases()[::-1]
+            order = chosen if round_number % 2 == 0 else chosen[::-1]
             for case in order:
                 for failing in (False, True):
                     work = Path(scratch) / f"r{round_number}-{case.job}-{case.driver}-{failing}"
@@ -113,7 +125,7 @@ def main() -> int:
                     last[key] = job
     print(f"\nSDK v3 local mode, 3 instances x 2 processes, {args.rounds} round(s), medians")
     print(f"{'job':7} {'driver':11} {'outcome':8} {'train() s':>10}  raised / exit codes")
-    for case in cases():
+    for case in chosen:
         for failing in (False, True):
             key = (case.job, case.driver, failing)
             job = last[key]
@@ -127,10 +139,10 @@ def main() -> int:
             print(
                 f"{case.job:7} {case.driver:11} {outcome:8} {median:10.1f}  {raised}; codes {codes}"
             )
-            if failing:
+            if job.error is not None:
                 for host in sorted(job.snapshots):
                     failure = job.snapshots[host].files.get("failure")
-                    print(f"{'':39}{host} failure: {first_line(failure)}")
+                    print(f"{'':39}{host} failure: {first_and_last(failure)}")
     return 0
 
 
