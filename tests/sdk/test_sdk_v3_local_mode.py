@@ -60,33 +60,6 @@ def sdk3_job(docker_client, tmp_path):
         remove_containers(docker_client, job)
 
 
-def test_v3_model_trainer_on_three_hosts(sdk3_job, code_dir, channel):
-    job = sdk3_job(code_dir(), channel, rounds=2)
-
-    assert job.error is None
-    assert job.hosts == ["algo-1", "algo-2", "algo-3"]
-    assert_hosts_agree(job, 0, host_pattern=r"algo-[1-3]")
-    files = job.output_tar()
-    assert "success" in files
-    records = rank_records(files)
-    assert sorted(records) == list(range(6))
-    for rank, record in records.items():
-        assert record["host"] == f"algo-{rank // 2 + 1}"
-        assert record["probe"] == "1.0"
-        assert record["argv"] == ["--rounds", "2"]
-        assert record["channel_files"] == ["sample.csv"]
-        assert record["option"] == "from-custom-options"
-
-
-def test_v3_failing_rank_is_named(sdk3_job, code_dir, channel):
-    job = sdk3_job(code_dir(), channel, rounds=2, **{"fail-rank": 4, "fail-code": 3})
-
-    assert job.error is not None and "Process exited with code: 3" in str(job.error)
-    headline = "Rank 4 on host algo-3 exited with code 3."
-    assert_hosts_agree(job, 3, headline, host_pattern=r"algo-[1-3]")
-    assert job.output_tar()["failure"].decode().startswith(headline)
-
-
 # ------------------------------------------------- ModelTrainer(distributed=Ringleader(...))
 RINGLEADER_MPI = {
     "distribution": "mpi",
@@ -114,7 +87,19 @@ dist.destroy_process_group()
 """
 
 
-def assert_mpi_job_trained(job: SdkJob) -> None:
+# Each mpi job both ways: the image's own entry point (no source_code, the sagemaker_*
+# hyperparameters), and ModelTrainer(source_code=..., distributed=Ringleader(...)), where the
+# SDK's sm_train.sh runs Ringleader's driver in every container.
+BOTH_WAYS = pytest.mark.parametrize(
+    "distributed", [None, RINGLEADER_MPI], ids=["entry-point", "ringleader"]
+)
+
+
+@BOTH_WAYS
+def test_v3_mpi_job_on_three_hosts(sdk3_job, code_dir, channel, distributed):
+    """The code from the source directory, the hyperparameters as arguments, requirements.txt
+    installed, mpirun's options passed: the same either way."""
+    job = sdk3_job(code_dir(), channel, distributed=distributed, rounds=2)
     assert job.error is None
     assert job.hosts == ["algo-1", "algo-2", "algo-3"]
     assert_hosts_agree(job, 0, host_pattern=r"algo-[1-3]")
@@ -130,41 +115,31 @@ def assert_mpi_job_trained(job: SdkJob) -> None:
         assert record["option"] == "from-custom-options"
 
 
-def test_v3_ringleader_runs_the_mpi_job_on_three_hosts(sdk3_job, code_dir, channel):
-    """The SDK's sm_train.sh runs Ringleader's driver in every container; ringleader runs the
-    job as for a v2 estimator: the code from the source directory, the hyperparameters as
-    arguments, requirements.txt installed, mpirun's options passed."""
-    job = sdk3_job(code_dir(), channel, distributed=RINGLEADER_MPI, rounds=2)
-    assert_mpi_job_trained(job)
-
-
-def test_v3_ringleader_names_the_failing_rank_on_every_host(sdk3_job, code_dir, channel):
-    job = sdk3_job(
-        code_dir(),
-        channel,
-        distributed=RINGLEADER_MPI,
-        rounds=2,
-        **{"fail-rank": 4, "fail-code": 3},
-    )
+@BOTH_WAYS
+def test_v3_failing_rank_is_named_on_every_host(sdk3_job, code_dir, channel, distributed):
+    failing = {"fail-rank": 4, "fail-code": 3}
+    job = sdk3_job(code_dir(), channel, distributed=distributed, rounds=2, **failing)
     assert job.error is not None and "Process exited with code: 3" in str(job.error)
     headline = "Rank 4 on host algo-3 exited with code 3."
     assert_hosts_agree(job, 3, headline, host_pattern=r"algo-[1-3]")
     assert job.output_tar()["failure"].decode().startswith(headline)
 
 
-TORCH = {"distribution": "torch_distributed", "processes_per_host": 2}
+def ddp_job(sdk3_job: Any, channel: Path, **hyperparameters: Any) -> SdkJob:
+    """examples/ddp_train.py in our PyTorch image, Ringleader(distribution="torch_distributed")."""
+    torch = {"distribution": "torch_distributed", "processes_per_host": 2}
+    return sdk3_job(
+        EXAMPLES,
+        channel,
+        distributed=torch,
+        entry_script="ddp_train.py",
+        image=HOROVOD_IMAGE,
+        **hyperparameters,
+    )
 
 
 def test_v3_ringleader_torch_distributed_gives_every_rank_torchrun_s_environment(sdk3_job, channel):
-    job = sdk3_job(
-        EXAMPLES,
-        channel,
-        distributed=TORCH,
-        entry_script="ddp_train.py",
-        image=HOROVOD_IMAGE,
-        steps=20,
-        **{"log-interval": 10},
-    )
+    job = ddp_job(sdk3_job, channel, steps=20, **{"log-interval": 10})
     assert job.error is None
     assert_hosts_agree(job, 0, host_pattern=r"algo-[1-3]")
     files = job.output_tar()
@@ -178,15 +153,7 @@ def test_v3_ringleader_torch_distributed_gives_every_rank_torchrun_s_environment
 
 
 def test_v3_ringleader_torch_distributed_failing_rank_is_named(sdk3_job, channel):
-    job = sdk3_job(
-        EXAMPLES,
-        channel,
-        distributed=TORCH,
-        entry_script="ddp_train.py",
-        image=HOROVOD_IMAGE,
-        steps=400,
-        **{"fail-rank": 3, "fail-code": 3},
-    )
+    job = ddp_job(sdk3_job, channel, steps=400, **{"fail-rank": 3, "fail-code": 3})
     assert job.error is not None and "Process exited with code: 3" in str(job.error)
     headline = "Rank 3 on host algo-2 exited with code 3."
     assert_hosts_agree(job, 3, headline, host_pattern=r"algo-[1-3]")

@@ -16,6 +16,7 @@ from ringleader.config.timeouts import parse_timeouts
 from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
 from ringleader.core.hang import HangReport
+from ringleader.core.outcome import Outcome
 from ringleader.core.stacks import PY_SPY, Frame, ProcessStacks, RankStacks, ThreadStack
 from ringleader.rank.capture import RankOutput
 from ringleader.rank.progress import ProgressWatch
@@ -327,17 +328,27 @@ def test_a_leader_starved_past_its_deadline_gives_the_reports_the_time_it_lost()
     assert asked == [1000.0 + 2.0 + HANG_TIMEOUT + 8.0 + 8.0]  # noticed at 30, then 8 more
 
 
-def test_a_job_still_starting_gets_the_startup_timeout_before_it_counts_as_hung() -> None:
-    """No rank has made progress yet (frameworks importing on a busy machine): the watch waits
-    the startup timeout (30 s) rather than the hang timeout (20 s), and says which it was."""
+def hung_after(
+    progress: tuple[tuple[float, range], ...], stacks_at: float
+) -> tuple[WatchedRig, Outcome, list[float]]:
+    """Ranks start at 1 s, make progress as given, then none: the outcome, and when the
+    leader asked for every rank's stacks."""
     rig = WatchedRig()
     rig.hellos()
     rig.ranks_start(1.0)
+    for when, ranks in progress:
+        rig.progress(when, ranks)
     asked: list[float] = []
     rig.leader_parts.local.dump_stacks = lambda reason: asked.append(rig.clock.now)  # type: ignore[method-assign]
-    rig.stacks(40.0)
-    rig.stopped_ranks_end(41.0)
-    outcome = rig.run()
+    rig.stacks(stacks_at)
+    rig.stopped_ranks_end(stacks_at + 1.0)
+    return rig, rig.run(), asked
+
+
+def test_a_job_still_starting_gets_the_startup_timeout_before_it_counts_as_hung() -> None:
+    """No rank has made progress yet (frameworks importing on a busy machine): the watch waits
+    the startup timeout (30 s) rather than the hang timeout (20 s), and says which it was."""
+    rig, outcome, asked = hung_after((), stacks_at=40.0)
     launched = rig.launched_at
     assert launched is not None and asked == [launched + WATCHED.startup]
     assert outcome.exit_code == exitcodes.HUNG
@@ -345,15 +356,7 @@ def test_a_job_still_starting_gets_the_startup_timeout_before_it_counts_as_hung(
 
 
 def test_once_every_rank_made_progress_the_hang_timeout_applies() -> None:
-    rig = WatchedRig()
-    rig.hellos()
-    rig.ranks_start(1.0)
-    rig.progress(3.0)
-    asked: list[float] = []
-    rig.leader_parts.local.dump_stacks = lambda reason: asked.append(rig.clock.now)  # type: ignore[method-assign]
-    rig.stacks(24.0)
-    rig.stopped_ranks_end(25.0)
-    outcome = rig.run()
+    _, outcome, asked = hung_after(((3.0, range(6)),), stacks_at=24.0)
     assert asked == [1000.0 + 3.0 + HANG_TIMEOUT]
     assert "no rank made progress for 20 s (ringleader_hang_timeout)" in (outcome.failure or "")
 
@@ -362,15 +365,7 @@ def test_a_rank_still_starting_while_others_made_progress_gets_the_startup_windo
     """Rank 0 printed as its framework imported; rank 5 was still importing 20 s later (one
     host slower than the rest on a busy machine): no verdict before the startup timeout has
     passed since the launch, and the verdict names both timeouts and the silent rank."""
-    rig = WatchedRig()
-    rig.hellos()
-    rig.ranks_start(1.0)
-    rig.progress(3.0, range(5))
-    asked: list[float] = []
-    rig.leader_parts.local.dump_stacks = lambda reason: asked.append(rig.clock.now)  # type: ignore[method-assign]
-    rig.stacks(40.0)
-    rig.stopped_ranks_end(41.0)
-    outcome = rig.run()
+    rig, outcome, asked = hung_after(((3.0, range(5)),), stacks_at=40.0)
     launched = rig.launched_at
     assert launched is not None and asked == [launched + WATCHED.startup]
     assert outcome.exit_code == exitcodes.HUNG
@@ -385,14 +380,6 @@ def test_a_rank_still_starting_while_others_made_progress_gets_the_startup_windo
 def test_the_last_rank_s_first_progress_inside_the_window_lets_the_hang_timeout_apply() -> None:
     """Rank 5 catches up at 5 s: every rank made progress, so the job is hung 20 s after the
     last progress, before the startup window would have ended."""
-    rig = WatchedRig()
-    rig.hellos()
-    rig.ranks_start(1.0)
-    rig.progress(3.0, range(5))
-    rig.progress(5.0, range(5, 6))
-    asked: list[float] = []
-    rig.leader_parts.local.dump_stacks = lambda reason: asked.append(rig.clock.now)  # type: ignore[method-assign]
-    rig.stacks(40.0)
-    rig.stopped_ranks_end(41.0)
-    assert rig.run().exit_code == exitcodes.HUNG
+    _, outcome, asked = hung_after(((3.0, range(5)), (5.0, range(5, 6))), stacks_at=40.0)
+    assert outcome.exit_code == exitcodes.HUNG
     assert asked == [1000.0 + 5.0 + HANG_TIMEOUT]
