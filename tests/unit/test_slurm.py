@@ -29,6 +29,7 @@ from ringleader.tools.slurm.node import NodeRun, node_environment
 from ringleader.tools.slurm.timelimit import (
     EndTime,
     at_time_limit,
+    end_time_at_stop,
     parse_end_time,
     put_first,
     time_limit_line,
@@ -290,6 +291,27 @@ def test_no_squeue_or_a_failing_one_means_no_limit_known() -> None:
 
     assert EndTime("42", missing).value() is None
     assert EndTime("42", failing).value() is None
+
+
+def test_an_end_time_not_known_at_the_start_is_asked_again_at_the_stop() -> None:
+    """squeue failed at the job's start (a busy controller; seen in CI, where every node then
+    named a plain SIGTERM at the time limit): the stop asks again. Known at the start: asked
+    once only."""
+
+    def failing(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 1, "", "Socket timed out on send/recv")
+
+    asked_again: list[str] = []
+
+    def answering(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        asked_again.append(argv[3])
+        return subprocess.CompletedProcess(argv, 0, "2026-11-26T03:10:00\n", "")
+
+    end = time.mktime((2026, 11, 26, 3, 10, 0, 0, 0, -1))
+    assert end_time_at_stop(EndTime("42", failing), lambda: EndTime("42", answering)) == end
+    assert asked_again == ["42"]
+    assert end_time_at_stop(EndTime("42", answering), lambda: EndTime("42", failing)) == end
+    assert asked_again == ["42", "42"]  # the start's own query; none at the stop
 
 
 def test_a_sigterm_at_the_end_time_is_the_time_limit_and_one_before_is_not() -> None:

@@ -25,6 +25,7 @@ from ringleader.tools.slurm.timelimit import (
     QUERY_TIMEOUT,
     EndTime,
     at_time_limit,
+    end_time_at_stop,
     put_first,
     time_limit_line,
 )
@@ -116,7 +117,7 @@ class NodeRun:
             self._say(leftover_line(job.step.node, left))
         code = code if code >= 0 else exitcodes.signal_exit_code(-code)
         if self._time_limit is not None:
-            self._time_limit.join(QUERY_TIMEOUT)
+            self._time_limit.join(2 * QUERY_TIMEOUT)  # the start's query, and one more
             if self._limit_line is not None:
                 put_first(job.output_dir / "output" / "failure", self._limit_line)
         return code
@@ -135,7 +136,10 @@ class NodeRun:
     def _name_time_limit(self, stopped_at: float) -> None:
         """Said at once (Slurm's SIGKILL follows KillWait later); the failure file gets it
         when the supervision has written its own."""
-        end_time = self._end_time.value() if self._end_time is not None else None
+        if self._end_time is None:
+            return
+        job_id = self._job.step.job_id
+        end_time = end_time_at_stop(self._end_time, lambda: EndTime(job_id))
         if end_time is not None and at_time_limit(end_time, stopped_at):
             self._limit_line = time_limit_line(end_time)
             self._say(self._limit_line)

@@ -53,6 +53,15 @@ class EndTime:
         return self._value
 
 
+def end_time_at_stop(first: EndTime, ask_again: Callable[[], EndTime]) -> float | None:
+    """The job's end time when its SIGTERM came: the answer asked at the start or, when that
+    has none, asked again now. squeue can fail or time out on a busy controller (seen in CI:
+    every node's failure file then named a plain SIGTERM at the time limit); a job without a
+    limit pays a second query, during its stop."""
+    value = first.value()
+    return value if value is not None else ask_again().value()
+
+
 def time_limit_line(end_time: float) -> str:
     when = time.strftime(_END_TIME, time.localtime(end_time))
     return f"Slurm's time limit was reached (the job's end time {when}); it sent SIGTERM."
