@@ -174,7 +174,7 @@ step_compile() {
 
 step_build() {
     docker info >/dev/null 2>&1 || die "Docker Engine does not answer; run 'scripts/setup.sh docker'"
-    local start=$SECONDS runtime frameworks
+    local start=$SECONDS runtime frameworks key
     runtime=$(stage_tag "$RINGLEADER_IMAGE" runtime)
     frameworks=$(stage_tag "$IMAGE" frameworks)
     image_exists "$runtime" || die "$runtime (ringleader's runtime) is not built; run 'make image' first"
@@ -182,7 +182,8 @@ step_build() {
     build_args
     log "Building image $IMAGE: $runtime plus $FRAMEWORK and Horovod $HOROVOD_VERSION compiled on $COMPILE_BASE, then ringleader (log: $LOG; a cold build takes about 8 minutes, 5 of them compiling Horovod)"
     # The context is the wheelhouse only: nothing else is sent to the daemon.
-    build_image "$frameworks" "$LOG" "${BUILD_ARGS[@]}" "$WHEELHOUSE"
+    key=$(inputs_key "$DOCKERFILE" "$WHEELHOUSE" "$COMPILE_BASE $runtime" "${BUILD_ARGS[@]}")
+    build_unless_unchanged "$frameworks" "$LOG" "$key" "${BUILD_ARGS[@]}" "$WHEELHOUSE"
     with_ringleader "$IMAGE" "$frameworks" "${LOG%.log}-ringleader.log"
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}')): $(docker run --rm --entrypoint python "$IMAGE" -c "$CHECK")"
 }

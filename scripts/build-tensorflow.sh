@@ -45,14 +45,16 @@ tensorflow_wheels() {
 
 step_build() {
     docker info >/dev/null 2>&1 || die "Docker Engine does not answer; run 'scripts/setup.sh docker'"
-    local start=$SECONDS runtime frameworks
+    local start=$SECONDS runtime frameworks key
+    local -a args
     runtime=$(stage_tag "$RINGLEADER_IMAGE" runtime)
     frameworks=$(stage_tag "$IMAGE" frameworks)
     image_exists "$runtime" || die "$runtime (ringleader's runtime) is not built; run 'make image' first"
     [[ -f $WHEELHOUSE/.key ]] || die "no wheelhouse in $WHEELHOUSE; run '$0 wheelhouse'"
     log "Building image $IMAGE: $runtime plus TensorFlow, then ringleader (log: $LOG; about 2 minutes)"
-    build_image "$frameworks" "$LOG" -f Dockerfile.tensorflow \
-        --build-arg RUNTIME_IMAGE="$runtime" --build-arg TF_VERSION="$TF_VERSION" "$WHEELHOUSE"
+    args=(-f Dockerfile.tensorflow --build-arg RUNTIME_IMAGE="$runtime" --build-arg TF_VERSION="$TF_VERSION")
+    key=$(inputs_key Dockerfile.tensorflow "$WHEELHOUSE" "$runtime" "${args[@]}")
+    build_unless_unchanged "$frameworks" "$LOG" "$key" "${args[@]}" "$WHEELHOUSE"
     with_ringleader "$IMAGE" "$frameworks" "${LOG%.log}-ringleader.log"
     log "Image $IMAGE built in $((SECONDS - start))s ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}'))"
 }
