@@ -102,32 +102,20 @@ def unreported_record(
     unless the rank had begun to exit with a code of its own (`exiting_with`, its exit note:
     mpirun's daemon kills a wrapper a second after its stop, and on a busy machine that can
     come while the failing rank's exit still runs): then it is reported with that code."""
-    if exiting_with:
-        said = (
-            f"[ringleader] its wrapper was killed while it was exiting with code "
-            f"{exiting_with}: reported with it"
-        )
-        return RankRecord(
-            rank=rank,
-            host=host,
-            exit_code=exiting_with,
-            signal=None,
-            started_at=started_at,
-            ended_at=ended_at,
-            terminated=True,
-            stderr_tail=(said,),
-            attempt=attempt,
-        )
+    said = (
+        f"[ringleader] its wrapper was killed while it was exiting with code {exiting_with}: "
+        "reported with it"
+    )
     return RankRecord(
         rank=rank,
         host=host,
-        exit_code=128 + signal.SIGKILL,
-        signal=int(signal.SIGKILL),
+        exit_code=exiting_with or 128 + signal.SIGKILL,
+        signal=None if exiting_with else int(signal.SIGKILL),
         started_at=started_at,
         ended_at=ended_at,
         terminated=True,
-        stderr_tail=(),
-        unreported=True,
+        stderr_tail=(said,) if exiting_with else (),
+        unreported=not exiting_with,
         attempt=attempt,
     )
 
