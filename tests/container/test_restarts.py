@@ -5,7 +5,8 @@ the same containers: RINGLEADER_ATTEMPT (and torch's TORCHELASTIC_RESTART_COUNT)
 attempts, /opt/ml/model and /opt/ml/checkpoints stay as the last attempt left them, job.json
 lists every attempt and the failure file names each earlier one. Never restarted: a
 configuration error, SIGTERM (also during the backoff). Two attempts in a row that fail before
-any progress end the restarts. The jobs are restart_jobs/flaky.py (mpi4py) and
+any progress end the restarts with 79 (do not retry), as does a failure ringleader_restart_on
+refuses. The jobs are restart_jobs/flaky.py (mpi4py) and
 examples/resume_train.py (PyTorch DDP, needs `make image-horovod`).
 """
 
@@ -89,9 +90,16 @@ def test_a_rank_that_fails_every_time_ends_with_its_code_and_every_attempt_named
     for host in HOSTS:
         lines = run.failure(host).splitlines()
         assert lines[0].startswith(f"Rank 3 on host algo-2 exited with code {FAIL_CODE}")
-        assert lines[1].startswith(f"Earlier attempt 0: exit code {FAIL_CODE}: Rank 3")
-        assert lines[2].startswith(f"Earlier attempt 1: exit code {FAIL_CODE}: Rank 3")
+        assert lines[1] == "Not restarted: no restart left (ringleader_max_restarts 2)."
+        earlier = f"exit code {FAIL_CODE} (rank-failure): Rank 3"
+        assert lines[2].startswith(f"Earlier attempt 0: {earlier}")
+        assert lines[3].startswith(f"Earlier attempt 1: {earlier}")
     assert "no restart: no restart left (ringleader_max_restarts 2)" in run.output
+    assert [each["restart"] for each in job_json(run)["attempts"]] == [
+        "allowed",
+        "allowed",
+        "no restart left (ringleader_max_restarts 2)",
+    ]
 
 
 def test_a_configuration_error_is_never_restarted(run_job) -> None:
@@ -102,13 +110,46 @@ def test_a_configuration_error_is_never_restarted(run_job) -> None:
     assert rank_lines(run.output, "attempt") == set()
 
 
-def test_two_attempts_that_fail_before_any_progress_end_the_restarts(run_job) -> None:
+def test_two_attempts_that_fail_before_any_progress_end_with_do_not_retry(run_job) -> None:
     run = run_job(**flaky("startup"), settings=settings(5))
-    assert run.codes() == dict.fromkeys(HOSTS, FAIL_CODE), run.output
+    assert run.codes() == dict.fromkeys(HOSTS, 79), run.output
     assert attempts_of(run) == [(0, FAIL_CODE), (1, FAIL_CODE)]
     assert [each["progressed"] for each in job_json(run)["attempts"]] == [False, False]
     assert "2 attempts in a row failed before any progress" in run.output
-    assert "(before any progress)" in run.failure("algo-3").splitlines()[1]
+    for host in HOSTS:
+        lines = run.failure(host).splitlines()
+        assert lines[0].startswith(f"Rank 3 on host algo-2 exited with code {FAIL_CODE}")
+        assert lines[1] == (
+            "Not retried: 2 attempts in a row failed before any progress; exit code 79 (do not "
+            f"retry) instead of {FAIL_CODE}."
+        )
+        assert "(before any progress)" in lines[2]
+
+
+def test_a_policy_of_codes_restarts_a_segfault_but_not_an_exit_code(run_job) -> None:
+    """ringleader_restart_on=codes:137,139: rank 3 killed by SIGSEGV on attempt 0 is restarted;
+    its sys.exit(5) on attempt 1 is refused: 79 on every host, its own code named."""
+    run = run_job(
+        **flaky("segv-once", seconds="3"), settings=settings(3, restart_on="codes:137,139")
+    )
+    assert run.codes() == dict.fromkeys(HOSTS, 79), run.output
+    assert attempts_of(run) == [(0, 139), (1, FAIL_CODE)]
+    attempts = job_json(run)["attempts"]
+    assert [(each["kind"], each["restart"]) for each in attempts] == [
+        ("rank-failure", "allowed"),
+        ("rank-failure", "exit code 5 is not in ringleader_restart_on's codes:137,139"),
+    ]
+    for host in HOSTS:
+        lines = run.failure(host).splitlines()
+        assert lines[0].startswith(f"Rank 3 on host algo-2 exited with code {FAIL_CODE}")
+        assert lines[1] == (
+            f"Not retried: exit code {FAIL_CODE} is not in ringleader_restart_on's "
+            f"codes:137,139; exit code 79 (do not retry) instead of {FAIL_CODE}."
+        )
+        assert lines[2].startswith(
+            "Earlier attempt 0: exit code 139 (rank-failure): Rank 3 on host algo-2 was killed "
+            "by signal 11 (SIGSEGV)"
+        )
 
 
 def test_sigterm_during_the_backoff_ends_the_job_with_143_and_no_further_attempt(

@@ -150,6 +150,39 @@ def test_a_failing_rank_gives_its_code_to_srun_every_node_and_the_job(cluster: A
     assert_nothing_left(cluster, NODES)
 
 
+def test_a_failure_the_policy_refuses_is_do_not_retry_and_slurm_does_not_requeue(
+    cluster: Any,
+) -> None:
+    """examples/slurm/requeue.sbatch with --restart-on codes:137,139 and rank 4 exiting 1:
+    every node ends with 79 (do not retry) naming rank 4's own code, ringleader slurm marks
+    the job not requeueable, and the script's `scontrol requeue` is refused: the job ran
+    once."""
+    job = submit(
+        cluster,
+        [
+            "--export=ALL,RESTART_ON=codes:137,139",
+            "examples/slurm/requeue.sbatch",
+            *("--rounds", "3", "--fail-rank", "4", "--fail-code", "1"),
+        ],
+    )
+    state = cluster.wait(job, JOB_END)
+    output = output_of(cluster, "requeue", job)
+    assert (state["JobState"], state["ExitCode"]) == ("FAILED", "79:0"), output
+    assert (state["Requeue"], state["Restarts"]) == ("0", "0"), state
+    assert "srun-exit=79 restarts=0" in output, output
+    assert node_codes(output) == {node: 79 for node in NODES}, output
+    assert "marked not requeueable (scontrol update" in output, output
+    assert "Requested operation is presently disabled" in output, output
+    for node in NODES:
+        lines = failure_of(cluster, job, node).splitlines()
+        assert lines[0].startswith("Rank 4 on host ringleader-slurm-node3 exited with code 1")
+        assert lines[1] == (
+            "Not retried: exit code 1 is not in ringleader_restart_on's codes:137,139; exit "
+            "code 79 (do not retry) instead of 1."
+        )
+    assert_nothing_left(cluster, NODES)
+
+
 def test_scancel_ends_every_node_with_143_and_leaves_nothing(cluster: Any) -> None:
     job = submit_batch(cluster, "cancel", f"{RINGLEADER} -- {LONG_JOB}")
     wait_for_output(cluster, "cancel", job, "rank 5] round 1:", JOB_END)

@@ -21,6 +21,7 @@ from ringleader.core import exitcodes
 from ringleader.core.outcome import Outcome
 from ringleader.core.pmap import PMap
 from ringleader.core.records import RankRecord
+from ringleader.core.restart_policy import RestartPolicy, parse_restart_on
 from ringleader.core.stacks import RankStacks
 from ringleader.launch.strategy import LaunchPlan
 from ringleader.supervise.eventloop import Now
@@ -401,6 +402,15 @@ def finish_the_job(driver: Driver) -> Outcome:
     return outcome
 
 
+POLICIES = [
+    RestartPolicy(),
+    *(
+        parse_restart_on("ringleader_restart_on", text)
+        for text in ("hang", "codes:3", "not-codes:1")
+    ),
+]
+
+
 @dataclass(frozen=True)
 class Run:
     outcome: Outcome
@@ -414,6 +424,7 @@ def run_job(data: st.DataObject, calm: bool = False) -> Run:
     restart = RestartConfig(
         data.draw(st.integers(0, 2), label="max_restarts"),
         data.draw(st.sampled_from([0.0, 1.0]), label="backoff"),
+        data.draw(st.sampled_from(POLICIES), label="restart_on"),
     )
     setup = LeaderSetup(HOSTS[0], HOSTS[1:], timeouts, restart)
     job = Job()
@@ -467,7 +478,19 @@ def test_every_interleaving_keeps_the_failure_models_invariants(data: st.DataObj
     # the cause is one the failure model names
     named = {0, exitcodes.SIGTERM_EXIT, exitcodes.HUNG, exitcodes.HOST_UNREACHABLE}
     named |= {exitcodes.HOST_LOST, exitcodes.INTERNAL_ERROR, CONFIG_ERROR, *RANK_CODES}
+    named.add(exitcodes.DO_NOT_RETRY)
     assert outcome.exit_code in named, story
+    # no attempt follows one whose cause the restart policy refuses; the do-not-retry code
+    # only when it refuses the last one's, or the last two made no progress
+    attempts, policy = run.state.attempts, run.state.setup.restart.policy
+    assert all(
+        a.kind is not None and policy.refuses(a.kind, a.exit_code) is None for a in attempts[:-1]
+    ), story
+    if outcome.exit_code == exitcodes.DO_NOT_RETRY:
+        last = attempts[-1]
+        stuck = len(attempts) >= 2 and not any(a.progressed for a in attempts[-2:])
+        assert stuck or policy.refuses(last.kind or "", last.exit_code) is not None, story
+        assert f"instead of {last.exit_code}." in (outcome.failure or "").splitlines()[1], story
     # the same sequence always gives the same outcome
     assert replay(run) == run.state, story
 

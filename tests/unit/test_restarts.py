@@ -9,9 +9,23 @@ import pytest
 
 from ringleader.config.job import RestartConfig
 from ringleader.core import exitcodes
-from ringleader.core.attempts import AttemptRecord, refusal, restartable, with_history
+from ringleader.core.attempts import (
+    AttemptRecord,
+    Refusal,
+    failure_cause,
+    refusal,
+    with_history,
+)
+from ringleader.core.errors import ConfigError
 from ringleader.core.jobfile import JobSummary, job_file_text, parse_job_file
 from ringleader.core.outcome import FAILURE_FILE_LIMIT, Hang, HostLoss, JobFacts, Outcome
+from ringleader.core.restart_policy import (
+    CAUSES,
+    DEFAULT_POLICY,
+    FIELD,
+    RestartPolicy,
+    parse_restart_on,
+)
 from ringleader.launch.strategy import LaunchPlan
 from ringleader.supervise.common import RunningLauncher
 from ringleader.supervise.leader import Leader
@@ -52,11 +66,11 @@ def attempt(number: int, *, progressed: bool = True, code: int = 3) -> AttemptRe
 def test_a_failed_rank_or_a_hang_is_restarted_until_the_budget_is_spent() -> None:
     assert refusal([attempt(0)], FAILED, max_restarts=2) is None
     assert refusal([attempt(0), attempt(1)], FAILED, max_restarts=2) is None
-    assert refusal([attempt(0), attempt(1), attempt(2)], FAILED, 2) == (
-        "no restart left (ringleader_max_restarts 2)"
+    assert refusal([attempt(0), attempt(1), attempt(2)], FAILED, 2) == Refusal(
+        "no restart left (ringleader_max_restarts 2)", spent=True
     )
     hung = JobFacts(hang=Hang("Rank 4 waits in train.py:12", (), 1003.0))
-    assert restartable(hung)
+    assert failure_cause(hung) == "hang"
     assert refusal([attempt(0, code=exitcodes.HUNG)], hung, max_restarts=1) is None
 
 
@@ -66,14 +80,23 @@ def test_a_failed_rank_or_a_hang_is_restarted_until_the_budget_is_spent() -> Non
         JobFacts(error_code=78, error_message="Configuration error in x: y"),
         JobFacts(error_code=69, error_message="Only 4 of 6 ranks started"),
         JobFacts(records=(record(4, 3),), stopped_on="algo-2", stopped_at=1003.0),
-        JobFacts(records=(record(4, 3),), lost_hosts=(HostLoss("algo-3", "gone", 1002.0),)),
         JobFacts(records=(record(4, 0),)),  # nothing failed: the launcher's own failure
     ],
-    ids=["configuration", "a host never started", "SIGTERM", "a lost host", "no rank failed"],
+    ids=["configuration", "a host never started", "SIGTERM", "no rank failed"],
 )
 def test_what_a_restart_cannot_cure_is_never_restarted(facts: JobFacts) -> None:
-    assert not restartable(facts)
-    assert refusal([attempt(0)], facts, max_restarts=5) == "not a failure a restart can cure"
+    assert failure_cause(facts) is None
+    assert refusal([attempt(0)], facts, max_restarts=5) == Refusal(
+        "not a failure a restart can cure"
+    )
+
+
+def test_a_lost_host_is_not_restarted_in_place() -> None:
+    facts = JobFacts(records=(record(4, 3),), lost_hosts=(HostLoss("algo-3", "gone", 1002.0),))
+    assert failure_cause(facts) == "lost-host"
+    refused = refusal([attempt(0)], facts, max_restarts=5)
+    assert refused is not None and not refused.do_not_retry
+    assert "only a spare" in refused.why
 
 
 def test_two_attempts_in_a_row_without_progress_end_the_restarts() -> None:
@@ -82,13 +105,15 @@ def test_two_attempts_in_a_row_without_progress_end_the_restarts() -> None:
     assert refusal([attempt(0, progressed=False)], FAILED, 5) is None
     assert refusal([attempt(0), attempt(1, progressed=False)], FAILED, 5) is None
     stuck = [attempt(0), attempt(1, progressed=False), attempt(2, progressed=False)]
-    assert refusal(stuck, FAILED, 5) == "2 attempts in a row failed before any progress"
+    assert refusal(stuck, FAILED, 5) == Refusal(
+        "2 attempts in a row failed before any progress", do_not_retry=True
+    )
     between = [attempt(0, progressed=False), attempt(1), attempt(2, progressed=False)]
     assert refusal(between, FAILED, 5) is None
 
 
 def test_success_ends_the_job() -> None:
-    assert refusal([attempt(0), attempt(1, code=0)], JobFacts(), 5) == "it succeeded"
+    assert refusal([attempt(0), attempt(1, code=0)], JobFacts(), 5) == Refusal("it succeeded")
 
 
 # ----------------------------------------------------------------------------- the failure file
@@ -132,7 +157,9 @@ def test_job_json_lists_every_attempt_and_reads_it_back() -> None:
 
 # ----------------------------------------------------------------------------- the leader
 class RestartingRig(LeaderRig):
-    def __init__(self, max_restarts: int, backoff: float) -> None:
+    def __init__(
+        self, max_restarts: int, backoff: float, policy: RestartPolicy = DEFAULT_POLICY
+    ) -> None:
         super().__init__()
         self.launches: list[float] = []  # when each attempt's launcher started
         start = self.leader_parts.start_launcher
@@ -142,23 +169,29 @@ class RestartingRig(LeaderRig):
             return start(plan)
 
         parts = dataclasses.replace(self.leader_parts, start_launcher=counting)
-        restart = RestartConfig(max_restarts, backoff)
+        restart = RestartConfig(max_restarts, backoff, policy)
         self.leader = Leader(HOSTS[0], HOSTS[1:], TIMEOUTS, parts, restart)
         self.hellos()
 
 
-def restarting_rig(max_restarts: int = 2, backoff: float = 1.0) -> RestartingRig:
-    return RestartingRig(max_restarts, backoff)
+def restarting_rig(
+    max_restarts: int = 2, backoff: float = 1.0, restart_on: str | None = None
+) -> RestartingRig:
+    policy = RestartPolicy() if restart_on is None else parse_restart_on(FIELD, restart_on)
+    return RestartingRig(max_restarts, backoff, policy)
 
 
-def fail_once(rig: LeaderRig, start: float, attempt: int, progress: bool = True) -> None:
-    """Attempt `attempt` from `start`: every rank starts, rank 4 fails with 3 and the others
-    are stopped; the launcher exits."""
+def fail_once(
+    rig: LeaderRig, start: float, attempt: int, progress: bool = True, signal: int | None = None
+) -> None:
+    """Attempt `attempt` from `start`: every rank starts, rank 4 fails with 3 (or is killed by
+    `signal`) and the others are stopped; the launcher exits."""
     rig.events.at(start, *(RankStarted(rank, HOSTS[rank // 2], attempt) for rank in range(6)))
     if progress:
         rig.events.at(start + 0.5, RanksProgressed("algo-3", (4,)))
     ended = rig.clock.now + start + 1.0
-    failed = dataclasses.replace(record(4, 3, ended=ended), attempt=attempt)
+    code = 3 if signal is None else exitcodes.signal_exit_code(signal)
+    failed = dataclasses.replace(record(4, code, signal=signal, ended=ended), attempt=attempt)
     rig.events.at(start + 1.0, RankEnded(failed))
     stopped = [
         dataclasses.replace(record(rank, 143, terminated=True, ended=ended + 0.1), attempt=attempt)
@@ -223,22 +256,37 @@ def test_a_rank_that_fails_every_time_ends_with_its_code_after_the_budget() -> N
     assert rig.link.final is not None and rig.link.final[0] == 3
     lines = (outcome.failure or "").splitlines()
     assert lines[0].startswith("Rank 4 on host algo-3 exited with code 3")
-    assert lines[1].startswith("Earlier attempt 0: exit code 3: Rank 4")
-    assert lines[2].startswith("Earlier attempt 1: exit code 3: Rank 4")
+    assert lines[1] == "Not restarted: no restart left (ringleader_max_restarts 2)."
+    assert lines[2].startswith("Earlier attempt 0: exit code 3 (rank-failure): Rank 4")
+    assert lines[3].startswith("Earlier attempt 1: exit code 3 (rank-failure): Rank 4")
     assert len(rig.leader.attempts) == 3
+    assert [each.restart for each in rig.leader.attempts] == [
+        "allowed",
+        "allowed",
+        "no restart left (ringleader_max_restarts 2)",
+    ]
     assert any("no restart: no restart left (ringleader_max_restarts 2)" in x for x in rig.logs)
 
 
 def test_two_attempts_without_progress_stop_the_restarts_early() -> None:
+    """Restarting cannot help: the job ends with the do-not-retry code on every host, the
+    rank's own code named in the failure file."""
     rig = restarting_rig(max_restarts=5)
     fail_once(rig, 1.0, attempt=0, progress=False)
     ready(rig, 2.5, attempt=1)
     fail_once(rig, 5.0, attempt=1, progress=False)
     rig.events.at(8.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
     outcome = rig.run()
-    assert outcome.exit_code == 3
+    assert outcome.exit_code == exitcodes.DO_NOT_RETRY
+    assert rig.link.final is not None and rig.link.final[0] == exitcodes.DO_NOT_RETRY
     assert len(rig.leader.attempts) == 2
-    assert "(before any progress)" in (outcome.failure or "").splitlines()[1]
+    lines = (outcome.failure or "").splitlines()
+    assert lines[0].startswith("Rank 4 on host algo-3 exited with code 3")
+    assert lines[1] == (
+        "Not retried: 2 attempts in a row failed before any progress; exit code 79 "
+        "(do not retry) instead of 3."
+    )
+    assert "(before any progress)" in lines[2]
     assert any("2 attempts in a row failed before any progress" in line for line in rig.logs)
 
 
@@ -367,7 +415,8 @@ def test_earlier_attempts_of_a_cluster_job_continue_the_numbering_and_the_histor
     assert [each.attempt for each in rig.leader.attempts] == [0, 1, 2]
     assert rig.leader.attempts[0].lost == ("algo-3",)
     lines = (outcome.failure or "").splitlines()
-    assert [line.split(":")[0] for line in lines[1:3]] == [
+    assert lines[1] == "Not restarted: no restart left (ringleader_max_restarts 2)."
+    assert [line.split(":")[0] for line in lines[2:4]] == [
         "Earlier attempt 0",
         "Earlier attempt 1",
     ]
@@ -455,3 +504,100 @@ def test_a_worker_stopped_by_sigterm_starts_no_ranks_when_a_restart_crosses_the_
     assert rig.local.attempts_begun == 0
     assert {"type": "sigterm", "host": "algo-2"} in rig.link.sent
     assert {"type": "ready", "host": "algo-2", "attempt": 1} in rig.link.sent
+
+
+# ----------------------------------------------------------------------------- the policy
+def test_a_policy_of_codes_restarts_after_a_segfault_but_not_after_a_python_exception() -> None:
+    """ringleader_restart_on=codes:137,139: a rank killed by SIGSEGV (139) is restarted; the
+    same rank exiting 3 the next time ends the job with the do-not-retry code, its own code
+    named, and job.json's attempts say what the policy allowed."""
+    rig = restarting_rig(max_restarts=5, restart_on="codes:137,139")
+    fail_once(rig, 1.0, attempt=0, signal=11)
+    ready(rig, 2.5, attempt=1)
+    fail_once(rig, 5.0, attempt=1)
+    rig.events.at(8.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert len(rig.launches) == 2
+    assert outcome.exit_code == exitcodes.DO_NOT_RETRY
+    assert rig.link.final is not None and rig.link.final[0] == exitcodes.DO_NOT_RETRY
+    lines = (outcome.failure or "").splitlines()
+    assert lines[0].startswith("Rank 4 on host algo-3 exited with code 3.")
+    assert lines[1] == (
+        "Not retried: exit code 3 is not in ringleader_restart_on's codes:137,139; exit code 79 "
+        "(do not retry) instead of 3."
+    )
+    assert lines[2].startswith("Earlier attempt 0: exit code 139 (rank-failure): Rank 4 on host")
+    first, last = rig.leader.attempts
+    assert (first.kind, first.restart) == ("rank-failure", "allowed")
+    assert (last.kind, last.exit_code) == ("rank-failure", 3)
+    assert last.restart == "exit code 3 is not in ringleader_restart_on's codes:137,139"
+    summary = JobSummary(79, outcome.failure, HOSTS, 6, None, (), attempts=(first, last))
+    assert parse_job_file(job_file_text(summary)).attempts == (first, last)
+
+
+def test_a_policy_refusal_is_do_not_retry_even_without_restarts() -> None:
+    """With no restart in place the policy still tells whatever runs the job (Slurm's requeue,
+    a rerun) that retrying cannot help; a failure it allows keeps the rank's own code."""
+    refused = restarting_rig(max_restarts=0, restart_on="not-codes:1,3")
+    fail_once(refused, 1.0, attempt=0)
+    refused.events.at(4.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    assert refused.run().exit_code == exitcodes.DO_NOT_RETRY
+    allowed = restarting_rig(max_restarts=0, restart_on="not-codes:1")
+    fail_once(allowed, 1.0, attempt=0)
+    allowed.events.at(4.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = allowed.run()
+    assert outcome.exit_code == 3
+    assert len((outcome.failure or "").splitlines()) >= 1
+    assert "Not re" not in (outcome.failure or "")
+
+
+@pytest.mark.parametrize(
+    ("restart_on", "cause", "code", "refused"),
+    [
+        ("rank-failure", "hang", 124, "ringleader_restart_on does not name hang"),
+        ("hang", "rank-failure", 1, "ringleader_restart_on does not name rank-failure"),
+        ("codes:139", "hang", 124, "ringleader_restart_on does not name hang"),
+        ("hang,codes:139", "hang", 124, None),
+        ("codes:137, 139 ,hang", "rank-failure", 139, None),
+        (
+            "not-codes:1,2",
+            "rank-failure",
+            2,
+            "exit code 2 is in ringleader_restart_on's not-codes:1,2",
+        ),
+        ("rank-failure,hang", "lost-host", 75, "ringleader_restart_on does not name lost-host"),
+    ],
+)
+def test_the_policy_names_what_it_refuses(
+    restart_on: str, cause: str, code: int, refused: str | None
+) -> None:
+    assert parse_restart_on(FIELD, restart_on).refuses(cause, code) == refused
+
+
+def test_the_default_policy_refuses_nothing_a_restart_can_cure() -> None:
+    policy = RestartPolicy()
+    assert policy.describe() == "rank-failure,hang,lost-host"
+    assert all(policy.refuses(cause, code) is None for cause in CAUSES for code in (1, 139))
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("segfault", "unknown cause 'segfault': expected rank-failure, hang, lost-host"),
+        ("rank-failure,,hang", "unknown cause ''"),
+        ("codes:", "'codes:': expected exit codes from 1 to 255"),
+        ("codes:1,x", "unknown cause 'x'"),
+        ("codes:0", "'codes:0': expected exit codes from 1 to 255"),
+        ("codes:256", "'codes:256': expected exit codes from 1 to 255"),
+        ("codes:1,not-codes:2", "'not-codes:2': give one of codes: or not-codes:, once"),
+        ("", "expected causes and code filters"),
+        (3, "expected causes and code filters"),
+    ],
+)
+def test_a_malformed_policy_is_a_configuration_error_naming_the_setting(
+    value: object, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_restart_on(FIELD, value)
+    assert raised.value.field == FIELD
+    assert problem in str(raised.value)

@@ -26,6 +26,7 @@ from ringleader.tools.cli import build_parser
 from ringleader.tools.local.errors import UsageError
 from ringleader.tools.slurm.cli import node_job
 from ringleader.tools.slurm.node import NodeRun, node_environment
+from ringleader.tools.slurm.requeue import REQUEUE_TIMEOUT, forbid_requeue
 from ringleader.tools.slurm.timelimit import (
     EndTime,
     at_time_limit,
@@ -408,3 +409,42 @@ def test_a_sigterm_at_the_time_limit_is_said_at_once_and_put_first_in_the_failur
     assert failure[0].startswith("Slurm's time limit was reached (the job's end time ")
     assert failure[1] == "Job stopped by SIGTERM received on host node2."
     assert "[ringleader slurm] Slurm's time limit was reached" in out.getvalue()
+
+
+# ----------------------------------------------------------------------------- do not requeue
+def test_a_do_not_retry_end_marks_the_job_not_requeueable() -> None:
+    calls: list[list[str]] = []
+
+    def scontrol(argv: list[str], **kwargs: object) -> "subprocess.CompletedProcess[str]":
+        calls.append(argv)
+        assert kwargs["timeout"] == REQUEUE_TIMEOUT
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    line = forbid_requeue("42", scontrol)
+    assert calls == [["scontrol", "update", "JobId=42", "Requeue=0"]]
+    assert line == (
+        "restarting cannot help: job 42 marked not requeueable (scontrol update JobId=42 Requeue=0)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("outcome", "problem"),
+    [
+        (
+            subprocess.CompletedProcess([], 1, "", "slurm_update error: Invalid job id\n"),
+            "slurm_update error: Invalid job id",
+        ),
+        (subprocess.TimeoutExpired("scontrol", REQUEUE_TIMEOUT), "timed out after 10"),
+        (FileNotFoundError(2, "No such file or directory"), "No such file or directory"),
+    ],
+)
+def test_a_failed_scontrol_is_said_and_changes_nothing_else(outcome: object, problem: str) -> None:
+    def scontrol(argv: list[str], **kwargs: object) -> "subprocess.CompletedProcess[str]":
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert isinstance(outcome, subprocess.CompletedProcess)
+        return outcome
+
+    line = forbid_requeue("42", scontrol)
+    assert line.startswith("could not mark job 42 not requeueable (scontrol update JobId=42")
+    assert problem in line

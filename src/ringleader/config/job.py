@@ -27,6 +27,7 @@ from ringleader.core import paths
 from ringleader.core.attempts import AttemptRecord, parse_history
 from ringleader.core.errors import ConfigError
 from ringleader.core.jsontext import parse_json
+from ringleader.core.restart_policy import DEFAULT_POLICY, RestartPolicy, parse_restart_on
 
 SAGEMAKER_PREFIX = "sagemaker_"
 RINGLEADER_PREFIX = "ringleader_"
@@ -88,6 +89,7 @@ _SETTING_KEYS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "ringleader_mxnet_ps_port": ("spawn", "mxnet_ps_port", hp.as_port),
     "ringleader_max_restarts": ("restart", "max_restarts", hp.as_count),
     "ringleader_restart_backoff": ("restart", "backoff", hp.as_seconds),
+    "ringleader_restart_on": ("restart", "policy", parse_restart_on),
     "ringleader_earlier_attempts": ("restart", "history", parse_history),
 }
 
@@ -174,10 +176,11 @@ class OutputConfig:
 
 @dataclass(frozen=True)
 class RestartConfig:
-    """Restarts in place after a rank fails or the job hangs (supervise/attempts.py)."""
+    """Restarts in place after a rank fails or the job hangs (core/attempts.py)."""
 
     max_restarts: int = 0  # ringleader_max_restarts: attempts after the first, at most
     backoff: float = 1.0  # ringleader_restart_backoff: seconds between two attempts
+    policy: RestartPolicy = DEFAULT_POLICY  # ringleader_restart_on: the causes it may cure
     # ringleader_earlier_attempts: the job's attempts before this run (a cluster's runner
     # starts the job again on a spare host after a host loss); this run's first is the next.
     history: tuple[AttemptRecord, ...] = ()

@@ -8,9 +8,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
 from ringleader.core.jsontext import parse_json
 from ringleader.core.outcome import FAILURE_FILE_LIMIT, JobFacts, Outcome
+from ringleader.core.restart_policy import (
+    DEFAULT_POLICY,
+    HANG,
+    LOST_HOST,
+    RANK_FAILURE,
+    RestartPolicy,
+)
 
 # An attempt in which no rank made progress (kept running to a progress report after an
 # output line or a heartbeat) is a failure at startup; this many of them in a row end the
@@ -32,12 +40,18 @@ class AttemptRecord:
     hosts: tuple[str, ...]
     progressed: bool  # some rank made progress before it ended
     lost: tuple[str, ...] = ()  # hosts lost during it (a cluster's spares replace them)
+    kind: str | None = None  # the restart policy's cause: rank-failure, hang, lost-host
+    # "allowed" when the job went on to another attempt, else why not (None: not decided)
+    restart: str | None = None
 
     def describe(self) -> str:
         if self.cause is None:
             return f"attempt {self.attempt}: succeeded"
         startup = "" if self.progressed else " (before any progress)"
-        return f"attempt {self.attempt}: exit code {self.exit_code}{startup}: {self.cause:.200}"
+        kind = f" ({self.kind})" if self.kind else ""
+        return (
+            f"attempt {self.attempt}: exit code {self.exit_code}{kind}{startup}: {self.cause:.200}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +63,8 @@ class AttemptRecord:
             "hosts": list(self.hosts),
             "progressed": self.progressed,
             "lost": list(self.lost),
+            "kind": self.kind,
+            "restart": self.restart,
         }
 
     @classmethod
@@ -63,7 +79,13 @@ class AttemptRecord:
             hosts=tuple(str(host) for host in data.get("hosts", ())),
             progressed=bool(data.get("progressed", True)),
             lost=tuple(str(host) for host in data.get("lost", ())),
+            kind=_text_or_none(data.get("kind")),
+            restart=_text_or_none(data.get("restart")),
         )
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def parse_history(field: str, value: object) -> tuple[AttemptRecord, ...]:
@@ -86,29 +108,89 @@ def first_line(failure: str | None) -> str | None:
     return None if failure is None else failure.split("\n", 1)[0]
 
 
-def restartable(facts: JobFacts) -> bool:
-    """Whether the job's ranks may be started again after an attempt with these facts: a rank
-    failed (its own code or a signal) or the job hung. Never after a configuration or startup
-    error (a host that never started), a stop from outside or a lost host."""
-    if facts.error_code is not None or facts.stopped_on is not None or facts.lost_hosts:
-        return False
-    return facts.hang is not None or any(record.failed for record in facts.records)
+def failure_cause(facts: JobFacts) -> str | None:
+    """The restart policy's cause of an attempt with these facts: a rank failed (its own code
+    or a signal), the job hung, or a host was lost; None when nothing another attempt could
+    cure failed: a configuration or startup error (a host that never started), a stop from
+    outside, or no failure at all."""
+    if facts.error_code is not None or facts.stopped_on is not None:
+        return None
+    if facts.lost_hosts:
+        return LOST_HOST
+    if facts.hang is not None:
+        return HANG
+    return RANK_FAILURE if any(record.failed for record in facts.records) else None
 
 
-def refusal(attempts: Sequence[AttemptRecord], facts: JobFacts, max_restarts: int) -> str | None:
+@dataclass(frozen=True)
+class Refusal:
+    """Why the job ends after an attempt instead of starting its ranks again. With
+    `do_not_retry` no other attempt can help (the policy refuses the cause, or attempts in a
+    row made no progress): the job ends with exitcodes.DO_NOT_RETRY."""
+
+    why: str
+    do_not_retry: bool = False
+    spent: bool = False  # a budget of restarts is spent: a later retry may still help
+
+
+ALLOWED = "allowed"  # an attempt's `restart` when another attempt followed it
+
+
+def refusal(
+    attempts: Sequence[AttemptRecord],
+    facts: JobFacts,
+    max_restarts: int,
+    policy: RestartPolicy = DEFAULT_POLICY,
+) -> Refusal | None:
     """Why the job ends after its last attempt instead of starting its ranks again; None: it
-    starts them again. `facts` are the last attempt's."""
+    starts them again. `facts` are the last attempt's. The policy is asked even without a
+    restart left: what it refuses no later retry (Slurm's requeue, a rerun) can cure either."""
     last = attempts[-1]
     if last.cause is None:
-        return "it succeeded"
-    if not restartable(facts):
-        return "not a failure a restart can cure"
-    if last.attempt >= max_restarts:
-        return f"no restart left (ringleader_max_restarts {max_restarts})"
+        return Refusal("it succeeded")
+    cause = failure_cause(facts)
+    if cause is None:
+        return Refusal("not a failure a restart can cure")
+    refused = policy.refuses(cause, last.exit_code)
+    if refused is not None:
+        return Refusal(refused, do_not_retry=True)
+    if cause == LOST_HOST:
+        return Refusal("a lost host: only a spare (ringleader cluster run --spares) replaces it")
     recent = attempts[-STARTUP_FAILURES_IN_A_ROW:]
     if len(recent) == STARTUP_FAILURES_IN_A_ROW and not any(each.progressed for each in recent):
-        return f"{STARTUP_FAILURES_IN_A_ROW} attempts in a row failed before any progress"
+        why = f"{STARTUP_FAILURES_IN_A_ROW} attempts in a row failed before any progress"
+        return Refusal(why, do_not_retry=True)
+    if last.attempt >= max_restarts:
+        why = f"no restart left (ringleader_max_restarts {max_restarts})"
+        return Refusal(why, spent=max_restarts > 0)
     return None
+
+
+def not_retried(outcome: Outcome, refused: Refusal) -> Outcome:
+    """The job's outcome when its restarts end, with why second in the failure file: after a
+    do-not-retry refusal with exit code DO_NOT_RETRY (naming the code it replaces), after the
+    budget is spent with its own."""
+    if outcome.failure is None or not (refused.do_not_retry or refused.spent):
+        return outcome
+    code = exitcodes.DO_NOT_RETRY if refused.do_not_retry else outcome.exit_code
+    line = f"Not restarted: {refused.why}."
+    if refused.do_not_retry:
+        line = (
+            f"Not retried: {refused.why}; exit code {code} (do not retry) instead of "
+            f"{outcome.exit_code}."
+        )
+    headline, _, details = outcome.failure.partition("\n")
+    return Outcome(code, _fitting(headline, [line, *details.splitlines()]), outcome.root_cause)
+
+
+def _fitting(headline: str, lines: Sequence[str]) -> str:
+    """The headline, then as many of the lines as fit in the failure file, in order."""
+    text = headline + "\n"
+    for line in lines:
+        if len(text.encode()) + len(line.encode()) + 1 > FAILURE_FILE_LIMIT:
+            break
+        text += line + "\n"
+    return text
 
 
 def with_history(outcome: Outcome, earlier: Sequence[AttemptRecord]) -> Outcome:
@@ -118,9 +200,5 @@ def with_history(outcome: Outcome, earlier: Sequence[AttemptRecord]) -> Outcome:
     if outcome.failure is None or not earlier:
         return outcome
     headline, _, details = outcome.failure.partition("\n")
-    text = headline + "\n"
-    for line in [f"Earlier {each.describe()}" for each in earlier] + details.splitlines():
-        if len(text.encode()) + len(line.encode()) + 1 > FAILURE_FILE_LIMIT:
-            break
-        text += line + "\n"
-    return Outcome(outcome.exit_code, text, outcome.root_cause)
+    lines = [f"Earlier {each.describe()}" for each in earlier] + details.splitlines()
+    return Outcome(outcome.exit_code, _fitting(headline, lines), outcome.root_cause)

@@ -13,6 +13,9 @@ HOST_UNREACHABLE = 69  # EX_UNAVAILABLE: a host or its MPI daemon never answered
 INTERNAL_ERROR = 70  # EX_SOFTWARE: the launcher itself failed (mpirun crashed, a bug)
 HOST_LOST = 75  # EX_TEMPFAIL: a host (leader or worker) vanished or went silent mid-job
 PROTOCOL_ERROR = 76  # EX_PROTOCOL: a host sent messages that are not ringleader's protocol
+# Restarts cannot help (ringleader_restart_on refuses the cause, or attempts in a row made no
+# progress): whatever runs the job should not run it again. Just past sysexits' range.
+DO_NOT_RETRY = 79
 # No rank made progress for ringleader_hang_timeout: the job hung (GNU timeout's "timed out").
 HUNG = 124
 

@@ -9,7 +9,15 @@ the loss), a worker not ready within ringleader_startup_timeout ends it (69).
 
 from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
-from ringleader.core.attempts import AttemptRecord, first_line, refusal, with_history
+from ringleader.core.attempts import (
+    ALLOWED,
+    AttemptRecord,
+    failure_cause,
+    first_line,
+    not_retried,
+    refusal,
+    with_history,
+)
 from ringleader.core.frozen import evolve
 from ringleader.core.outcome import (
     HostLoss,
@@ -88,16 +96,19 @@ def attempt_reaped(state: LeaderState, event: AttemptReaped, now: Now) -> Step:
         state.setup.hosts,
         bool(attempt.progress),
         tuple(loss.host for loss in facts.lost_hosts),
+        kind=failure_cause(facts) if not outcome.succeeded else None,
     )
     earlier = state.attempts
-    state = evolve(state, attempts=(*earlier, record), records=records)
     restart = state.setup.restart
-    why_not = refusal(state.attempts, facts, restart.max_restarts)
-    if why_not is not None:
+    refused = refusal((*earlier, record), facts, restart.max_restarts, restart.policy)
+    record = evolve(record, restart=ALLOWED if refused is None else refused.why)
+    state = evolve(state, attempts=(*earlier, record), records=records)
+    if refused is not None:
         said: tuple[Effect, ...] = ()
-        if restart.enabled and not outcome.succeeded:
-            said = (Log(f"attempt {attempt.number} failed; no restart: {why_not}"),)
-        return verdict(evolve(state, attempt=None), with_history(outcome, earlier), *said)
+        if (restart.enabled or refused.do_not_retry) and not outcome.succeeded:
+            said = (Log(f"attempt {attempt.number} failed; no restart: {refused.why}"),)
+        final = not_retried(with_history(outcome, earlier), refused)
+        return verdict(evolve(state, attempt=None), final, *said)
     # this attempt's ranks on the job's timeline (the last one's are added with the verdict)
     marks = MarkTimeline(tuple(phases.rank_marks(records)))
     return _between_attempts(state, attempt.number + 1, outcome, now, marks)

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ringleader.config.hyperparameters import as_count, as_seconds
+from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
+from ringleader.core.restart_policy import parse_restart_on
 from ringleader.tools.local.errors import UsageError
 
 _T = TypeVar("_T")
@@ -225,7 +227,8 @@ def available_gpus() -> int:
 
 
 def add_restart_options(parser: argparse.ArgumentParser) -> None:
-    """`--max-restarts` and `--restart-backoff`, checked before anything starts (exit 2)."""
+    """`--max-restarts`, `--restart-backoff` and `--restart-on`, checked before anything starts
+    (exit 2)."""
     parser.add_argument(
         "--max-restarts",
         type=_count,
@@ -239,6 +242,19 @@ def add_restart_options(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="the wait between two attempts (ringleader_restart_backoff; default: 1)",
     )
+    parser.add_argument(
+        "--restart-on",
+        type=_argument(_checked_restart_on),
+        metavar="CAUSES",
+        help="what a restart may cure: rank-failure, hang, lost-host, codes:N,... or "
+        "not-codes:N,... (ringleader_restart_on; default: rank-failure,hang,lost-host); a "
+        f"failure it refuses ends the job with {exitcodes.DO_NOT_RETRY} (do not retry)",
+    )
+
+
+def _checked_restart_on(field: str, value: str) -> str:
+    parse_restart_on(field, value)
+    return value
 
 
 def restart_settings(args: argparse.Namespace) -> dict[str, str]:
@@ -248,6 +264,8 @@ def restart_settings(args: argparse.Namespace) -> dict[str, str]:
         settings["max_restarts"] = str(args.max_restarts)
     if args.restart_backoff is not None:
         settings["restart_backoff"] = f"{args.restart_backoff:g}"
+    if args.restart_on is not None:
+        settings["restart_on"] = args.restart_on
     return settings
 
 

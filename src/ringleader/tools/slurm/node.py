@@ -21,6 +21,7 @@ from ringleader.rank.tree import become_subreaper
 from ringleader.tools.cluster.agent import SWEEP_GRACE, leftover_line, sweep
 from ringleader.tools.cluster.jobroot import default_root, make_job_dir
 from ringleader.tools.hostjob import host_environment, lay_out_host
+from ringleader.tools.slurm.requeue import forbid_requeue
 from ringleader.tools.slurm.timelimit import (
     QUERY_TIMEOUT,
     EndTime,
@@ -120,6 +121,8 @@ class NodeRun:
             self._time_limit.join(2 * QUERY_TIMEOUT)  # the start's query, and one more
             if self._limit_line is not None:
                 put_first(job.output_dir / "output" / "failure", self._limit_line)
+        if code == exitcodes.DO_NOT_RETRY and job.step.node == job.step.hosts[0]:
+            self._say(forbid_requeue(job.step.job_id))
         return code
 
     def _on_signal(self, signum: int, _frame: object) -> None:
