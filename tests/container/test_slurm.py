@@ -155,16 +155,14 @@ def test_a_failure_the_policy_refuses_is_do_not_retry_and_slurm_does_not_requeue
 ) -> None:
     """examples/slurm/requeue.sbatch with --restart-on codes:137,139 and rank 4 exiting 1:
     every node ends with 79 (do not retry) naming rank 4's own code, ringleader slurm marks
-    the job not requeueable, and the script's `scontrol requeue` is refused: the job ran
-    once."""
-    job = submit(
-        cluster,
-        [
-            "--export=ALL,RESTART_ON=codes:137,139",
-            "examples/slurm/requeue.sbatch",
-            *("--rounds", "3", "--fail-rank", "4", "--fail-code", "1"),
-        ],
-    )
+    the job not requeueable: the script does not requeue it, and `scontrol requeue` from
+    outside is refused."""
+    sbatch = ["sbatch", "--parsable", "--chdir=/shared", "examples/slurm/requeue.sbatch"]
+    arguments = ["--rounds", "3", "--fail-rank", "4", "--fail-code", "1"]
+    # the submitter's environment (sbatch's --export would split the value at its comma)
+    done = cluster.exec(cluster.head, ["env", "RESTART_ON=codes:137,139", *sbatch, *arguments], 30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = int(done.stdout.strip().split(";")[0])
     state = cluster.wait(job, JOB_END)
     output = output_of(cluster, "requeue", job)
     assert (state["JobState"], state["ExitCode"]) == ("FAILED", "79:0"), output
@@ -172,7 +170,9 @@ def test_a_failure_the_policy_refuses_is_do_not_retry_and_slurm_does_not_requeue
     assert "srun-exit=79 restarts=0" in output, output
     assert node_codes(output) == {node: 79 for node in NODES}, output
     assert "marked not requeueable (scontrol update" in output, output
-    assert "Requested operation is presently disabled" in output, output
+    requeue = cluster.exec(cluster.head, ["scontrol", "requeue", str(job)], 30)
+    assert requeue.returncode != 0, requeue.stdout
+    assert "Requested operation is presently disabled" in requeue.stderr, requeue.stderr
     for node in NODES:
         lines = failure_of(cluster, job, node).splitlines()
         assert lines[0].startswith("Rank 4 on host ringleader-slurm-node3 exited with code 1")
