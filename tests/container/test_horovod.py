@@ -217,9 +217,8 @@ def test_failing_horovod_rank_is_the_root_cause(failed_job):
 
 
 @pytest.mark.alone  # its 6 busy-polling ranks saturate the 2 cores by themselves
-@pytest.mark.parametrize("attempt", range(1, 3))
-def test_failing_rank_under_an_output_flood_is_named_every_time(
-    attempt: int, docker_client: docker.DockerClient, horovod_image: str, tmp_path: Path
+def test_failing_rank_under_an_output_flood_is_named(
+    docker_client: docker.DockerClient, horovod_image: str, tmp_path: Path
 ) -> None:
     """Horovod ranks busy-polling on 2 cores (6 of them, as a plain `docker run` gets them),
     every rank printing 200 lines per step, rank 3 exits 3 at step 50: no host is ever taken
@@ -228,8 +227,9 @@ def test_failing_rank_under_an_output_flood_is_named_every_time(
     Before the pulse connection asked the peer's kernel by keepalive, a pulse process starved
     of CPU sent nothing to acknowledge and took a live peer for a partitioned one in about 1
     of 10 such runs. That mechanism is proven by test_core_control.py's
-    test_the_peer_kernel_answers_keepalive_probes_while_we_send_nothing; two runs here check it
-    end to end (they were five: about 30 s each, alone on the machine)."""
+    test_the_peer_kernel_answers_keepalive_probes_while_we_send_nothing; one run here checks it
+    end to end (about 35 s alone on the machine; it was two, and five before that: at 1 in 10
+    a few runs hardly catch the race, the unit test does)."""
     capture = Capture()
     spec = make_spec(
         tmp_path,
@@ -242,7 +242,7 @@ def test_failing_rank_under_an_output_flood_is_named_every_time(
     job = LocalJob(spec, capture, docker_client)
     run = JobRun(job, capture, job.run())
     print(run.output)
-    assert run.codes() == dict.fromkeys(HOSTS, 3), f"attempt {attempt}"
+    assert run.codes() == dict.fromkeys(HOSTS, 3), run.output
     for host in HOSTS:
         failure = run.failure(host)
         assert failure.startswith("Rank 3 on host algo-2 exited with code 3."), failure

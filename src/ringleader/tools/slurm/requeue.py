@@ -24,5 +24,3 @@ def forbid_requeue(job_id: str, run: Run = subprocess.run) -> str:
     if problem:
         return f"could not mark job {job_id} not requeueable ({' '.join(argv)}): {problem}"
     return f"restarting cannot help: job {job_id} marked not requeueable ({' '.join(argv)})"
-
-
