@@ -1,5 +1,6 @@
-"""A local job whose hosts get tmpfs mounts of their own: a small disk that fills (fault
-injection for tests/container/test_disks_and_ports.py and bench/faults.py)."""
+"""Fault injection for container tests and bench/faults.py: a local job whose hosts get tmpfs
+mounts of their own (a small disk that fills, a small /dev/shm), and an entry script that holds
+a port before ringleader starts."""
 
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,3 +32,29 @@ class MountedJob(LocalJob):
         if mounted:
             resources["tmpfs"] = dict(mounted)
         return resources
+
+
+# Started instead of the image's entry point on every host: with HOLD_PORT set, another
+# process (Python's HTTP server) listens on that port before ringleader starts.
+# HOLD_PORT: hold it with another server before the entry point starts; AWAIT_PORT (host:port):
+# start the entry point only once that accepts, so that its startup deadline leaves it the
+# whole greeting timeout against the holder (a holder up late on a busy machine left the
+# workers less, and they reported the leader as never answering).
+HOLD_PORT_THEN_TRAIN = """
+import os, socket, subprocess, sys, time
+def await_port(host, port):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+port = os.environ.get("HOLD_PORT")
+if port:
+    subprocess.Popen([sys.executable, "-m", "http.server", port], stdout=subprocess.DEVNULL)
+    await_port("127.0.0.1", port)
+if os.environ.get("AWAIT_PORT"):
+    await_port(*os.environ["AWAIT_PORT"].split(":"))
+os.execv("/usr/local/bin/ringleader-entrypoint", ["ringleader-entrypoint", *sys.argv[1:]])
+"""

@@ -14,7 +14,7 @@ import docker
 import pytest
 
 from tests.container.conftest import REPO, Capture, JobRun, make_spec, rank_lines, run_to_end
-from tests.container.mounts import MountedJob, Tmpfs
+from tests.container.mounts import HOLD_PORT_THEN_TRAIN, MountedJob, Tmpfs
 
 pytestmark = pytest.mark.container
 
@@ -22,30 +22,6 @@ HOSTS = ["algo-1", "algo-2", "algo-3"]
 JOBS = REPO / "bench" / "probe"
 LOGS = "/opt/ml/output/data/logs"
 NO_SPACE = "No space left on device"
-# Started instead of the image's entry point on every host: with HOLD_PORT set, another
-# process (Python's HTTP server) listens on that port before ringleader starts.
-# HOLD_PORT: hold it with another server before the entry point starts; AWAIT_PORT (host:port):
-# start the entry point only once that accepts, so that its startup deadline leaves it the
-# whole greeting timeout against the holder (a holder up late on a busy machine left the
-# workers less, and they reported the leader as never answering).
-HOLD_PORT_THEN_TRAIN = """
-import os, socket, subprocess, sys, time
-def await_port(host, port):
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection((host, int(port)), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-port = os.environ.get("HOLD_PORT")
-if port:
-    subprocess.Popen([sys.executable, "-m", "http.server", port], stdout=subprocess.DEVNULL)
-    await_port("127.0.0.1", port)
-if os.environ.get("AWAIT_PORT"):
-    await_port(*os.environ["AWAIT_PORT"].split(":"))
-os.execv("/usr/local/bin/ringleader-entrypoint", ["ringleader-entrypoint", *sys.argv[1:]])
-"""
 
 
 @pytest.fixture

@@ -13,11 +13,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ringleader.config.job import ConfigFiles, JobConfig, Timeouts
 from ringleader.core import exitcodes
 from ringleader.core.errors import StartupError
+from ringleader.core.health import FAILED, NOT_CHECKED, OK, CheckResult, Report
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Mark
+from ringleader.launch.health import HostChecks
 from ringleader.launch.hostprep import CommandShape
 from ringleader.launch.select import HostFacts
 from ringleader.launch.spawn import SpawnSpec
@@ -75,6 +79,7 @@ class FakeServer:
     events: EventQueue
     workers: Sequence[str]
     hello_errors: dict[str, tuple[int, str]] = field(default_factory=dict)
+    hello_health: dict[str, Report] = field(default_factory=dict)
     say_hello: bool = True
     sent: list[messages.Message] = field(default_factory=list)
     final: tuple[int, str | None] | None = None
@@ -84,7 +89,7 @@ class FakeServer:
         for host in self.workers if self.say_hello else ():
             error = self.hello_errors.get(host)
             if error is None:
-                self.events.put(WorkerHello(host))
+                self.events.put(WorkerHello(host, health=self.hello_health.get(host, ())))
             else:
                 self.events.put(WorkerHello(host, error[0], error[1]))
 
@@ -191,6 +196,8 @@ class Rig:
         self.channel = FakeChannel()
         self.servers: list[FakeServer] = []
         self.hello_errors: dict[str, tuple[int, str]] = {}
+        self.hello_health: dict[str, Report] = {}
+        self.hello_report: Report | None = None  # what this host's hello carried (a worker)
         self.launched: list[LaunchPlan] = []
         self.leader_answers = True
         self.setup: NoSetup = NoSetup()
@@ -208,9 +215,25 @@ class Rig:
             leader_link=self.leader_link,
             start_launcher=self.start_launcher,
             gpus=lambda: 0,
+            health=self.health,
             results=ResultFiles(tmp_path / "job.json", self.output_dir),
             logger=self.logs.append,
         )
+        self.ml_root = tmp_path / "ml"
+        for part in ("output", "model"):
+            (self.ml_root / part).mkdir(parents=True)
+        self.health_checked: list[tuple[str, int, Report]] = []
+
+    def health(self, config: JobConfig, host: str) -> Callable[[int], Report]:
+        """The real checks, on this test's directories; what each host found is kept."""
+        checks = HostChecks(config, host, ml_root=self.ml_root, environ={})
+
+        def check(attempt: int) -> Report:
+            report = checks.run(attempt)
+            self.health_checked.append((host, attempt, report))
+            return report
+
+        return check
 
     def write(self, name: str, value: object) -> None:
         (self.config_dir / name).write_text(json.dumps(value))
@@ -234,7 +257,7 @@ class Rig:
         admission: Admission,
     ) -> FakeServer:
         self.jobs.append(admission.job)
-        server = FakeServer(events, workers, self.hello_errors)
+        server = FakeServer(events, workers, self.hello_errors, self.hello_health)
         self.servers.append(server)
         return server
 
@@ -255,7 +278,9 @@ class Rig:
         events: EventQueue,
         marks: Sequence[Mark],
         host_key: str | None,
+        health: Report,
     ) -> FakeLink:
+        self.hello_report = health
         self.link = FakeLink(control, events)
         events.put(LeaderMessage(messages.Exit(0, None)))
         return self.link
@@ -528,3 +553,90 @@ def test_a_worker_stopped_while_it_connects_still_tells_the_leader(tmp_path: Pat
     assert isinstance(hello, messages.Hello) and hello.error is not None
     assert hello.error.code == exitcodes.SIGTERM_EXIT
     assert attempts == [False, False]  # the report's connection is not cut by the stop
+
+
+# ----------------------------------------------------------------------------- health gate
+def test_a_workers_hello_carries_its_health_checks(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, "algo-3", sagemaker_mpi_enabled=True)
+    assert rig.run() == (0, None)
+    assert rig.hello_report is not None
+    found = {result.name: result.status for result in rig.hello_report}
+    output = str(rig.ml_root / "output")
+    assert found[f"free disk {output}"] == OK and found["/dev/shm"] == OK
+    assert found["free memory"] == OK
+    assert found["GPUs"] == NOT_CHECKED and found["EFA"] == NOT_CHECKED
+    assert any(line.startswith("health before attempt 0: free disk") for line in rig.logs)
+
+
+def test_a_leader_failing_its_own_check_launches_nothing_and_every_worker_is_told(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "code").mkdir()
+    rig = Rig(
+        tmp_path,
+        "algo-1",
+        sagemaker_mpi_enabled=True,
+        sagemaker_submit_directory=str(tmp_path / "code"),
+        ringleader_health_check="sh -c 'echo scratch is read-only; exit 3'",
+    )
+    code, failure = rig.run()
+    assert code == exitcodes.HEALTH_CHECK_FAILED
+    assert failure is not None and failure.startswith(
+        "Host algo-1 failed its health check before the job started: health check: sh exited "
+        "with code 3: scratch is read-only."
+    )
+    assert failure.splitlines()[0].endswith("read-only. No rank was started.")
+    (server,) = rig.servers
+    assert server.final == (code, failure)
+    assert rig.launched == []
+
+
+def test_every_worker_failing_a_check_is_named_and_nothing_starts(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True)
+    shm = CheckResult("/dev/shm", FAILED, "1.0 MiB in all, at least 64.0 MiB wanted")
+    port = CheckResult("port 7777", FAILED, "cannot be bound: held by pid 9 (nc -l 7777)")
+    rig.hello_health = {"algo-2": (shm,), "algo-3": (CheckResult("GPUs", OK, "8"), port)}
+    code, failure = rig.run()
+    assert code == exitcodes.HEALTH_CHECK_FAILED
+    assert failure is not None
+    lines = failure.splitlines()
+    assert lines[0] == (
+        "Hosts algo-2, algo-3 failed their health checks before the job started; first "
+        "algo-2: /dev/shm: 1.0 MiB in all, at least 64.0 MiB wanted. No rank was started."
+    )
+    assert "  algo-3: port 7777: cannot be bound: held by pid 9 (nc -l 7777)" in lines
+    assert rig.launched == []
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("./no-such-check", "'./no-such-check' was not found (it runs in "),
+        ("sh -c 'unclosed", "cannot split"),
+        ("", "expected a command line, got nothing"),
+    ],
+)
+def test_a_health_check_that_cannot_run_is_a_configuration_error(
+    tmp_path: Path, value: str, problem: str
+) -> None:
+    (tmp_path / "code").mkdir()
+    code_dir = str(tmp_path / "code")
+    rig = Rig(
+        tmp_path,
+        "algo-1",
+        sagemaker_mpi_enabled=True,
+        sagemaker_submit_directory=code_dir,
+        ringleader_health_check=value,
+    )
+    code, failure = rig.run()
+    assert code == exitcodes.CONFIG_ERROR
+    assert failure is not None and "Configuration error in ringleader_health_check: " in failure
+    assert problem in failure
+    assert rig.launched == []
+
+
+def test_with_health_off_nothing_is_checked(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, "algo-1", sagemaker_mpi_enabled=True, ringleader_health="off")
+    assert rig.run() == (0, None)
+    assert rig.health_checked == [("algo-1", 0, ())]
+    assert not any(line.startswith("health before") for line in rig.logs)

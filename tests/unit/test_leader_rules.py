@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from ringleader.config.job import RestartConfig, Timeouts
 from ringleader.core import exitcodes
+from ringleader.core.health import FAILED, OK, CheckResult, Report
 from ringleader.core.outcome import Outcome
 from ringleader.core.pmap import PMap
 from ringleader.core.records import RankRecord
@@ -30,10 +31,12 @@ from ringleader.supervise.leading.effects import (
     AttemptPrepared,
     AttemptReaped,
     AwaitConfirmations,
+    CheckHealth,
     CheckOutput,
     Deadline,
     Effect,
     Finish,
+    HealthChecked,
     JobBegins,
     KillLauncher,
     LauncherStarted,
@@ -129,6 +132,8 @@ class Job:
     other_cause_before_sigterm: bool = False
     lost_at: int | None = None
     error_at: int | None = None
+    sick_at: int | None = None  # the first health report with a failed check
+    leader_health: Report = ()  # the leader's own checks before each restart
 
 
 def timeouts_strategy() -> st.SearchStrategy[Timeouts]:
@@ -170,7 +175,23 @@ def answer(job: Job, effect: Effect, fail_prepare: bool) -> LeaderEvent | None:
             job.launcher_killed = True
         case Finish():
             job.finishes.append(effect)
+        case CheckHealth():
+            note_health(job, job.leader_health)
+            return HealthChecked(job.leader_health)
     return None
+
+
+HEALTHY: Report = (CheckResult("/dev/shm", OK, "1.0 GiB in all"),)
+SICK: Report = (CheckResult("/dev/shm", FAILED, "1.0 MiB in all, at least 64.0 MiB wanted"),)
+
+
+def health(data: st.DataObject, label: str) -> Report:
+    return data.draw(st.sampled_from([HEALTHY] * 14 + [(), SICK]), label=label)
+
+
+def note_health(job: Job, report: Report) -> None:
+    if any(result.failed for result in report) and job.sick_at is None:
+        job.sick_at = len(job.steps)
 
 
 class Driver:
@@ -287,7 +308,10 @@ def act(driver: Driver, kind: str, data: st.DataObject) -> None:
             error = data.draw(st.sampled_from([None] * 19 + [CONFIG_ERROR]), label="error")
             job.checks.add(host)
             event = WorkerHello(
-                host, error_code=error, error_message="bad config" if error else None
+                host,
+                error_code=error,
+                error_message="bad config" if error else None,
+                health=health(data, "health"),
             )
         case "ssh":
             host = data.draw(st.sampled_from(sorted(job.checks)), label="checked")
@@ -322,7 +346,7 @@ def act(driver: Driver, kind: str, data: st.DataObject) -> None:
         case "ready":
             assert state.between is not None
             host = data.draw(st.sampled_from(workers or list(HOSTS[1:])), label="ready")
-            event = WorkerReady(host, state.between.attempt)
+            event = WorkerReady(host, state.between.attempt, health(data, "health"))
         case _:
             raise AssertionError(kind)
     note_causes(driver, event)
@@ -351,6 +375,13 @@ def note_causes(driver: Driver, event: LeaderEvent) -> None:
             job.other_cause_before_sigterm = True  # lost before the stop, noticed after it
     if isinstance(event, WorkerHello) and event.error_code is not None and job.error_at is None:
         job.error_at = index
+    # a host's first report of a gate is the one that counts (a repeat changes nothing)
+    gathering, between = state.gathering, state.between
+    if isinstance(event, WorkerHello) and gathering and event.host in gathering.hellos:
+        note_health(job, event.health)
+    ready = isinstance(event, WorkerReady) and state.phase is Phase.RESTARTING
+    if ready and between and event.host in between.waiting and event.attempt == between.attempt:
+        note_health(job, event.health)
 
 
 def finish_the_job(driver: Driver) -> Outcome:
@@ -429,8 +460,11 @@ def run_job(data: st.DataObject, calm: bool = False) -> Run:
     setup = LeaderSetup(HOSTS[0], HOSTS[1:], timeouts, restart)
     job = Job()
     fail_prepare = not calm and data.draw(st.sampled_from([False] * 9 + [True]), label="prep")
+    job.leader_health = health(data, "leader's health")
     driver = Driver(LeaderState(setup), job, fail_prepare)
-    driver.feed(JobBegins(WORLD))
+    own = health(data, "leader's first health")
+    note_health(job, own)
+    driver.feed(JobBegins(WORLD, own))
     for _ in range(data.draw(st.integers(0, 120), label="events")):
         if driver.state.phase in (Phase.DECIDED, Phase.DONE):
             break
@@ -466,8 +500,9 @@ def test_every_interleaving_keeps_the_failure_models_invariants(data: st.DataObj
     assert [(f.exit_code, f.failure) for f in job.finishes] == [
         (outcome.exit_code, outcome.failure)
     ], story
-    # no attempt starts after a SIGTERM, a lost host (no spares here) or a configuration error
-    for cause in (job.sigterm_at, job.lost_at, job.error_at):
+    # no attempt starts after a SIGTERM, a lost host (no spares here), a configuration error
+    # or a failed health check
+    for cause in (job.sigterm_at, job.lost_at, job.error_at, job.sick_at):
         if cause is not None:
             assert all(at <= cause for at in job.prepared_at), story
     # a stop from outside before the verdict, with no other cause before it, is 143
@@ -478,7 +513,10 @@ def test_every_interleaving_keeps_the_failure_models_invariants(data: st.DataObj
     # the cause is one the failure model names
     named = {0, exitcodes.SIGTERM_EXIT, exitcodes.HUNG, exitcodes.HOST_UNREACHABLE}
     named |= {exitcodes.HOST_LOST, exitcodes.INTERNAL_ERROR, CONFIG_ERROR, *RANK_CODES}
-    named.add(exitcodes.DO_NOT_RETRY)
+    named |= {exitcodes.DO_NOT_RETRY, exitcodes.HEALTH_CHECK_FAILED}
+    # a failed health check is the verdict only when some host reported one
+    if outcome.exit_code == exitcodes.HEALTH_CHECK_FAILED:
+        assert job.sick_at is not None, story
     assert outcome.exit_code in named, story
     # no attempt follows one whose cause the restart policy refuses; the do-not-retry code
     # only when it refuses the last one's, or the last two made no progress

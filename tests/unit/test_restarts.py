@@ -4,6 +4,7 @@ collaborators of test_supervise_faults (no containers, no sleeps)."""
 
 import dataclasses
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -17,6 +18,8 @@ from ringleader.core.attempts import (
     with_history,
 )
 from ringleader.core.errors import ConfigError
+from ringleader.core.health import FAILED as CHECK_FAILED
+from ringleader.core.health import CheckResult, Report
 from ringleader.core.jobfile import JobSummary, job_file_text, parse_job_file
 from ringleader.core.outcome import FAILURE_FILE_LIMIT, Hang, HostLoss, JobFacts, Outcome
 from ringleader.core.restart_policy import (
@@ -29,6 +32,7 @@ from ringleader.core.restart_policy import (
 from ringleader.launch.strategy import LaunchPlan
 from ringleader.supervise.common import RunningLauncher
 from ringleader.supervise.leader import Leader
+from ringleader.supervise.worker import Worker, WorkerParts
 from ringleader.wire.events import (
     LauncherExited,
     LeaderLost,
@@ -158,7 +162,11 @@ def test_job_json_lists_every_attempt_and_reads_it_back() -> None:
 # ----------------------------------------------------------------------------- the leader
 class RestartingRig(LeaderRig):
     def __init__(
-        self, max_restarts: int, backoff: float, policy: RestartPolicy = DEFAULT_POLICY
+        self,
+        max_restarts: int,
+        backoff: float,
+        policy: RestartPolicy = DEFAULT_POLICY,
+        check_health: Callable[[int], Report] = lambda attempt: (),
     ) -> None:
         super().__init__()
         self.launches: list[float] = []  # when each attempt's launcher started
@@ -168,17 +176,22 @@ class RestartingRig(LeaderRig):
             self.launches.append(self.clock.now)
             return start(plan)
 
-        parts = dataclasses.replace(self.leader_parts, start_launcher=counting)
+        parts = dataclasses.replace(
+            self.leader_parts, start_launcher=counting, check_health=check_health
+        )
         restart = RestartConfig(max_restarts, backoff, policy)
         self.leader = Leader(HOSTS[0], HOSTS[1:], TIMEOUTS, parts, restart)
         self.hellos()
 
 
 def restarting_rig(
-    max_restarts: int = 2, backoff: float = 1.0, restart_on: str | None = None
+    max_restarts: int = 2,
+    backoff: float = 1.0,
+    restart_on: str | None = None,
+    check_health: Callable[[int], Report] = lambda attempt: (),
 ) -> RestartingRig:
     policy = RestartPolicy() if restart_on is None else parse_restart_on(FIELD, restart_on)
-    return RestartingRig(max_restarts, backoff, policy)
+    return RestartingRig(max_restarts, backoff, policy, check_health)
 
 
 def fail_once(
@@ -601,3 +614,76 @@ def test_a_malformed_policy_is_a_configuration_error_naming_the_setting(
         parse_restart_on(FIELD, value)
     assert raised.value.field == FIELD
     assert problem in str(raised.value)
+
+
+# ----------------------------------------------------------------------- health before a restart
+SHM = CheckResult("/dev/shm", CHECK_FAILED, "1.0 MiB in all, at least 64.0 MiB wanted")
+
+
+def test_a_worker_failing_its_checks_before_a_restart_ends_the_job_with_71() -> None:
+    rig = restarting_rig(max_restarts=2)
+    fail_once(rig, 1.0, attempt=0)
+    rig.events.at(2.5, WorkerReady("algo-2", 1), WorkerReady("algo-3", 1, (SHM,)))
+    rig.events.at(4.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert outcome.exit_code == exitcodes.HEALTH_CHECK_FAILED
+    assert len(rig.launches) == 1
+    lines = (outcome.failure or "").splitlines()
+    assert lines[0] == (
+        "Host algo-3 failed its health check before attempt 1: /dev/shm: 1.0 MiB in all, at "
+        "least 64.0 MiB wanted. Attempt 1 was not started."
+    )
+    assert lines[1].startswith("Earlier attempt 0: exit code 3 (rank-failure): Rank 4")
+    assert rig.link.final is not None and rig.link.final[0] == exitcodes.HEALTH_CHECK_FAILED
+
+
+def test_the_leaders_own_checks_run_before_each_restart() -> None:
+    asked: list[int] = []
+
+    def check(attempt: int) -> Report:
+        asked.append(attempt)
+        return (SHM,) if attempt == 2 else ()
+
+    rig = restarting_rig(max_restarts=2, check_health=check)
+    fail_once(rig, 1.0, attempt=0)
+    ready(rig, 2.5, attempt=1)
+    fail_once(rig, 5.0, attempt=1)
+    ready(rig, 6.5, attempt=2)
+    rig.events.at(8.0, WorkerBye("algo-2"), WorkerBye("algo-3"))
+    outcome = rig.run()
+    assert asked == [1, 2]
+    assert outcome.exit_code == exitcodes.HEALTH_CHECK_FAILED
+    assert (outcome.failure or "").startswith(
+        "Host algo-1 failed its health check before attempt 2: /dev/shm: "
+    )
+
+
+def test_a_worker_checks_itself_after_its_last_attempt_ended_and_says_ready_with_it() -> None:
+    rig = WorkerRig()
+    asked: list[tuple[int, int]] = []
+
+    def check(attempt: int) -> Report:
+        asked.append((attempt, rig.local.reaped))
+        return (SHM,)
+
+    rig.worker = Worker(
+        "algo-2",
+        "algo-1",
+        TIMEOUTS,
+        WorkerParts(
+            rig.events, rig.clock, rig.local, rig.link, lambda line: None, check_health=check
+        ),
+    )
+    rig.events.at(1.0, LeaderMessage(Launched()), RankStarted(2, "algo-2"))
+    rig.events.at(2.0, RankEnded(record(2, 3)))
+    rig.events.at(3.0, LeaderMessage(Restart(1)))
+    rig.events.at(4.0, LeaderMessage(Exit(71, "Host algo-2 failed its health check ...\n")))
+    rig.events.at(4.1, LeaderLost("control connection closed (connection closed)"))
+    assert rig.run().exit_code == 71
+    assert asked == [(1, 1)]  # after this host's ranks of attempt 0 were reaped
+    assert {
+        "type": "ready",
+        "host": "algo-2",
+        "attempt": 1,
+        "health": [SHM.to_json()],
+    } in rig.link.sent

@@ -15,6 +15,8 @@ _TRUE = {"true", "1", "yes"}
 _WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
 MAX_SECONDS = 1_000_000.0  # about 11.5 days
 _FALSE = {"false", "0", "no"}
+_SIZE = re.compile(r"(\d+(\.\d+)?)([bkmg]?)", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 def decode_value(value: Any) -> Any:
@@ -86,3 +88,22 @@ def as_port(field: str, value: Any) -> int:
     if port > 65535:
         raise ConfigError(field, f"expected a TCP port from 1 to 65535, got {value!r}")
     return port
+
+
+def as_size(field: str, value: Any) -> int:
+    """Docker's size syntax (`1g`, `512m`, `100000000`: bytes), above 0, in bytes."""
+    match = _SIZE.fullmatch(str(value).strip()) if not isinstance(value, bool) else None
+    if match is None or float(match.group(1)) <= 0:
+        raise ConfigError(field, f"expected a size such as 512m or 2g, got {value!r}")
+    return int(float(match.group(1)) * _UNITS[match.group(3).lower()])
+
+
+def as_switch(field: str, value: Any) -> bool:
+    """on or off (true or false, too)."""
+    text = str(value).strip().lower()
+    if text in ("on", "off"):
+        return text == "on"
+    try:
+        return as_bool(field, value)
+    except ConfigError:
+        raise ConfigError(field, f"expected on or off, got {value!r}") from None

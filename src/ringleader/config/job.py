@@ -91,7 +91,26 @@ _SETTING_KEYS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "ringleader_restart_backoff": ("restart", "backoff", hp.as_seconds),
     "ringleader_restart_on": ("restart", "policy", parse_restart_on),
     "ringleader_earlier_attempts": ("restart", "history", parse_history),
+    "ringleader_health": ("health", "enabled", hp.as_switch),
+    "ringleader_health_timeout": ("health", "timeout", hp.as_positive_seconds),
+    "ringleader_min_free_disk": ("health", "min_free_disk", hp.as_size),
+    "ringleader_min_shm": ("health", "min_shm", hp.as_size),
+    "ringleader_min_free_memory": ("health", "min_free_memory", hp.as_size),
+    "ringleader_health_check": ("health", "check", lambda field, value: _hook(field, value)),
 }
+
+
+def _hook(field: str, value: Any) -> tuple[str, ...]:
+    """ringleader_health_check: a command line, split into words as a shell would."""
+    if not isinstance(value, str):
+        raise ConfigError(field, f"expected a command line, got {value!r}")
+    try:
+        words = tuple(shlex.split(value))
+    except ValueError as error:
+        raise ConfigError(field, f"cannot split {value!r}: {error}") from None
+    if not words:
+        raise ConfigError(field, "expected a command line, got nothing")
+    return words
 
 
 def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
@@ -191,6 +210,19 @@ class RestartConfig:
 
 
 @dataclass(frozen=True)
+class HealthConfig:
+    """The health gate before every attempt (launch/health.py): what each host checks."""
+
+    enabled: bool = True  # ringleader_health: on or off
+    timeout: float = 30.0  # ringleader_health_timeout: every check of a host, together
+    min_free_disk: int = 1 << 30  # ringleader_min_free_disk: output, model and checkpoints
+    # ringleader_min_shm: /dev/shm's size; Docker's default (64 MiB) passes, less does not
+    min_shm: int = 64 << 20
+    min_free_memory: int = 256 << 20  # ringleader_min_free_memory: MemAvailable
+    check: tuple[str, ...] = ()  # ringleader_health_check: the user's own, run on every host
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """The whole job's settings, in the parts each consumer reads."""
 
@@ -203,6 +235,7 @@ class JobConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     timeouts: Timeouts = field(default_factory=Timeouts)
     restart: RestartConfig = field(default_factory=RestartConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
     control_port: int = DEFAULT_CONTROL_PORT
     horovod_env: Mapping[str, str] = field(default_factory=dict)  # HOROVOD_* for every rank
     # Outside SageMaker: where each host's output.tar.gz and model.tar.gz go at the end.
@@ -282,6 +315,7 @@ def parse_job_config(
         output=OutputConfig(**settings["output"], kept_files=kept_files),
         timeouts=timeouts,
         restart=RestartConfig(**settings["restart"]),
+        health=HealthConfig(**settings["health"]),
         horovod_env=MappingProxyType(horovod_vars),
         own_processes_per_host=_own_processes_per_host(
             topology, values.get(PROCESSES_PER_HOST_KEY)
@@ -424,6 +458,7 @@ def _parse_ringleader_keys(
         "spawn": {},
         "output": {},
         "restart": {},
+        "health": {},
     }
     for key, (part, target, parse) in _SETTING_KEYS.items():
         if key in values:

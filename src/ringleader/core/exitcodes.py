@@ -12,6 +12,7 @@ CONFIG_ERROR = 78  # EX_CONFIG: a configuration value is wrong; the failure file
 HOST_UNREACHABLE = 69  # EX_UNAVAILABLE: a host or its MPI daemon never answered in time
 INTERNAL_ERROR = 70  # EX_SOFTWARE: the launcher itself failed (mpirun crashed, a bug)
 HOST_LOST = 75  # EX_TEMPFAIL: a host (leader or worker) vanished or went silent mid-job
+HEALTH_CHECK_FAILED = 71  # EX_OSERR: a host failed its health check; no rank was started
 PROTOCOL_ERROR = 76  # EX_PROTOCOL: a host sent messages that are not ringleader's protocol
 # Restarts cannot help (ringleader_restart_on refuses the cause, or attempts in a row made no
 # progress): whatever runs the job should not run it again. Just past sysexits' range.

@@ -32,7 +32,6 @@ class RestartPolicy:
     causes: frozenset[str] = frozenset(CAUSES)
     codes: frozenset[int] | None = None  # codes: a rank failure is cured only with these
     not_codes: frozenset[int] = frozenset()  # not-codes: never with these
-    given: bool = False  # the user set it: its refusals end the job with DO_NOT_RETRY
 
     def refuses(self, cause: str, code: int) -> str | None:
         """Why the policy allows no other attempt after a failure of this cause whose code
@@ -91,7 +90,6 @@ def parse_restart_on(field: str, value: object) -> RestartPolicy:
         causes=frozenset(causes),
         codes=filters.get(CODES),
         not_codes=filters.get(NOT_CODES, frozenset()),
-        given=True,
     )
 
 

@@ -90,7 +90,7 @@ class EntryPoint:
             if role is Role.WORKER:
                 outcome = follow(context, config, strategy, prepared)
             else:
-                outcome = lead(context, config, strategy, with_workers=role is Role.LEADER)
+                outcome = lead(context, config, strategy, role is Role.LEADER, prepared)
         finally:
             prepared.wait()  # the host's preparation (a pip install, say) ends before we exit
             strategy.setup.close(context.log)

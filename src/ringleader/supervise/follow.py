@@ -12,6 +12,7 @@ from ringleader.core.outcome import Outcome, truncate
 from ringleader.launch.strategy import LaunchStrategy
 from ringleader.output.printer import OutputRelay
 from ringleader.supervise.context import HostContext
+from ringleader.supervise.health import checked
 from ringleader.supervise.report import report_error, report_on, send_to_leader
 from ringleader.supervise.stack_files import keep_rank_stacks
 from ringleader.supervise.worker import Worker, WorkerParts
@@ -26,10 +27,12 @@ def follow(
     prepared: BackgroundCall[list[str]],
 ) -> Outcome:
     parts, timeouts, topology = context.parts, config.timeouts, config.topology
+    check_health = parts.health(config, context.host)
     try:
         if strategy.setup.start(timeouts.startup):
             context.timeline.mark(context.host, phases.SSHD)
         prepared.result()
+        health = checked(context, check_health, 0)
     except JobError as error:
         settings = ReportingSettings(timeouts, config.control_port)
         return report_error(context, topology.leader, settings, error)
@@ -57,6 +60,7 @@ def follow(
         context.events,
         context.timeline.marks(),
         strategy.setup.host_key,
+        health,
     )
     relay = OutputRelay()
     relay.attach(link.channel)
@@ -70,6 +74,7 @@ def follow(
         strategy.worker_plan,
         context.launcher_starter(strategy),
         lambda stacks: keep_rank_stacks(parts.results.hang_dir, stacks, context.log),
+        lambda attempt: checked(context, check_health, attempt),
     )
     try:
         return Worker(context.host, topology.leader, timeouts, worker_parts).run(

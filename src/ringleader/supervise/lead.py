@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from ringleader.config.job import JobConfig, ReportingSettings
 from ringleader.core import paths
 from ringleader.core import timeline as phases
+from ringleader.core.background import BackgroundCall
 from ringleader.core.errors import ConfigError, JobError
 from ringleader.core.outcome import Outcome, truncate
 from ringleader.launch.strategy import LaunchPlan, LaunchStrategy
@@ -15,6 +16,7 @@ from ringleader.output.metrics import MetricRecorder
 from ringleader.output.printer import OutputPrinter
 from ringleader.supervise.common import RunningLauncher
 from ringleader.supervise.context import HostContext
+from ringleader.supervise.health import checked
 from ringleader.supervise.leader import Leader, LeaderParts
 from ringleader.supervise.stack_files import keep_report
 from ringleader.supervise.verdict import conclude
@@ -23,9 +25,14 @@ from ringleader.wire.ports import await_visits
 
 
 def lead(
-    context: HostContext, config: JobConfig, strategy: LaunchStrategy, with_workers: bool
+    context: HostContext,
+    config: JobConfig,
+    strategy: LaunchStrategy,
+    with_workers: bool,
+    prepared: BackgroundCall[list[str]],
 ) -> Outcome:
     parts, timeouts, topology = context.parts, config.timeouts, config.topology
+    check_health = parts.health(config, context.host)
     recorder = None
     if config.output.metric_definitions:
         recorder = MetricRecorder(config.output.metric_definitions, paths.METRICS_FILE)
@@ -72,10 +79,11 @@ def lead(
         post=context.events.put,
         keep_stacks=lambda report: keep_report(parts.results.hang_dir, report, context.log),
         on_attempt=lambda attempt: _note_attempt(recorder, attempt),
+        check_health=lambda attempt: checked(context, check_health, attempt),
     )
     leader = Leader(context.host, workers, timeouts, leader_parts, config.restart)
     try:
-        outcome = _ready_then_run(context, leader, strategy, timeouts.startup, with_workers)
+        outcome = _ready_then_run(context, leader, strategy, with_workers, prepared, config)
         context.timeline.mark(context.host, phases.VERDICT)
         for line in printer.close() + keep_files(config.output.kept_files):
             context.log(line)
@@ -99,16 +107,19 @@ def _ready_then_run(
     context: HostContext,
     leader: Leader,
     strategy: LaunchStrategy,
-    startup: float,
     with_workers: bool,
+    prepared: BackgroundCall[list[str]],
+    config: JobConfig,
 ) -> Outcome:
-    if with_workers:
-        try:
-            if strategy.setup.start(startup):
-                context.timeline.mark(context.host, phases.SSHD)
-        except JobError as error:
-            return Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
-    return leader.run(strategy)
+    """sshd (for the workers), this host's preparation and health checks, then the job."""
+    try:
+        if with_workers and strategy.setup.start(config.timeouts.startup):
+            context.timeline.mark(context.host, phases.SSHD)
+        prepared.result()
+        health = leader.check_health(0)
+    except JobError as error:
+        return Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
+    return leader.run(strategy, health)
 
 
 def tell_workers(

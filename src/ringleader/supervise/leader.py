@@ -16,6 +16,7 @@ from ringleader.core import timeline as phases
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.errors import JobError
 from ringleader.core.hang import HangReport
+from ringleader.core.health import Report
 from ringleader.core.outcome import Outcome
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Timeline
@@ -36,11 +37,13 @@ from ringleader.supervise.leading.effects import (
     AwaitConfirmations,
     BeginAttempt,
     Broadcast,
+    CheckHealth,
     CheckOutput,
     CheckSsh,
     Deadline,
     Effect,
     Finish,
+    HealthChecked,
     Input,
     JobBegins,
     KeepStacks,
@@ -113,6 +116,8 @@ class LeaderParts:
     keep_stacks: Callable[[HangReport], None] = lambda report: None
     # Each attempt's number as its launcher starts (metrics carry it).
     on_attempt: Callable[[int], None] = lambda attempt: None
+    # This host's health checks before an attempt (ringleader_health; none when it is off).
+    check_health: Callable[[int], Report] = lambda attempt: ()
 
 
 class Leader:
@@ -164,11 +169,16 @@ class Leader:
         """Every start of the ranks, once it ended (a cluster's earlier runs' first)."""
         return list(self._state.attempts)
 
-    def run(self, strategy: LaunchStrategy) -> Outcome:
-        """Gather the workers, launch, supervise, restart while the rules allow: the outcome."""
+    def check_health(self, attempt: int) -> Report:
+        """This host's health checks before `attempt` (the part's)."""
+        return self._parts.check_health(attempt)
+
+    def run(self, strategy: LaunchStrategy, health: Report = ()) -> Outcome:
+        """Gather the workers, launch, supervise, restart while the rules allow: the outcome.
+        `health`: this host's checks before the first attempt."""
         self._strategy = strategy
         try:
-            begins: Input = JobBegins(strategy.world_size)  # may need the image's frameworks
+            begins: Input = JobBegins(strategy.world_size, health)  # may need the frameworks
         except JobError as error:
             begins = SetupFailed(error.exit_code, str(error))
         self._step(begins)
@@ -250,6 +260,8 @@ class Leader:
             case BeginAttempt():
                 if parts.local is not None:
                     parts.local.begin_attempt()  # reaped when the last attempt concluded
+            case CheckHealth(attempt):
+                return HealthChecked(parts.check_health(attempt))
             case Finish(exit_code, failure):
                 if parts.link is not None:
                     parts.link.finish(exit_code, failure)

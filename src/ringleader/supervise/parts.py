@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from ringleader.config.job import ConfigFiles, JobConfig, Timeouts
 from ringleader.core import paths
+from ringleader.core.health import Report
 from ringleader.core.timeline import Mark
+from ringleader.launch.health import HostChecks
 from ringleader.launch.hostprep import CommandShape, prepare_host
 from ringleader.launch.process import Launcher
 from ringleader.launch.select import HostFacts, select_strategy
@@ -70,10 +72,14 @@ Connect = Callable[[LeaderAddress, str, str, float, threading.Event], Joined | N
 MakeAgent = Callable[[EventQueue, OutputHandler], HostRanks]
 # port, events, timeouts, workers, output handler, whom to admit
 MakeServer = Callable[[int, EventQueue, Timeouts, Sequence[str], OutputHandler, Admission], Workers]
-# host, leader, control, pulse, timeouts, events, marks so far, this host's sshd's public key
+# host, leader, control, pulse, timeouts, events, marks so far, this host's sshd's public key,
+# its health checks
 MakeLink = Callable[
-    [str, str, Channel, Channel, Timeouts, EventQueue, Sequence[Mark], str | None], Leader
+    [str, str, Channel, Channel, Timeouts, EventQueue, Sequence[Mark], str | None, Report],
+    Leader,
 ]
+# the job, this host -> its health checker (attempt -> its checks)
+MakeHealth = Callable[[JobConfig, str], Callable[[int], Report]]
 StartLauncher = Callable[[LaunchPlan, EventQueue, HostSetup], RunningLauncher]
 SelectStrategy = Callable[[JobConfig, HostFacts, Callable[[], Sequence[str]]], LaunchStrategy]
 
@@ -103,9 +109,14 @@ def _leader_link(
     events: EventQueue,
     marks: Sequence[Mark],
     host_key: str | None,
+    health: Report,
 ) -> LeaderLink:
     liveness = Liveness(timeouts.pulse_interval, timeouts.leader_loss)
-    return LeaderLink(host, leader, control, pulse, liveness, events, marks, host_key)
+    return LeaderLink(host, leader, control, pulse, liveness, events, marks, host_key, health)
+
+
+def _health(config: JobConfig, host: str) -> Callable[[int], Report]:
+    return HostChecks(config, host).run
 
 
 def _start_launcher(plan: LaunchPlan, events: EventQueue, setup: HostSetup) -> Launcher:
@@ -158,6 +169,7 @@ class RootParts:
     start_launcher: StartLauncher = _start_launcher
     deliver: Callable[["OutputUri", str], None] = _deliver
     gpus: Callable[[], int] = gpu_count
+    health: MakeHealth = _health
     clock: Clock = field(default_factory=SystemClock)
     results: ResultFiles = field(default_factory=ResultFiles)
     logger: Callable[[str], None] = log.log

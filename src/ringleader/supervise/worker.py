@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ringleader.config.job import Timeouts
+from ringleader.core.health import Report
 from ringleader.core.outcome import Outcome
 from ringleader.core.stacks import RankStacks
 from ringleader.launch.spawn import SpawnSpec
@@ -29,6 +30,7 @@ from ringleader.supervise.following.effects import (
     OutcomeWritten,
     ReapLocal,
     Send,
+    SendReady,
     StartOwnLauncher,
     TerminateLocal,
     WorkerEvent,
@@ -36,7 +38,7 @@ from ringleader.supervise.following.effects import (
 )
 from ringleader.supervise.following.state import Phase, WorkerSetup, WorkerState
 from ringleader.supervise.following.table import step
-from ringleader.wire.messages import Message
+from ringleader.wire.messages import Message, Ready
 
 __all__ = ["LeaderLink", "Phase", "Worker", "WorkerParts"]
 
@@ -58,6 +60,8 @@ class WorkerParts:
     start_launcher: StartLauncher | None = None
     # A hang's stacks of this host's ranks, kept on this host too (best-effort).
     keep_stacks: Callable[[RankStacks], None] = lambda stacks: None
+    # This host's health checks before an attempt (ringleader_health; none when it is off).
+    check_health: Callable[[int], Report] = lambda attempt: ()
 
 
 class Worker:
@@ -99,6 +103,9 @@ class Worker:
                 parts.log(text)
             case Send(message):
                 parts.link.send(message)
+            case SendReady(attempt):
+                health = parts.check_health(attempt)
+                parts.link.send(Ready(self._state.setup.host, attempt, health))
             case TerminateLocal(grace):
                 local.terminate_all(grace)
             case ReapLocal(grace):

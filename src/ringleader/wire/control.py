@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from ringleader.config.timeouts import LEADER_TIMEOUT_KEY
 from ringleader.core.errors import ConfigError
+from ringleader.core.health import CheckResult
 from ringleader.core.timeline import Mark
 from ringleader.wire import auth, messages
 from ringleader.wire.events import (
@@ -407,7 +408,11 @@ class ControlServer:
             offset = 0.0 if hello.sent_at is None else time.time() - hello.sent_at
             self._events.put(
                 WorkerHello(
-                    host, marks=hello.timeline, clock_offset=offset, host_key=hello.host_key
+                    host,
+                    marks=hello.timeline,
+                    clock_offset=offset,
+                    host_key=hello.host_key,
+                    health=hello.health,
                 )
             )
         if final is not None:
@@ -461,7 +466,7 @@ class ControlServer:
         elif isinstance(message, Bye):
             self._events.put(WorkerBye(host, message.timeline))
         elif isinstance(message, Ready):
-            self._events.put(WorkerReady(host, message.attempt))
+            self._events.put(WorkerReady(host, message.attempt, message.health))
         elif isinstance(message, Progress):
             self._events.put(RanksProgressed(self._own(host, message.host), message.ranks))
         elif isinstance(message, Stacks):
@@ -709,16 +714,18 @@ def hello_message(
     error: tuple[int, str] | None = None,
     marks: Sequence[Mark] = (),
     host_key: str | None = None,
+    health: Sequence[CheckResult] = (),
 ) -> Hello:
     """A worker's first message after its welcome; `error`: (exit code, message); `marks`: its
-    timeline so far; `host_key`: its sshd's public key. It carries the worker's clock, from
-    which the leader measures the offset to its own."""
+    timeline so far; `host_key`: its sshd's public key; `health`: its checks. It carries the
+    worker's clock, from which the leader measures the offset to its own."""
     return Hello(
         host,
         None if error is None else ErrorReport(*error),
         tuple(marks),
         time.time(),
         host_key,
+        tuple(health),
     )
 
 

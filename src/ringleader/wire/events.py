@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field
 
+from ringleader.core.health import CheckResult
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
 from ringleader.core.timeline import Mark
@@ -48,6 +49,7 @@ class WorkerHello:
     # on one network, well under the gaps between failures that decide the cause).
     clock_offset: float = field(default=0.0, compare=False)  # a measurement, not identity
     host_key: str | None = None  # the worker's sshd's public key, made for this job
+    health: tuple[CheckResult, ...] = ()  # its health checks before the first attempt
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class WorkerReady:
 
     host: str
     attempt: int
+    health: tuple[CheckResult, ...] = ()  # its health checks before that attempt
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Sequence
 
 from ringleader.config.timeouts import LEADER_TIMEOUT_KEY
+from ringleader.core.health import CheckResult
 from ringleader.core.timeline import Mark
 from ringleader.wire.control import Liveness, hello_message
 from ringleader.wire.events import Event, LeaderLost, LeaderMessage
@@ -34,9 +35,11 @@ class LeaderLink:
         events: "queue.Queue[Event]",
         marks: Sequence[Mark] = (),
         host_key: str | None = None,
+        health: Sequence[CheckResult] = (),
     ) -> None:
         """Say hello on the control connection (both are joined already: wire.control) and
-        start watching the leader; `host_key`: this host's sshd's public key."""
+        start watching the leader; `host_key`: this host's sshd's public key; `health`: its
+        checks before the first attempt."""
         self.channel = control
         self._events = events
         self._liveness = liveness
@@ -44,7 +47,7 @@ class LeaderLink:
         self._closed = threading.Event()
         self._reader_done = threading.Event()
         self._outbox: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
-        self.send(hello_message(host, marks=marks, host_key=host_key))
+        self.send(hello_message(host, marks=marks, host_key=host_key, health=health))
         threading.Thread(target=self._send_loop, name="leader-sender", daemon=True).start()
         self._leader = leader
         self._pulse = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_KEY)

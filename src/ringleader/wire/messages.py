@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
+from ringleader.core.health import CheckResult
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
 from ringleader.core.timeline import Mark
@@ -111,6 +112,7 @@ class Hello:
     # The worker's time.time() as it sent this: the leader takes its clock's offset from it.
     sent_at: float | None = None
     host_key: str | None = None  # this host's sshd's public key, made for this job
+    health: tuple[CheckResult, ...] = ()  # its health checks before the first attempt
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ class Ready:
     kind: ClassVar[str] = "ready"
     host: str
     attempt: int
+    health: tuple[CheckResult, ...] = ()  # its health checks before that attempt
 
 
 @dataclass(frozen=True)
@@ -311,6 +314,7 @@ def decode(frame: bytes) -> Message:
             _timeline(read),
             sent_at,
             read.optional_text("host_key"),
+            _health(read),
         )
     if kind == Bye.kind:
         return Bye(read.text("host"), _timeline(read))
@@ -328,7 +332,7 @@ def decode(frame: bytes) -> Message:
     if kind == Restart.kind:
         return Restart(read.integer("attempt"))
     if kind == Ready.kind:
-        return Ready(read.text("host"), read.integer("attempt"))
+        return Ready(read.text("host"), read.integer("attempt"), _health(read))
     if kind == RankStart.kind:
         return RankStart(
             read.integer("rank"),
@@ -373,6 +377,8 @@ def _fields(message: Message) -> JsonObject:
             fields["timeline"] = [mark.to_json() for mark in message.timeline]
         if message.error is not None:
             fields["error"] = {"code": message.error.code, "message": message.error.message}
+        if message.health:
+            fields["health"] = [result.to_json() for result in message.health]
         return _set(fields, sent_at=message.sent_at, host_key=message.host_key)
     if isinstance(message, Bye):
         return {"host": message.host, "timeline": [mark.to_json() for mark in message.timeline]}
@@ -389,7 +395,10 @@ def _fields(message: Message) -> JsonObject:
     if isinstance(message, Restart):
         return {"attempt": message.attempt}
     if isinstance(message, Ready):
-        return {"host": message.host, "attempt": message.attempt}
+        fields = {"host": message.host, "attempt": message.attempt}
+        if message.health:
+            fields["health"] = [result.to_json() for result in message.health]
+        return fields
     if isinstance(message, RankStart):
         attempt = message.attempt or None  # attempt 0 is the default: not sent
         fields = {"rank": message.rank, "host": message.host}
@@ -418,6 +427,17 @@ def _error_report(read: "_Fields") -> ErrorReport | None:
         return None
     inner = _Fields(error, f"{read.label}'s error")
     return ErrorReport(inner.integer("code"), inner.text("message"))
+
+
+def _health(read: "_Fields") -> tuple[CheckResult, ...]:
+    """A host's health checks; one that cannot be read is a protocol error (they decide)."""
+    results = []
+    for item in read.optional_list("health"):
+        try:
+            results.append(CheckResult.from_json(item))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ProtocolError(f"malformed {read.label}: 'health' ({error!r})") from error
+    return tuple(results)
 
 
 def _timeline(read: "_Fields") -> tuple[Mark, ...]:

@@ -22,6 +22,13 @@ class Send:
 
 
 @dataclass(frozen=True)
+class SendReady:
+    """This host's health checks before `attempt` (ringleader_health), then Ready with them."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
 class TerminateLocal:
     grace: float
 
@@ -69,6 +76,7 @@ class WriteOutcome:
 Effect = (
     Log
     | Send
+    | SendReady
     | TerminateLocal
     | ReapLocal
     | DumpLocalStacks

@@ -26,6 +26,7 @@ from ringleader.supervise.following.effects import (
     Log,
     ReapLocal,
     Send,
+    SendReady,
     StartOwnLauncher,
     TerminateLocal,
     WriteOutcome,
@@ -52,7 +53,6 @@ from ringleader.wire.messages import (
     RankEnd,
     RanksExit,
     RankStart,
-    Ready,
     Restart,
     Sigterm,
     Stacks,
@@ -222,7 +222,7 @@ def _restart(state: WorkerState, attempt: int) -> Step:
         state = evolve(state, phase=Phase.WAITING)
     # else stopped by SIGTERM: the stop stays, so a rank the next launch starts here anyway
     # (mpirun's daemon) is stopped at once; the leader ends the job with 143
-    effects += [Log(f"ready for attempt {attempt}"), Send(Ready(state.setup.host, attempt))]
+    effects += [Log(f"ready for attempt {attempt}"), SendReady(attempt)]
     return state, tuple(effects)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ringleader.core.hang import HangReport
+from ringleader.core.health import Report
 from ringleader.core.outcome import Outcome
 from ringleader.core.timeline import Mark
 from ringleader.launch.strategy import LaunchPlan
@@ -101,6 +102,13 @@ class BeginAttempt:
 
 
 @dataclass(frozen=True)
+class CheckHealth:
+    """This host's health checks before `attempt` (a restart); answered by HealthChecked."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
 class Finish:
     """Send every worker the job's exit code and failure."""
 
@@ -122,6 +130,7 @@ Effect = (
     | CheckOutput
     | ReapAttempt
     | BeginAttempt
+    | CheckHealth
     | Finish
 )
 
@@ -135,6 +144,14 @@ class Deadline:
 @dataclass(frozen=True)
 class JobBegins:
     world_size: int
+    health: Report = ()  # the leader's own health checks before the first attempt
+
+
+@dataclass(frozen=True)
+class HealthChecked:
+    """The leader's own health checks before a restart (empty: ringleader_health is off)."""
+
+    report: Report
 
 
 @dataclass(frozen=True)
@@ -186,6 +203,7 @@ Input = (
     | LauncherStarted
     | OutputChecked
     | AttemptReaped
+    | HealthChecked
     | Announce
     | AwaitConfirmations
 )

@@ -19,6 +19,7 @@ from ringleader.core.attempts import (
     with_history,
 )
 from ringleader.core.frozen import evolve
+from ringleader.core.health import Report, health_outcome
 from ringleader.core.outcome import (
     HostLoss,
     JobFacts,
@@ -32,7 +33,9 @@ from ringleader.supervise.leading.effects import (
     AttemptReaped,
     BeginAttempt,
     Broadcast,
+    CheckHealth,
     Effect,
+    HealthChecked,
     Log,
     MarkTimeline,
 )
@@ -127,30 +130,48 @@ def _between_attempts(
     )
     between = BetweenAttempts(
         attempt=number,
-        waiting=state.unsettled,
+        waiting=state.unsettled.add(state.setup.host),  # the leader: until its own checks
         resume_at=now.monotonic + restart.backoff,
         deadline=now.monotonic + state.setup.timeouts.startup,
     )
     state = evolve(state, phase=Phase.RESTARTING, attempt=None, between=between)
-    effects = (marks, said, BeginAttempt(), Broadcast(Restart(number)))
+    effects = (marks, said, BeginAttempt(), Broadcast(Restart(number)), CheckHealth(number))
     return _ready_yet(state, now, effects)
 
 
 def _ready_yet(state: LeaderState, now: Now, effects: tuple[Effect, ...] = ()) -> Step:
+    """Once every host is ready and the backoff passed: the next attempt, unless a host
+    failed its health checks (then every host ends with HEALTH_CHECK_FAILED)."""
     between = state.between
     assert between is not None
     if between.waiting or now.monotonic < between.resume_at:
         return state, effects
+    unhealthy = health_outcome(between.health, between.attempt)
+    if unhealthy is not None:
+        return verdict(state, with_history(unhealthy, state.attempts), *effects)
     return prepare(state, between.attempt, now, *effects)
+
+
+def _checked(state: LeaderState, host: str, report: Report, now: Now) -> Step:
+    between = state.between
+    assert between is not None
+    between = evolve(
+        between, waiting=between.waiting.discard(host), health=between.health.set(host, report)
+    )
+    return _ready_yet(evolve(state, between=between), now)
 
 
 def worker_ready(state: LeaderState, event: WorkerReady, now: Now) -> Step:
     between = state.between
     assert between is not None
-    if event.attempt != between.attempt:
-        return stay(state)  # ready for an attempt that is not the next one
-    between = evolve(between, waiting=between.waiting.discard(event.host))
-    return _ready_yet(evolve(state, between=between), now)
+    if event.attempt != between.attempt or event.host not in between.waiting:
+        return stay(state)  # ready for another attempt, or again: the first report stands
+    return _checked(state, event.host, event.health, now)
+
+
+def own_health_checked(state: LeaderState, event: HealthChecked, now: Now) -> Step:
+    """The leader's own checks before the next attempt are in: it is ready too."""
+    return _checked(state, state.setup.host, event.report, now)
 
 
 def sigterm_between_attempts(state: LeaderState, event: SigtermReceived, now: Now) -> Step:

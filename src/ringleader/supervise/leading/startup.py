@@ -11,8 +11,9 @@ from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
 from ringleader.core.attempts import with_history
 from ringleader.core.frozen import evolve
+from ringleader.core.health import health_outcome
 from ringleader.core.outcome import JobFacts, decide
-from ringleader.core.pmap import PSet
+from ringleader.core.pmap import PMap, PSet
 from ringleader.core.timeline import Mark
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
@@ -48,11 +49,13 @@ def job_begins(state: LeaderState, event: JobBegins, now: Now) -> Step:
     """The job's size is known: wait for every worker's hello (or launch at once, alone)."""
     state = evolve(state, world_size=event.world_size)
     workers = state.setup.workers
-    if not workers:
-        return prepare(state, len(state.attempts), now)
+    health = PMap({state.setup.host: event.health})
     gathering = Gathering(PSet(workers), now.monotonic + state.setup.timeouts.startup)
+    state = evolve(state, gathering=evolve(gathering, health=health))
+    if not workers:
+        return _gathered_yet(state, now, [])
     waiting = Log(f"waiting for {len(workers)} worker(s): {', '.join(sorted(workers))}")
-    return evolve(state, gathering=gathering), (waiting,)
+    return state, (waiting,)
 
 
 def setup_failed_at_start(state: LeaderState, event: SetupFailed, now: Now) -> Step:
@@ -73,6 +76,7 @@ def hello(state: LeaderState, event: WorkerHello, now: Now) -> Step:
         rounds = -(-len(state.setup.workers) // SSH_CHECKS_AT_ONCE)
         deadline = now.monotonic + rounds * timeout + 5.0
     offsets = state.clock_offsets.set(event.host, event.clock_offset)
+    health = gathering.health.set(event.host, event.health)
     state = evolve(state, clock_offsets=offsets)
     effects: list[Effect] = [MarkTimeline(state.on_leader_clock(event.host, event.marks))]
     if event.error_code is not None:
@@ -83,7 +87,7 @@ def hello(state: LeaderState, event: WorkerHello, now: Now) -> Step:
     if state.setup.checks_ssh:
         checks = checks.add(event.host)
         effects.append(CheckSsh(event.host, event.host_key, timeout))
-    gathering = evolve(gathering, hellos=hellos, deadline=deadline, checks=checks)
+    gathering = evolve(gathering, hellos=hellos, deadline=deadline, checks=checks, health=health)
     return _gathered_yet(evolve(state, gathering=gathering), now, effects)
 
 
@@ -106,8 +110,12 @@ def _gathered_yet(state: LeaderState, now: Now, effects: list[Effect]) -> Step:
     if gathering.problems:
         problems = "; ".join(sorted(gathering.problems))
         return error_verdict(state, UNREACHABLE, f"ssh to worker host(s) failed: {problems}")
-    up = Mark(state.setup.host, phases.WORKERS_UP, now.wall)
-    effects += [Log("all workers are up"), MarkTimeline((up,))]
+    unhealthy = health_outcome(gathering.health, len(state.attempts))
+    if unhealthy is not None:
+        return verdict(state, with_history(unhealthy, state.attempts), *effects)
+    if state.setup.workers:
+        up = Mark(state.setup.host, phases.WORKERS_UP, now.wall)
+        effects += [Log("all workers are up"), MarkTimeline((up,))]
     return prepare(evolve(state, gathering=None), len(state.attempts), now, *effects)
 
 

@@ -10,6 +10,7 @@ from ringleader.config.job import RestartConfig, Timeouts
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.frozen import evolve
 from ringleader.core.hang import LastProgress
+from ringleader.core.health import Report
 from ringleader.core.outcome import Hang, Outcome
 from ringleader.core.pmap import PMap, PSet
 from ringleader.core.records import RankRecord
@@ -149,6 +150,7 @@ class Gathering:
     deadline: float
     checks: PSet[str] = field(default_factory=PSet)
     problems: tuple[str, ...] = ()
+    health: PMap[str, Report] = field(default_factory=PMap)  # each host's checks, leader's too
 
 
 @dataclass(frozen=True)
@@ -156,9 +158,10 @@ class BetweenAttempts:
     """The backoff before `attempt`, while the workers get ready for it."""
 
     attempt: int
-    waiting: PSet[str]  # workers not ready yet
+    waiting: PSet[str]  # hosts not ready yet: the workers, and the leader until it checked
     resume_at: float  # the backoff's end
     deadline: float  # ringleader_startup_timeout for the workers to get ready
+    health: PMap[str, Report] = field(default_factory=PMap)  # each host's checks so far
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from ringleader.supervise.leading.effects import (
     AwaitConfirmations,
     Deadline,
     Effect,
+    HealthChecked,
     JobBegins,
     LauncherStarted,
     LeaderEvent,
@@ -74,6 +75,7 @@ INTERNAL_ANSWERS = {
     OutputChecked: ANSWER_OF_ANOTHER_PHASE,
     AttemptReaped: ANSWER_OF_ANOTHER_PHASE,
     SetupFailed: ANSWER_OF_ANOTHER_PHASE,
+    HealthChecked: ANSWER_OF_ANOTHER_PHASE,
 }
 
 decide_phase(
@@ -98,6 +100,7 @@ decide_phase(
         LauncherStarted: ANSWER_OF_ANOTHER_PHASE,
         OutputChecked: ANSWER_OF_ANOTHER_PHASE,
         AttemptReaped: ANSWER_OF_ANOTHER_PHASE,
+        HealthChecked: "the leader's own first checks come with JobBegins",
         AwaitConfirmations: "confirmations are awaited only once the verdict was announced",
     },
 )
@@ -167,6 +170,7 @@ decide_phase(
         LauncherStarted: ANSWER_OF_ANOTHER_PHASE,
         AttemptReaped: ANSWER_OF_ANOTHER_PHASE,
         SetupFailed: ANSWER_OF_ANOTHER_PHASE,
+        HealthChecked: ANSWER_OF_ANOTHER_PHASE,
         JobBegins: ONCE_ONLY,
         Announce: ONCE_ONLY,
         AwaitConfirmations: ONCE_ONLY,
@@ -184,13 +188,14 @@ decide_phase(
     Phase.RESTARTING,
     {
         WorkerReady: restarts.worker_ready,
+        HealthChecked: restarts.own_health_checked,
         SigtermReceived: restarts.sigterm_between_attempts,
         WorkerLost: restarts.lost_between_attempts,
         Deadline: restarts.restart_deadline,
     },
     {
         **WORKER_EVENTS,
-        **INTERNAL_ANSWERS,
+        **{kind: why for kind, why in INTERNAL_ANSWERS.items() if kind is not HealthChecked},
         **{
             kind: LATE_OF_AN_ENDED_ATTEMPT
             for kind in (RankStarted, RankEnded, LauncherExited, RanksExited, RanksProgressed)

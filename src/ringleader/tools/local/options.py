@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ringleader.config.hyperparameters import as_count, as_seconds
+from ringleader.config.hyperparameters import as_count, as_seconds, as_size
 from ringleader.core import exitcodes
 from ringleader.core.errors import ConfigError
 from ringleader.core.restart_policy import parse_restart_on
@@ -23,8 +23,6 @@ REPLICATED, BY_HOST = "replicated", "by-host"
 # SageMaker's ChannelName: 1-64 of letters, digits, '.', '-' and '_'.
 _CHANNEL = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SIZE = re.compile(r"(\d+(\.\d+)?)([bkmg]?)", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 DEFAULT_SHM = "1g"  # Docker's 64 MB /dev/shm breaks PyTorch DataLoader workers and NCCL
 
 
@@ -163,10 +161,10 @@ def _shown(item: str) -> str:
 
 def parse_size(option: str, value: str) -> int:
     """Docker's size syntax (`1g`, `512m`, `100000000`) in bytes."""
-    match = _SIZE.fullmatch(value.strip())
-    if match is None or float(match.group(1)) <= 0:
-        raise UsageError(f"{option}: expected a size such as 512m or 2g, got {value!r}")
-    return int(float(match.group(1)) * _UNITS[match.group(3).lower()])
+    try:
+        return as_size(option, value)
+    except ConfigError as error:
+        raise UsageError(f"{option}: {error.problem}") from None
 
 
 def gpu_plan(gpus: str | None, available: int, hosts: int) -> list[list[str] | int | None]:

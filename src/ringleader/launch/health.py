@@ -1,0 +1,328 @@
+"""This host's health before an attempt (ringleader_health): free disk on the output, model and
+checkpoint paths, /dev/shm's size, free memory, the job's ports this host binds, GPUs and EFA
+devices where there are any, before a restart no process of the last attempt still running,
+and the user's own check (ringleader_health_check). The checks run in parallel, together
+bounded by ringleader_health_timeout; one that does not finish in time failed, named so.
+"""
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from ringleader.config.job import (
+    MULTI_WORKER_MIRRORED,
+    PARAMETER_SERVER,
+    TORCH_DISTRIBUTED,
+    JobConfig,
+)
+from ringleader.core import paths
+from ringleader.core.errors import ConfigError
+from ringleader.core.health import FAILED, NOT_CHECKED, OK, CheckResult, Report
+
+TIMEOUT_KEY = "ringleader_health_timeout"
+HOOK_KEY = "ringleader_health_check"
+HOOK_LINES = 5  # the last lines of the user's check kept in its result
+# A check that waits (for a process, for the user's command) gets this share of the time left,
+# so that it still reports its own finding before the checks' bound.
+WAIT_SHARE = 0.9
+# Instance types with EFA devices (the largest size of each family that has them).
+EFA_INSTANCE_TYPES = frozenset(
+    {
+        "ml.p4d.24xlarge",
+        "ml.p4de.24xlarge",
+        "ml.p5.48xlarge",
+        "ml.p5e.48xlarge",
+        "ml.p5en.48xlarge",
+        "ml.trn1.32xlarge",
+        "ml.trn1n.32xlarge",
+        "ml.trn2.48xlarge",
+        "ml.g5.48xlarge",
+        "ml.g6e.48xlarge",
+        "ml.c5n.18xlarge",
+    }
+)
+Check = Callable[[float], CheckResult]  # the seconds it may take -> its result
+
+
+@dataclass(frozen=True)
+class HostChecks:
+    """What this host checks before an attempt."""
+
+    config: JobConfig
+    host: str
+    ml_root: Path = paths.ML_ROOT
+    host_env_file: Path = paths.HOST_ENV_FILE
+    proc: Path = Path("/proc")
+    gpu_dir: Path = Path("/proc/driver/nvidia/gpus")
+    infiniband_dir: Path = Path("/sys/class/infiniband")
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def run(self, attempt: int) -> Report:
+        """Every check's result, in a fixed order; before attempt N > 0 also whether a process
+        of attempt N-1 still runs; nothing with ringleader_health off. Raises ConfigError
+        when the user's check cannot be run."""
+        health = self.config.health
+        if not health.enabled:
+            return ()
+        checks: list[tuple[str, Check]] = [
+            *((f"free disk {path}", _disk(path, health.min_free_disk)) for path in self.paths()),
+            ("/dev/shm", _shm(Path("/dev/shm"), health.min_shm)),
+            ("free memory", _memory(self.proc / "meminfo", health.min_free_memory)),
+            *(
+                (f"port {port}", _port(port, key))
+                for port, key in job_ports(self.config, self.host)
+            ),
+            ("GPUs", _gpus(self.gpu_dir, self.environ.get("SM_NUM_GPUS"))),
+            ("EFA", _efa(self.infiniband_dir, self._instance_type())),
+        ]
+        if attempt > 0:
+            leftovers = _leftovers(attempt - 1, self.environ, health.timeout)
+            checks.append(("last attempt's processes", leftovers))
+        if health.check:
+            checks.append(("health check", _hook(health.check, self._hook_env(), self.config)))
+        return run_checks(checks, health.timeout)
+
+    def paths(self) -> list[Path]:
+        """The output, model and (where there is one) checkpoint paths."""
+        found = [self.ml_root / "output", self.ml_root / "model"]
+        checkpoints = self.ml_root / "checkpoints"
+        return [*found, checkpoints] if checkpoints.is_dir() else found
+
+    def _instance_type(self) -> str | None:
+        with contextlib.suppress(OSError, ValueError):
+            config = json.loads((self.ml_root / "input/config/resourceconfig.json").read_text())
+            return str(config.get("current_instance_type") or "") or None
+        return None
+
+    def _hook_env(self) -> dict[str, str]:
+        """The ranks' environment on this host (the container's and SageMaker's variables)."""
+        with contextlib.suppress(OSError, ValueError):
+            data = json.loads(self.host_env_file.read_text())
+            if isinstance(data, dict):
+                return {str(key): str(value) for key, value in data.items()}
+        return dict(self.environ)
+
+
+def job_ports(config: JobConfig, host: str) -> list[tuple[int, str]]:
+    """The ports this host's part of the job binds, with the setting that names each: the
+    master's on torch_distributed's first host, TensorFlow's on every host of theirs, MXNet's
+    scheduler on the leader."""
+    spawn, leader = config.spawn, config.topology.leader
+    in_job = host in config.topology.participants
+    ports: list[tuple[int, str]] = []
+    if config.distribution == TORCH_DISTRIBUTED and host == leader:
+        ports.append((spawn.master_port, "ringleader_master_port"))
+    if config.distribution == PARAMETER_SERVER and in_job:
+        if spawn.ps_framework != "mxnet":
+            ports.append((spawn.tf_worker_port, "ringleader_tf_worker_port"))
+            ports.append((spawn.tf_ps_port, "ringleader_tf_ps_port"))
+        if spawn.ps_framework != "tensorflow" and host == leader:
+            ports.append((spawn.mxnet_ps_port, "ringleader_mxnet_ps_port"))
+    if config.distribution == MULTI_WORKER_MIRRORED and in_job:
+        ports.append((spawn.tf_mirrored_port, "ringleader_tf_mirrored_port"))
+    return ports
+
+
+def run_checks(checks: Sequence[tuple[str, Check]], timeout: float) -> Report:
+    """Each check in a thread of its own; together bounded by `timeout`."""
+    deadline = time.monotonic() + timeout
+    results: dict[str, CheckResult] = {}
+    errors: list[ConfigError] = []
+    done = threading.Condition()
+
+    def run(name: str, check: Check) -> None:
+        try:
+            result = check(max(deadline - time.monotonic(), 0.0) * WAIT_SHARE)
+        except ConfigError as error:
+            errors.append(error)
+            result = CheckResult(name, FAILED, str(error))
+        except Exception as error:  # a check that breaks fails, named; the others go on
+            result = CheckResult(name, FAILED, f"the check itself failed: {error!r}")
+        with done:
+            results[name] = CheckResult(name, result.status, result.detail)
+            done.notify_all()
+
+    for name, check in checks:
+        threading.Thread(target=run, args=(name, check), name=f"health {name}", daemon=True).start()
+    with done:
+        done.wait_for(lambda: len(results) == len(checks), timeout=timeout)
+        found = dict(results)
+    if errors:
+        raise errors[0]
+    late = f"did not finish within {timeout:g} s ({TIMEOUT_KEY})"
+    return tuple(found.get(name) or CheckResult(name, FAILED, late) for name, _ in checks)
+
+
+def _size(count: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count / (1 << 20):.2f} MiB"
+
+
+def _at_least(found: float, wanted: int, key: str, what: str) -> CheckResult:
+    detail = f"{_size(found)} {what}, at least {_size(wanted)} wanted ({key})"
+    return CheckResult("", OK if found >= wanted else FAILED, detail)
+
+
+def _disk(path: Path, wanted: int) -> Check:
+    def check(_seconds: float) -> CheckResult:
+        usage = os.statvfs(path)
+        free = usage.f_bavail * usage.f_frsize
+        return _at_least(free, wanted, "ringleader_min_free_disk", "free")
+
+    return check
+
+
+def _shm(path: Path, wanted: int) -> Check:
+    def check(_seconds: float) -> CheckResult:
+        try:
+            usage = os.statvfs(path)
+        except FileNotFoundError:
+            return CheckResult("", FAILED, f"{path} does not exist (ringleader_min_shm)")
+        return _at_least(usage.f_blocks * usage.f_frsize, wanted, "ringleader_min_shm", "in all")
+
+    return check
+
+
+def _memory(meminfo: Path, wanted: int) -> Check:
+    def check(_seconds: float) -> CheckResult:
+        for line in meminfo.read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name == "MemAvailable":
+                available = int(value.split()[0]) * 1024
+                key = "ringleader_min_free_memory"
+                return _at_least(available, wanted, key, "available")
+        return CheckResult("", NOT_CHECKED, f"{meminfo} has no MemAvailable")
+
+    return check
+
+
+def _port(port: int, key: str) -> Check:
+    def check(_seconds: float) -> CheckResult:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            # what the job's servers set too: a closed connection's TIME_WAIT is no holder
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("", port))
+            except OSError as error:
+                return CheckResult("", FAILED, f"cannot be bound ({key}): {_holder(port, error)}")
+        return CheckResult("", OK, f"free ({key})")
+
+    return check
+
+
+def _holder(port: int, error: OSError) -> str:
+    """Who listens on the port, when this host can tell."""
+    with contextlib.suppress(psutil.Error, OSError):
+        for connection in psutil.net_connections(kind="tcp"):
+            listening = connection.status == psutil.CONN_LISTEN and connection.pid
+            if listening and connection.laddr and connection.laddr.port == port:
+                return f"held by {_described(psutil.Process(connection.pid))}"
+    return error.strerror or str(error)
+
+
+def _described(process: psutil.Process) -> str:
+    try:
+        return f"pid {process.pid} ({' '.join(process.cmdline())[:120] or process.name()})"
+    except psutil.Error:
+        return f"pid {process.pid}"
+
+
+def _gpus(gpu_dir: Path, expected: str | None) -> Check:
+    def check(_seconds: float) -> CheckResult:
+        present = len(list(gpu_dir.glob("*"))) if gpu_dir.is_dir() else 0
+        if present == 0:
+            return CheckResult("", NOT_CHECKED, "no GPU on this host")
+        if expected and expected.isdigit() and present < int(expected):
+            return CheckResult("", FAILED, f"{present} visible, {expected} expected (SM_NUM_GPUS)")
+        return CheckResult("", OK, f"{present} visible")
+
+    return check
+
+
+def _efa(infiniband_dir: Path, instance_type: str | None) -> Check:
+    def check(_seconds: float) -> CheckResult:
+        if instance_type not in EFA_INSTANCE_TYPES:
+            kind = instance_type or "not known"
+            return CheckResult("", NOT_CHECKED, f"instance type {kind}: no EFA expected")
+        devices = sorted(path.name for path in infiniband_dir.glob("*"))
+        if not devices:
+            return CheckResult("", FAILED, f"none in {infiniband_dir}; {instance_type} has EFA")
+        return CheckResult("", OK, f"{len(devices)} device(s): {', '.join(devices)}")
+
+    return check
+
+
+def _leftovers(attempt: int, environ: Mapping[str, str], timeout: float) -> Check:
+    """No process of `attempt` (RINGLEADER_ATTEMPT, and this job's mark on a shared machine)
+    runs any more: each is waited for, as long as the checks may take, then named."""
+    mark = environ.get(paths.JOB_MARK_VARIABLE)
+
+    def check(seconds: float) -> CheckResult:
+        left = []
+        for process in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                variables = process.environ()
+                if variables.get(paths.ATTEMPT_VARIABLE) != str(attempt):
+                    continue
+                if mark is None or variables.get(paths.JOB_MARK_VARIABLE) == mark:
+                    left.append(process)
+        if not left:
+            return CheckResult("", OK, f"none of attempt {attempt} left")
+        _, alive = psutil.wait_procs(left, timeout=seconds)
+        if not alive:
+            return CheckResult("", OK, f"{len(left)} of attempt {attempt} ended meanwhile")
+        named = ", ".join(_described(process) for process in alive[:3])
+        waited = f"still running at the end of {TIMEOUT_KEY} ({timeout:g} s)"
+        return CheckResult("", FAILED, f"{len(alive)} of attempt {attempt} {waited}: {named}")
+
+    return check
+
+
+def _hook(argv: tuple[str, ...], env: Mapping[str, str], config: JobConfig) -> Check:
+    timeout = config.health.timeout
+
+    def check(seconds: float) -> CheckResult:
+        if not Path(config.source.code_dir).is_dir():
+            raise ConfigError(
+                HOOK_KEY, f"it runs in {config.source.code_dir}, which does not exist"
+            )
+        try:
+            done = subprocess.run(
+                argv,
+                env=dict(env),
+                cwd=config.source.code_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=seconds,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise ConfigError(
+                HOOK_KEY,
+                f"{argv[0]!r} was not found (it runs in {config.source.code_dir}, found on PATH "
+                "as a shell would find it: a script there is ./script)",
+            ) from None
+        except PermissionError:
+            raise ConfigError(HOOK_KEY, f"{argv[0]!r} is not executable") from None
+        except subprocess.TimeoutExpired:
+            late = f"{argv[0]} did not end within {TIMEOUT_KEY} ({timeout:g} s)"
+            return CheckResult("", FAILED, late)
+        lines = done.stdout.decode(errors="replace").strip().splitlines()[-HOOK_LINES:]
+        said = f": {' | '.join(lines)}" if lines else ""
+        if done.returncode != 0:
+            return CheckResult("", FAILED, f"{argv[0]} exited with code {done.returncode}{said}")
+        return CheckResult("", OK, f"{argv[0]} exited 0{said}")
+
+    return check

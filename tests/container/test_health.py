@@ -1,0 +1,126 @@
+"""The health gate on real containers (3 hosts x 2 ranks): sick hosts are named with each check
+and its numbers, every host exits 71, no rank starts; before a restart a process of the last
+attempt still running is waited for, then named."""
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from tests.container.conftest import Capture, JobRun, make_spec, rank_lines, run_to_end
+from tests.container.mounts import HOLD_PORT_THEN_TRAIN, MountedJob, Tmpfs
+
+pytestmark = pytest.mark.container
+
+HOSTS = ["algo-1", "algo-2", "algo-3"]
+RANK_OUTPUT = re.compile(r"\[algo-\d rank \d+\]")
+HEALTH_CHECK_FAILED = 71
+JOBS = Path(__file__).resolve().parent / "restart_jobs"
+# the user's own check: fails on algo-2 only, saying why
+SCRATCH_CHECK = (
+    'sh -c \'test "$SM_CURRENT_HOST" != algo-2 || '
+    "{ echo no scratch on $SM_CURRENT_HOST; exit 1; }'"
+)
+
+
+@pytest.fixture
+def run_mounted(docker_client: docker.DockerClient, tmp_path: Path) -> Callable[..., JobRun]:
+    def run(tmpfs: Tmpfs, **overrides: Any) -> JobRun:
+        capture = Capture()
+        job = MountedJob(tmpfs, make_spec(tmp_path, **overrides), capture, docker_client)
+        return run_to_end(job, capture)
+
+    return run
+
+
+def test_every_sick_host_is_named_with_its_check_and_no_rank_starts(
+    run_mounted: Callable[..., JobRun], horovod_image: str
+) -> None:
+    """torch_distributed with its master port held on algo-1; on algo-2 a 1 MB checkpoint
+    disk and the user's check failing; on algo-3 a 1 MB /dev/shm."""
+    run = run_mounted(
+        {
+            "algo-2": {"/opt/ml/checkpoints": "size=1m"},
+            "algo-3": {"/dev/shm": "size=1m"},
+        },
+        image=horovod_image,
+        distribution="torch_distributed",
+        entry_point="ddp_train.py",
+        entrypoint=("python3", "-c", HOLD_PORT_THEN_TRAIN),
+        host_env={"algo-1": {"HOLD_PORT": "7777"}},
+        settings={"startup_timeout": "60", "health_check": SCRATCH_CHECK},
+    )
+    assert run.codes() == dict.fromkeys(HOSTS, HEALTH_CHECK_FAILED), run.output
+    failure = run.failure("algo-3")
+    assert all(run.failure(host) == failure for host in HOSTS)
+    lines = failure.splitlines()
+    assert lines[0].startswith(
+        "Hosts algo-1, algo-2, algo-3 failed their health checks before the job started; first "
+        "algo-1: port 7777: cannot be bound (ringleader_master_port): held by pid "
+    ), failure
+    assert "python3 -m http.server 7777" in lines[0] and lines[0].endswith("No rank was started.")
+    assert (
+        "  algo-2: free disk /opt/ml/checkpoints: 1.0 MiB free, at least 1.0 GiB wanted "
+        "(ringleader_min_free_disk)" in lines
+    ), failure
+    assert "  algo-2: health check: sh exited with code 1: no scratch on algo-2" in lines, failure
+    assert (
+        "  algo-3: /dev/shm: 1.0 MiB in all, at least 64.0 MiB wanted (ringleader_min_shm)" in lines
+    ), failure
+    assert not any("algo-3: free disk" in line or "algo-1: health" in line for line in lines)
+    assert RANK_OUTPUT.search(run.output) is None  # no rank ever started
+
+
+def _inject_leftover(
+    run: JobRun, docker_client: docker.DockerClient, host: str, seconds: int
+) -> None:
+    """A process of attempt 0 that no rank's tree holds (as one stuck in a driver would be):
+    started from outside once attempt 0 runs, it ignores SIGTERM and lives `seconds`."""
+    run.capture.wait_for(lambda text: "rank 3 attempt 0" in text, 120)
+    container = docker_client.containers.get(run.container_id(host))
+    command = f"trap '' TERM; exec sleep {seconds}"
+    container.exec_run(["sh", "-c", command], environment={"RINGLEADER_ATTEMPT": "0"}, detach=True)
+
+
+def test_a_leftover_of_the_last_attempt_is_waited_for_then_the_restart_goes_on(
+    start_job: Callable[..., JobRun], docker_client: docker.DockerClient
+) -> None:
+    run = start_job(
+        source_dir=JOBS,
+        entry_point="flaky.py",
+        hyperparameters={"mode": "once", "seconds": "4"},
+        settings={"startup_timeout": "60", "max_restarts": "1", "health_timeout": "60"},
+    )
+    started = time.monotonic()
+    _inject_leftover(run, docker_client, "algo-3", 20)
+    run.join(180)
+    assert run.codes() == dict.fromkeys(HOSTS, 0), run.output
+    assert rank_lines(run.output, "sum 15") == set(range(6))
+    assert "last attempt's processes: 1 of attempt 0 ended meanwhile [ok]" in run.output
+    print(f"the job took {time.monotonic() - started:.1f} s")
+
+
+def test_a_leftover_of_the_last_attempt_still_running_is_named_and_no_attempt_starts(
+    start_job: Callable[..., JobRun], docker_client: docker.DockerClient
+) -> None:
+    run = start_job(
+        source_dir=JOBS,
+        entry_point="flaky.py",
+        hyperparameters={"mode": "once", "seconds": "4"},
+        settings={"startup_timeout": "60", "max_restarts": "1", "health_timeout": "5"},
+    )
+    _inject_leftover(run, docker_client, "algo-3", 600)
+    run.join(180)
+    assert run.codes() == dict.fromkeys(HOSTS, HEALTH_CHECK_FAILED), run.output
+    lines = run.failure("algo-1").splitlines()
+    assert lines[0].startswith(
+        "Host algo-3 failed its health check before attempt 1: last attempt's processes: 1 of "
+        "attempt 0 still running at the end of ringleader_health_timeout (5 s): pid "
+    ), lines
+    assert "sleep 600" in lines[0] and lines[0].endswith("Attempt 1 was not started.")
+    assert any(line.startswith("Earlier attempt 0: exit code 5 (rank-failure)") for line in lines)
+    assert rank_lines(run.output, "attempt 1") == set()
