@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -136,8 +137,10 @@ def run(
     options: str = "",
     per_host: int = 2,
     image: str | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> Measurement:
-    """One job of `runner` in `image` (default: LocalJobSpec's, ringleader:latest)."""
+    """One job of `runner` in `image` (default: LocalJobSpec's, ringleader:latest), with
+    `settings` (ringleader_* without the prefix) for ringleader."""
     hyperparameters = {"work": "1"}
     if fail:
         hyperparameters["fail-rank"] = str(FAIL_RANK)
@@ -154,6 +157,7 @@ def run(
         else (() if ENTRYPOINTS[runner] else ("train",)),
         entrypoint=ENTRYPOINTS[runner],
         mpi_options=options,
+        settings=dict(settings or {}),
     )
     if image is not None:
         spec = replace(spec, image=image)

@@ -125,6 +125,24 @@ def test_mpi_job_on_three_hosts(instances: Instances) -> None:
     assert instances.wait_until_clean(NO_JOB_PROCESS_WITHIN) == {}
 
 
+def test_doctor_checks_every_host_of_the_hostfile_over_ssh(instances: Instances) -> None:
+    """`ringleader doctor cluster`: every host's checks in one table; a setting no host meets
+    fails on each of them with its numbers, exit 71."""
+    code, output = instances.ringleader(
+        ["doctor", "cluster", "--hostfile", "hosts", "--setting", "min_free_memory=100000g"]
+    )
+    assert code == 71, output
+    lines = output.splitlines()
+    assert lines[0].split() == ["host", "check", "status", "detail"], output
+    for name in instances.nodes:
+        memory = [line for line in lines if line.startswith(name) and "free memory" in line]
+        assert len(memory) == 1 and " failed " in memory[0], output
+        assert "at least 100000.0 GiB wanted (ringleader_min_free_memory)" in memory[0]
+        assert any(
+            line.startswith(name) and "/dev/shm" in line and " ok " in line for line in lines
+        )
+
+
 def test_the_dlami_posts_hostfile_with_eight_slots(instances: Instances) -> None:
     """The 256-GPU DLAMI post's hostfile: one `HOST slots=8` line per instance (here 2 of the
     8 slots used per host: no GPU, 2 cores)."""

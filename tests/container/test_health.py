@@ -3,6 +3,8 @@ and its numbers, every host exits 71, no rank starts; before a restart a process
 attempt still running is waited for, then named."""
 
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +13,14 @@ from typing import Any
 import docker
 import pytest
 
-from tests.container.conftest import Capture, JobRun, make_spec, rank_lines, run_to_end
+from tests.container.conftest import (
+    IMAGE,
+    Capture,
+    JobRun,
+    make_spec,
+    rank_lines,
+    run_to_end,
+)
 from tests.container.mounts import HOLD_PORT_THEN_TRAIN, MountedJob, Tmpfs
 
 pytestmark = pytest.mark.container
@@ -19,6 +28,7 @@ pytestmark = pytest.mark.container
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 RANK_OUTPUT = re.compile(r"\[algo-\d rank \d+\]")
 HEALTH_CHECK_FAILED = 71
+RINGLEADER = [sys.executable, "-m", "ringleader.tools.cli"]
 JOBS = Path(__file__).resolve().parent / "restart_jobs"
 # the user's own check: fails on algo-2 only, saying why
 SCRATCH_CHECK = (
@@ -124,3 +134,23 @@ def test_a_leftover_of_the_last_attempt_still_running_is_named_and_no_attempt_st
     assert "sleep 600" in lines[0] and lines[0].endswith("Attempt 1 was not started.")
     assert any(line.startswith("Earlier attempt 0: exit code 5 (rank-failure)") for line in lines)
     assert rank_lines(run.output, "attempt 1") == set()
+
+
+def test_doctor_on_fake_hosts_prints_every_hosts_checks() -> None:
+    """`ringleader doctor local`: the image's own checks in 3 containers, one table; a /dev/shm
+    below the setting on every host is named on each, exit 71."""
+    doctor = [*RINGLEADER, "doctor", "local", "--hosts", "3", "--image", IMAGE]
+    done = subprocess.run(
+        [*doctor, "--shm-size", "1g", "--setting", "min_shm=2g"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == HEALTH_CHECK_FAILED, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["host", "check", "status", "detail"]
+    for host in HOSTS:
+        (shm,) = [line for line in lines if line.startswith(host) and "/dev/shm" in line]
+        assert shm.split()[2:5] == ["failed", "1.0", "GiB"], done.stdout
+        assert shm.endswith("at least 2.0 GiB wanted (ringleader_min_shm)")
+        assert any(line.startswith(host) and "free disk /opt/ml/output" in line for line in lines)

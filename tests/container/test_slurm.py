@@ -183,6 +183,18 @@ def test_a_failure_the_policy_refuses_is_do_not_retry_and_slurm_does_not_requeue
     assert_nothing_left(cluster, NODES)
 
 
+def test_doctor_checks_every_node_of_the_allocation(cluster: Any) -> None:
+    job = submit_batch(cluster, "doctor", "ringleader doctor slurm --setting min_shm=100000g")
+    state = cluster.wait(job, JOB_END)
+    output = output_of(cluster, "doctor", job)
+    assert state["ExitCode"] == "71:0" and "srun-exit=71" in output, output
+    for node in NODES:
+        (shm,) = [
+            line for line in output.splitlines() if line.startswith(node) and "/dev/shm" in line
+        ]
+        assert " failed " in shm and shm.endswith("(ringleader_min_shm)"), output
+
+
 def test_scancel_ends_every_node_with_143_and_leaves_nothing(cluster: Any) -> None:
     job = submit_batch(cluster, "cancel", f"{RINGLEADER} -- {LONG_JOB}")
     wait_for_output(cluster, "cancel", job, "rank 5] round 1:", JOB_END)

@@ -15,6 +15,7 @@ from ringleader.core.records import RankRecord
 ENTRY = "entry point started"
 CONFIG = "configuration read"
 SSHD = "sshd ready"
+HEALTH_CHECKED = "health checked"  # the host's checks before the first attempt ended
 CONNECTED = "connected to the leader"
 SSH_CHECKED = "ssh check passed"
 WORKERS_UP = "all workers up"
@@ -31,6 +32,7 @@ PHASES = (
     ENTRY,
     CONFIG,
     SSHD,
+    HEALTH_CHECKED,
     CONNECTED,
     SSH_CHECKED,
     WORKERS_UP,

@@ -176,11 +176,18 @@ def _at_least(found: float, wanted: int, key: str, what: str) -> CheckResult:
 
 def _disk(path: Path, wanted: int) -> Check:
     def check(_seconds: float) -> CheckResult:
-        usage = os.statvfs(path)
+        usage = os.statvfs(_existing(path))
         free = usage.f_bavail * usage.f_frsize
         return _at_least(free, wanted, "ringleader_min_free_disk", "free")
 
     return check
+
+
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest parent that exists (where it will be made)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def _shm(path: Path, wanted: int) -> Check:

@@ -29,6 +29,7 @@ from ringleader.core.proctimes import process_started_at
 from ringleader.core.results import write_result
 from ringleader.launch.select import HostFacts, command_shape, runs_alone
 from ringleader.output import log
+from ringleader.supervise import selfcheck
 from ringleader.supervise.context import HostContext
 from ringleader.supervise.follow import follow
 from ringleader.supervise.lead import lead, tell_workers
@@ -149,6 +150,8 @@ def main(argv: Sequence[str] | None = None, own_sshd: bool = True) -> int:
         # rank) unless told, and a user's image seldom says so.
         for name in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
             os.environ.setdefault(name, "1")
+    if args[:1] == ["doctor"]:  # this host's health checks, by hand (`ringleader doctor`)
+        return selfcheck.main(args[1:])
     if args[:1] == ["train"]:
         args = args[1:]
     # Out of the environment before anything starts: no rank, sshd session or tool of the

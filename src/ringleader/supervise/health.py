@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 
+from ringleader.core import timeline as phases
 from ringleader.core.errors import JobError
 from ringleader.core.health import FAILED, CheckResult, Report, summary
 from ringleader.supervise.context import HostContext
@@ -19,4 +20,6 @@ def checked(context: HostContext, check: Callable[[int], Report], attempt: int) 
         report = (CheckResult("health check", FAILED, str(error)),)
     if report:
         context.log(f"health before attempt {attempt}: {summary(report)}")
+        if attempt == 0:
+            context.timeline.mark(context.host, phases.HEALTH_CHECKED)
     return report

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ringleader import __version__
 from ringleader.config.job import DISTRIBUTIONS, MPI, NO_DISTRIBUTION
+from ringleader.tools import doctor
 from ringleader.tools.cluster import cli as cluster_cli
 from ringleader.tools.image import cli as image_cli
 from ringleader.tools.job_options import add_job_options, job_settings
@@ -316,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     stack_cli.add_parser(subparsers)
     report_cli.add_parser(subparsers)
     image_cli.add_parser(subparsers)
+    doctor.add_parser(subparsers)
     return parser
 
 

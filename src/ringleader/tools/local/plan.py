@@ -26,6 +26,9 @@ from ringleader.wire.auth import JOB_SECRET_VARIABLE
 _FIXED_TASKS = (PARAMETER_SERVER, MULTI_WORKER_MIRRORED)
 
 
+DEFAULT_IMAGE = "ringleader:latest"  # what `make image` builds
+
+
 @dataclass(frozen=True)
 class LocalJobSpec:
     hosts: int
@@ -40,7 +43,7 @@ class LocalJobSpec:
     mpi_options: str = ""
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)  # the script's --key value
     settings: Mapping[str, Any] = field(default_factory=dict)  # ringleader_* hyperparameters
-    image: str = "ringleader:latest"
+    image: str = DEFAULT_IMAGE
     random_suffix: bool = False
     # What the containers run: SageMaker runs `docker run IMAGE train`; the benchmark swaps in
     # another entry point (sagemaker-training's `train`) in the same image.

@@ -47,6 +47,7 @@ PHASE_COLORS = (
     "#fabfd2",
     "#8cd17d",
     "#499894",
+    "#f1ce63",
 )
 
 

@@ -1,0 +1,96 @@
+"""What the health gate costs a job's start: the same job with ringleader_health on and off, on
+3 and 16 fake hosts, in alternating rounds.
+
+For each host count it prints the medians of: first `docker start` -> the launcher started
+(the leader's job.json), the same with the gate off, their difference, and the longest time a
+host spent on its own checks (its "health checked" mark after its "sshd ready" one, or its
+configuration read when it starts no sshd). The job is bench/probe/probe.py, one rank per host.
+A difference within the rounds' spread is noise: the checks run in milliseconds.
+
+Usage: .venv/bin/python bench/health.py [--hosts 3 16] [--rounds 3] [--image IMAGE]
+"""
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from startup import run
+
+from ringleader.core import timeline as phases
+from ringleader.core.jobfile import read_job_file
+
+GATE = {"on": {}, "off": {"health": "off"}}
+
+
+def longest_check(job_file: Path) -> float | None:
+    """The longest a host took from its last mark before the checks to its "health checked"."""
+    if not job_file.is_file():
+        return None
+    marks = read_job_file(job_file).timeline
+    by_host: dict[str, dict[str, float]] = {}
+    for mark in marks:
+        by_host.setdefault(mark.host, {})[mark.phase] = mark.at
+    spans = []
+    for found in by_host.values():
+        checked = found.get(phases.HEALTH_CHECKED)
+        before = found.get(phases.SSHD) or found.get(phases.CONFIG)
+        if checked is not None and before is not None:
+            spans.append(checked - before)
+    return max(spans) if spans else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, nargs="+", default=[3, 16])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--image")
+    args = parser.parse_args()
+    rows = []
+    for hosts in args.hosts:
+        launched: dict[str, list[float]] = {"on": [], "off": []}
+        checks: list[float] = []
+        for round_number in range(args.rounds):
+            order = ["on", "off"] if round_number % 2 == 0 else ["off", "on"]
+            for gate in order:
+                with tempfile.TemporaryDirectory() as folder:
+                    workdir = Path(folder)
+                    measured = run(
+                        "ringleader",
+                        hosts,
+                        False,
+                        workdir,
+                        per_host=1,
+                        image=args.image,
+                        settings=GATE[gate],
+                    )
+                    codes = set(measured.codes)
+                    at = measured.phases.get(phases.LAUNCHED)
+                    print(f"{hosts} hosts, gate {gate}: launched at {at} s, codes {codes}")
+                    if codes != {0} or at is None:
+                        print("  the job failed: round left out", file=sys.stderr)
+                        continue
+                    launched[gate].append(at)
+                    if gate == "on":
+                        job_file = workdir / "algo-1" / "output" / "data" / "job.json"
+                        span = longest_check(job_file)
+                        if span is not None:
+                            checks.append(span)
+        rows.append((hosts, launched, checks))
+    print()
+    print("| hosts | launched, gate on | gate off | cost | a host's checks, longest | rounds |")
+    print("|---|---|---|---|---|---|")
+    for hosts, launched, checks in rows:
+        if not launched["on"] or not launched["off"]:
+            print(f"| {hosts} | - | - | - | - | no complete round |")
+            continue
+        on, off = statistics.median(launched["on"]), statistics.median(launched["off"])
+        longest = f"{statistics.median(checks) * 1000:.0f} ms" if checks else "-"
+        rounds = f"{len(launched['on'])} + {len(launched['off'])}"
+        print(f"| {hosts} | {on:.2f} s | {off:.2f} s | {on - off:+.2f} s | {longest} | {rounds} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
