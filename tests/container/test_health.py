@@ -96,18 +96,34 @@ def _inject_leftover(
     container.exec_run(["sh", "-c", command], environment={"RINGLEADER_ATTEMPT": "0"}, detach=True)
 
 
-def test_a_leftover_of_the_last_attempt_is_waited_for_then_the_restart_goes_on(
-    start_job: Callable[..., JobRun], docker_client: docker.DockerClient
-) -> None:
+def _restart_with_leftover(
+    start_job: Callable[..., JobRun],
+    docker_client: docker.DockerClient,
+    health_timeout: int,
+    lives: int,
+) -> JobRun:
+    """restart_jobs/flaky.py: rank 3 fails once after 4 s, one restart allowed; a leftover
+    of attempt 0 on algo-3 that lives `lives` seconds. Run to its end."""
     run = start_job(
         source_dir=JOBS,
         entry_point="flaky.py",
         hyperparameters={"mode": "once", "seconds": "4"},
-        settings={"startup_timeout": "60", "max_restarts": "1", "health_timeout": "60"},
+        settings={
+            "startup_timeout": "60",
+            "max_restarts": "1",
+            "health_timeout": str(health_timeout),
+        },
     )
-    started = time.monotonic()
-    _inject_leftover(run, docker_client, "algo-3", 20)
+    _inject_leftover(run, docker_client, "algo-3", lives)
     run.join(180)
+    return run
+
+
+def test_a_leftover_of_the_last_attempt_is_waited_for_then_the_restart_goes_on(
+    start_job: Callable[..., JobRun], docker_client: docker.DockerClient
+) -> None:
+    started = time.monotonic()
+    run = _restart_with_leftover(start_job, docker_client, health_timeout=60, lives=20)
     assert run.codes() == dict.fromkeys(HOSTS, 0), run.output
     assert rank_lines(run.output, "sum 15") == set(range(6))
     assert "last attempt's processes: 1 of attempt 0 ended meanwhile [ok]" in run.output
@@ -117,14 +133,7 @@ def test_a_leftover_of_the_last_attempt_is_waited_for_then_the_restart_goes_on(
 def test_a_leftover_of_the_last_attempt_still_running_is_named_and_no_attempt_starts(
     start_job: Callable[..., JobRun], docker_client: docker.DockerClient
 ) -> None:
-    run = start_job(
-        source_dir=JOBS,
-        entry_point="flaky.py",
-        hyperparameters={"mode": "once", "seconds": "4"},
-        settings={"startup_timeout": "60", "max_restarts": "1", "health_timeout": "5"},
-    )
-    _inject_leftover(run, docker_client, "algo-3", 600)
-    run.join(180)
+    run = _restart_with_leftover(start_job, docker_client, health_timeout=5, lives=600)
     assert run.codes() == dict.fromkeys(HOSTS, HEALTH_CHECK_FAILED), run.output
     lines = run.failure("algo-1").splitlines()
     assert lines[0].startswith(

@@ -8,12 +8,14 @@ from hypothesis import strategies as st
 from ringleader.config.topology import elect_leader
 from ringleader.core import exitcodes
 from ringleader.core.attempts import AttemptRecord
+from ringleader.core.health import FAILED, OK, CheckResult
 from ringleader.core.jobfile import JobSummary
 from ringleader.tools.cluster import run
 from tests.properties import examples
 from tests.unit.test_cluster import spare_job
 
 HOST_LOST = exitcodes.HOST_LOST
+SICK = exitcodes.HEALTH_CHECK_FAILED
 
 
 @st.composite
@@ -22,7 +24,7 @@ def run_end(
 ) -> run.RunEnded:
     """One run's end as the hosts could report it."""
     names = job.names
-    code = draw(st.sampled_from([0, 3, HOST_LOST, HOST_LOST, 143]), label="code")
+    code = draw(st.sampled_from([0, 3, HOST_LOST, HOST_LOST, 143, SICK]), label="code")
     codes = {name: code for name in names}
     for name in names:  # a host whose connection failed (ssh's own 255)
         if code == HOST_LOST and draw(st.integers(0, 5), label="ssh") == 0:
@@ -34,7 +36,18 @@ def run_end(
             len(earlier), 1.0, 2.0, code, None if code == 0 else "cause", names, True, tuple(lost)
         )
         attempts = (*earlier, mine) if draw(st.booleans(), label="attempted") else earlier
-        summary = JobSummary(code, None, names, 6, None, (), attempts=attempts)
+        if code == SICK:  # refused before an attempt: job.json names the hosts that failed
+            attempts = earlier
+        sick = draw(st.lists(st.sampled_from(names), max_size=2, unique=True), label="sick")
+        health = (
+            {
+                name: (CheckResult("/dev/shm", FAILED if name in sick else OK, "1 MiB"),)
+                for name in names
+            }
+            if code == SICK
+            else {}
+        )
+        summary = JobSummary(code, None, names, 6, None, (), attempts=attempts, health=health)
     return run.RunEnded(
         run.job_exit_code(codes[elect_leader(names)], list(codes.values())),
         codes,
@@ -61,11 +74,20 @@ def test_a_chain_of_runs_keeps_the_restart_rules(
             event(f"{restarts} restart(s)")
             assert decision.lines[0] == f"==> job {job.job_id} ended: exit code {ended.exit_code}"
             return
-        restarts += 1
-        # only a host loss, with a spare for every lost host, budget left, nobody stopping it
-        assert ended.exit_code == HOST_LOST and not ended.interrupted
-        assert restarts <= most
         new = decision.job
+        assert not ended.interrupted
+        if ended.exit_code == SICK:
+            # every host that failed its checks replaced by a spare; no restart spent
+            assert ended.summary is not None and ended.summary.unhealthy
+            assert not set(ended.summary.unhealthy) & set(new.names)
+            assert decision.earlier == earlier and len(new.hosts) == len(job.hosts)
+            event("a sick host replaced")
+            job = new
+            continue
+        restarts += 1
+        # a host loss, with a spare for every lost host, budget left
+        assert ended.exit_code == HOST_LOST
+        assert restarts <= most
         assert len(new.hosts) == len(job.hosts)
         assert len(new.spares) == len(job.spares) - (len(set(new.names) - set(job.names)))
         assert not set(new.names) & {host for host in job.names if host not in new.names}

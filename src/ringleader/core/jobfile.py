@@ -4,10 +4,12 @@
      "root_cause": rank record|null, "ranks": [rank record],
      "timeline": [{"host": str, "phase": str, "at": float}],
      "attempts": [{"attempt": int, "started_at": float, "ended_at": float, "exit_code": int,
-                   "cause": str|null, "hosts": [str], "progressed": bool}]}
+                   "cause": str|null, "hosts": [str], "progressed": bool}],
+     "health": {host: [{"name": str, "status": str, "detail": str}]}}
 
 `ranks` are the last attempt's; `attempts` has every start of the ranks (restarts in place:
-ringleader_max_restarts), in order, the last one included.
+ringleader_max_restarts), in order, the last one included; `health` every host's checks at
+the last health gate (ringleader.core.health).
 
 A rank record is what ringleader.core.records.RankRecord writes (times in epoch seconds).
 The leader writes the file once, at the end of the job (`write_job_file`, called by
@@ -19,12 +21,14 @@ what is there.
 """
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.files import write_atomically
+from ringleader.core.health import CheckResult, Report
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Mark
 
@@ -44,6 +48,12 @@ class JobSummary:
     problems: tuple[str, ...] = ()  # when read: the rank records that could not be read
     timeline: tuple[Mark, ...] = ()  # every host's launcher phases (ringleader.core.timeline)
     attempts: tuple[AttemptRecord, ...] = ()  # every start of the ranks (ringleader.core.attempts)
+    health: Mapping[str, Report] = field(default_factory=dict)  # the last health gate's
+
+    @property
+    def unhealthy(self) -> tuple[str, ...]:
+        """The hosts that failed a check at the last health gate, in the job's order."""
+        return tuple(h for h in self.health if any(result.failed for result in self.health[h]))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +65,10 @@ class JobSummary:
             "ranks": [record.to_json() for record in self.ranks],
             "timeline": [mark.to_json() for mark in self.timeline],
             "attempts": [attempt.to_json() for attempt in self.attempts],
+            "health": {
+                host: [result.to_json() for result in report]
+                for host, report in self.health.items()
+            },
         }
 
 
@@ -117,6 +131,13 @@ def parse_job_file(text: str) -> JobSummary:
             attempts.append(AttemptRecord.from_json(item))
         except (KeyError, TypeError, ValueError, AttributeError):
             problems.append(f"an attempt cannot be read: {item!r:.80}")
+    health: dict[str, Report] = {}
+    raw_health = data.get("health") or {}
+    for host, items in raw_health.items() if isinstance(raw_health, dict) else ():
+        try:
+            health[str(host)] = tuple(CheckResult.from_json(item) for item in items)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            problems.append(f"a host's health checks cannot be read: {host!r:.80}")
     return JobSummary(
         exit_code=exit_code,
         failure=failure if isinstance(failure, str) and failure else None,
@@ -127,6 +148,7 @@ def parse_job_file(text: str) -> JobSummary:
         problems=tuple(problems),
         timeline=tuple(sorted(timeline, key=lambda mark: mark.at)),
         attempts=tuple(attempts),
+        health=health,
     )
 
 

@@ -2,12 +2,13 @@
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ringleader.core import paths
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.files import write_atomically
+from ringleader.core.health import Report
 from ringleader.core.jobfile import JobSummary, write_job_file
 from ringleader.core.outcome import Outcome
 from ringleader.core.records import RankRecord
@@ -38,6 +39,7 @@ def write_job_summary(
     world_size: int,
     timeline: Sequence[Mark] = (),
     attempts: Sequence[AttemptRecord] = (),
+    health: Mapping[str, Report] | None = None,
 ) -> None:
     """job.json on the leader: the outcome, every rank's record and every host's launcher
     phases, for reports and tools; beside it the phases as a Chrome trace."""
@@ -50,6 +52,7 @@ def write_job_summary(
         ranks=tuple(records),
         timeline=tuple(timeline),
         attempts=tuple(attempts),
+        health=dict(health or {}),
     )
     write_job_file(path, summary)
     if timeline:

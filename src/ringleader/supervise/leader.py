@@ -165,6 +165,11 @@ class Leader:
         return self._state.world_size
 
     @property
+    def health(self) -> dict[str, Report]:
+        """Every host's checks at the last health gate that every host reached."""
+        return dict(self._state.health)
+
+    @property
     def attempts(self) -> list[AttemptRecord]:
         """Every start of the ranks, once it ended (a cluster's earlier runs' first)."""
         return list(self._state.attempts)

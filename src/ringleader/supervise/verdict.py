@@ -14,6 +14,7 @@ from typing import Protocol
 from ringleader.core import paths
 from ringleader.core import timeline as phases
 from ringleader.core.attempts import AttemptRecord
+from ringleader.core.health import Report
 from ringleader.core.outcome import Outcome
 from ringleader.core.records import RankRecord
 from ringleader.core.results import write_job_summary, write_result
@@ -40,6 +41,9 @@ class ConcludingLeader(Protocol):
 
     @property
     def attempts(self) -> list[AttemptRecord]: ...
+
+    @property
+    def health(self) -> dict[str, Report]: ...
 
     def announce(self, outcome: Outcome) -> None: ...
 
@@ -91,6 +95,7 @@ def conclude(
                 leader.world_size,
                 marks,
                 leader.attempts,
+                leader.health,
             ),
             log,
         )

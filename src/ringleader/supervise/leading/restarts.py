@@ -146,6 +146,7 @@ def _ready_yet(state: LeaderState, now: Now, effects: tuple[Effect, ...] = ()) -
     assert between is not None
     if between.waiting or now.monotonic < between.resume_at:
         return state, effects
+    state = evolve(state, health=between.health)
     unhealthy = health_outcome(between.health, between.attempt)
     if unhealthy is not None:
         return verdict(state, with_history(unhealthy, state.attempts), *effects)

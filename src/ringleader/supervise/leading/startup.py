@@ -110,6 +110,7 @@ def _gathered_yet(state: LeaderState, now: Now, effects: list[Effect]) -> Step:
     if gathering.problems:
         problems = "; ".join(sorted(gathering.problems))
         return error_verdict(state, UNREACHABLE, f"ssh to worker host(s) failed: {problems}")
+    state = evolve(state, health=gathering.health)
     unhealthy = health_outcome(gathering.health, len(state.attempts))
     if unhealthy is not None:
         return verdict(state, with_history(unhealthy, state.attempts), *effects)

@@ -190,6 +190,7 @@ class LeaderState:
     between: BetweenAttempts | None = None
     outcome: Outcome | None = None  # the verdict, once decided
     telling: Telling | None = None
+    health: PMap[str, Report] = field(default_factory=PMap)  # every host's, at the last gate
 
     @property
     def current(self) -> Attempt:

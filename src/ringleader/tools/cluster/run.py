@@ -365,6 +365,8 @@ def after_run(
     `next_id`, its attempts continuing these)."""
     code = ended.exit_code
     said = f"==> job {job.job_id} ended: exit code {code}"
+    if code == exitcodes.HEALTH_CHECK_FAILED and job.spares and not ended.interrupted:
+        return _replace_sick(job, earlier, next_id, ended, said)
     if code != exitcodes.HOST_LOST or not job.spares:
         return EndJob(code, (said,))
     lost = lost_in_run(ended.summary, len(earlier), job.names, ended.codes)
@@ -377,6 +379,33 @@ def after_run(
     amended = amend_last(attempts, swap)
     again = restart_line(lost, swap, len(amended), most)
     return RunAgain(code, next_run(job, next_id, swap, amended), amended, (said, again))
+
+
+def _replace_sick(
+    job: ClusterJob, earlier: tuple[AttemptRecord, ...], next_id: str, ended: RunEnded, said: str
+) -> EndJob | RunAgain:
+    """Hosts that failed their health checks (the leader's job.json names them): a spare in
+    each one's place, the job again as a new run; no rank of the refused attempt ran, so no
+    restart is spent. With a spare missing, or job.json not fetched, the job ends with 71."""
+    code = ended.exit_code
+    sick = ended.summary.unhealthy if ended.summary is not None else ()
+    swap = swap_in_spares(job.hosts, job.spares, sick)
+    ends = f"the job ends with exit code {code}"
+    if not sick:
+        why = "the leader's job.json, which names them, was not fetched: no spare replaces them"
+        return EndJob(code, (said, f"==> hosts failed their health checks, but {why}; {ends}"))
+    if swap.unreplaced:
+        missing = ", ".join(host.name for host in swap.unreplaced)
+        line = f"==> {', '.join(sick)} failed its health check: no spare left for {missing}"
+        return EndJob(code, (said, f"{line}; {ends}"))
+    attempts = ended.summary.attempts if ended.summary is not None else ()
+    attempts = attempts or earlier
+    names = " ".join(host.name for host in swap.hosts)
+    line = (
+        f"==> {', '.join(sick)} failed its health check: starting the job again on {names} "
+        f"({replacement_note(swap)})"
+    )
+    return RunAgain(code, next_run(job, next_id, swap, attempts), tuple(attempts), (said, line))
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
