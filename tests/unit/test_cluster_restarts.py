@@ -98,3 +98,23 @@ def test_a_chain_of_runs_keeps_the_restart_rules(
         assert decision.earlier[-1].lost and new.job_id == f"cluster-1-r{number + 1}"
         job, earlier = new, decision.earlier
     assert restarts <= most
+
+
+def test_a_policy_without_health_leaves_a_sick_host_in_place() -> None:
+    job = spare_job(spares=("d",), settings={"max_restarts": "1", "restart_on": "rank-failure"})
+    health = {
+        name: (CheckResult("/dev/shm", FAILED if name == "b" else OK, "1 MiB"),)
+        for name in job.names
+    }
+    summary = JobSummary(SICK, None, job.names, 6, None, (), health=health)
+    ended = run.RunEnded(SICK, dict.fromkeys(job.names, SICK), summary, 1.0, 2.0)
+    decision = run.after_run(job, (), "cluster-1-r1", ended)
+    assert isinstance(decision, run.EndJob) and decision.exit_code == SICK
+    assert decision.lines[1] == (
+        "==> no spare replaces a sick host: ringleader_restart_on does not name health; the job "
+        "ends with exit code 71"
+    )
+    allowed = spare_job(spares=("d",), settings={"max_restarts": "1"})
+    again = run.after_run(allowed, (), "cluster-1-r1", ended)
+    assert isinstance(again, run.RunAgain) and "d" in again.job.names and "b" not in again.job.names
+    assert again.lines[1].startswith("==> b failed its health check: starting the job again on ")

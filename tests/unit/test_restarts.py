@@ -589,14 +589,14 @@ def test_the_policy_names_what_it_refuses(
 
 def test_the_default_policy_refuses_nothing_a_restart_can_cure() -> None:
     policy = RestartPolicy()
-    assert policy.describe() == "rank-failure,hang,lost-host"
+    assert policy.describe() == "rank-failure,hang,lost-host,health"
     assert all(policy.refuses(cause, code) is None for cause in CAUSES for code in (1, 139))
 
 
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
-        ("segfault", "unknown cause 'segfault': expected rank-failure, hang, lost-host"),
+        ("segfault", "unknown cause 'segfault': expected rank-failure, hang, lost-host, health"),
         ("rank-failure,,hang", "unknown cause ''"),
         ("codes:", "'codes:': expected exit codes from 1 to 255"),
         ("codes:1,x", "unknown cause 'x'"),

@@ -40,7 +40,7 @@ class AttemptRecord:
     hosts: tuple[str, ...]
     progressed: bool  # some rank made progress before it ended
     lost: tuple[str, ...] = ()  # hosts lost during it (a cluster's spares replace them)
-    kind: str | None = None  # the restart policy's cause: rank-failure, hang, lost-host
+    kind: str | None = None  # the restart policy's cause (core/restart_policy.py)
     # "allowed" when the job went on to another attempt, else why not (None: not decided)
     restart: str | None = None
 

@@ -6,11 +6,13 @@ The setting is a comma-separated list of causes and at most one exit-code filter
     hang                  no rank made progress for ringleader_hang_timeout
     lost-host             a host was lost mid-job (only `ringleader cluster run --spares` can
                           start the job again without it; in place nothing can)
+    health                a host failed its health check (only `ringleader cluster run
+                          --spares` can replace it)
     codes:137,139         a rank failure only with one of these codes
     not-codes:1,2         a rank failure except with one of these codes
 
-A code filter alone implies rank-failure. The default, rank-failure,hang,lost-host, restarts
-whatever a restart can cure. Pure: parsed into a RestartPolicy, asked by core/attempts.py.
+A code filter alone implies rank-failure. The default, rank-failure,hang,lost-host,health,
+restarts whatever a restart can cure. Pure: parsed into a RestartPolicy, asked by core/attempts.py.
 """
 
 from dataclasses import dataclass
@@ -21,8 +23,9 @@ FIELD = "ringleader_restart_on"
 RANK_FAILURE = "rank-failure"
 HANG = "hang"
 LOST_HOST = "lost-host"
-CAUSES = (RANK_FAILURE, HANG, LOST_HOST)
-DEFAULT = f"{RANK_FAILURE},{HANG},{LOST_HOST}"
+HEALTH = "health"
+CAUSES = (RANK_FAILURE, HANG, LOST_HOST, HEALTH)
+DEFAULT = ",".join(CAUSES)
 CODES = "codes:"
 NOT_CODES = "not-codes:"
 

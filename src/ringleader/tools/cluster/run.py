@@ -31,6 +31,13 @@ from ringleader.core import exitcodes, paths
 from ringleader.core.attempts import AttemptRecord, first_line
 from ringleader.core.errors import ConfigError
 from ringleader.core.jobfile import JobFileError, JobSummary, read_job_file
+from ringleader.core.restart_policy import (
+    DEFAULT,
+    DEFAULT_POLICY,
+    HEALTH,
+    RestartPolicy,
+    parse_restart_on,
+)
 from ringleader.output.console import LinePrinter
 from ringleader.tools.cluster import install_remote, preflight, wheels
 from ringleader.tools.cluster.agent import STACKS, STOP, AgentJob
@@ -205,6 +212,15 @@ def replaced_at_preflight(host: ClusterHost, problems: Sequence[str], spare: Clu
         f"==> {host.name} failed its preflight ({'; '.join(problems)}): "
         f"replaced by spare {spare.name}"
     )
+
+
+def restart_policy(settings: Mapping[str, str]) -> RestartPolicy:
+    """ringleader_restart_on (the default when not set; an unreadable value is the hosts' to
+    refuse)."""
+    try:
+        return parse_restart_on("ringleader_restart_on", settings.get("restart_on", DEFAULT))
+    except ConfigError:
+        return DEFAULT_POLICY
 
 
 def max_restarts(settings: Mapping[str, str]) -> int:
@@ -386,11 +402,15 @@ def _replace_sick(
 ) -> EndJob | RunAgain:
     """Hosts that failed their health checks (the leader's job.json names them): a spare in
     each one's place, the job again as a new run; no rank of the refused attempt ran, so no
-    restart is spent. With a spare missing, or job.json not fetched, the job ends with 71."""
+    restart is spent. With a spare missing, job.json not fetched, or `health` not among
+    ringleader_restart_on's causes, the job ends with 71."""
     code = ended.exit_code
     sick = ended.summary.unhealthy if ended.summary is not None else ()
     swap = swap_in_spares(job.hosts, job.spares, sick)
     ends = f"the job ends with exit code {code}"
+    refused = restart_policy(job.settings).refuses(HEALTH, code)
+    if refused is not None:
+        return EndJob(code, (said, f"==> no spare replaces a sick host: {refused}; {ends}"))
     if not sick:
         why = "the leader's job.json, which names them, was not fetched: no spare replaces them"
         return EndJob(code, (said, f"==> hosts failed their health checks, but {why}; {ends}"))
