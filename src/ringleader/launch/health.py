@@ -27,6 +27,7 @@ from ringleader.config.job import (
 from ringleader.core import paths
 from ringleader.core.errors import ConfigError
 from ringleader.core.health import FAILED, NOT_CHECKED, OK, CheckResult, Report
+from ringleader.core.hostenvfile import read_host_env
 
 TIMEOUT_KEY = "ringleader_health_timeout"
 HOOK_KEY = "ringleader_health_check"
@@ -104,11 +105,12 @@ class HostChecks:
         return None
 
     def _hook_env(self) -> dict[str, str]:
-        """The ranks' environment on this host (the container's and SageMaker's variables)."""
-        with contextlib.suppress(OSError, ValueError):
-            data = json.loads(self.host_env_file.read_text())
-            if isinstance(data, dict):
-                return {str(key): str(value) for key, value in data.items()}
+        """The ranks' environment on this host (the container's and SageMaker's variables);
+        this process's before the host's preparation wrote it (`ringleader doctor`)."""
+        with contextlib.suppress(OSError, ValueError, KeyError, AttributeError):
+            env = read_host_env(self.host_env_file)
+            if env is not None:
+                return env
         return dict(self.environ)
 
 

@@ -7,14 +7,11 @@ reads, so every rank sees its own host's SM_CURRENT_HOST and no variable is copi
 /etc/environment.
 """
 
-import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from ringleader.config.job import RINGLEADER_PREFIX, ConfigFiles, JobConfig, read_json_object
 from ringleader.config.mpi_options import forwarded_variables
-from ringleader.core.files import write_atomically
 from ringleader.launch import fabric, sagemaker_env
 from ringleader.launch.strategy import Logger
 
@@ -88,9 +85,3 @@ def host_environment(base: Mapping[str, str], sagemaker: Mapping[str, str]) -> d
 
 def user_args(config: JobConfig) -> list[str]:
     return sagemaker_env.to_cmd_args(config.user_hyperparameters)
-
-
-def write_host_env(path: Path, env: Mapping[str, str]) -> None:
-    """The ranks' environment, readable by root only (it may hold secrets)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps({"env": dict(env)}), mode=0o600)

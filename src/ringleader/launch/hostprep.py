@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ringleader.config.job import ConfigFiles, JobConfig
 from ringleader.core import paths
+from ringleader.core.hostenvfile import write_host_env
 from ringleader.launch import hostenv
 from ringleader.launch.strategy import Logger
 from ringleader.launch.user_command import (
@@ -59,7 +60,7 @@ def prepare_host(
     if shape.fail_fast:
         user_command = fail_fast_command(user_command)
     sagemaker = {**hostenv.sagemaker_env_vars(config, files, log), **config.horovod_env}
-    hostenv.write_host_env(paths.HOST_ENV_FILE, hostenv.host_environment(os.environ, sagemaker))
+    write_host_env(paths.HOST_ENV_FILE, hostenv.host_environment(os.environ, sagemaker))
     return user_command
 
 

@@ -9,7 +9,6 @@ the root cause of a failure.
 import argparse
 import contextlib
 import dataclasses
-import json
 import os
 import signal
 import socket
@@ -24,6 +23,7 @@ from ringleader.config.selection import RankSelection
 from ringleader.core import exitcodes, paths
 from ringleader.core.exiting import exit_at_once
 from ringleader.core.exitnote import EXIT_DIR_VARIABLE, note_path, read_exit_note
+from ringleader.core.hostenvfile import read_host_env
 from ringleader.core.processes import escalate, signal_group
 from ringleader.core.proctimes import process_name, process_started_at
 from ringleader.core.records import RankRecord
@@ -268,15 +268,6 @@ def _listen_to_agent(
         acked.set()  # the agent is gone (or garbled): nobody will acknowledge
 
 
-def _load_host_env(path: str) -> dict[str, str] | None:
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        return None
-    return {str(key): str(value) for key, value in data["env"].items()}
-
-
 def _remove_rank_dir(rank_dir: Path) -> None:
     """Best-effort, with os alone: shutil (with bz2 and lzma) costs every rank's end 3-5 ms
     of CPU to import, and 0.5 MiB for its whole run if imported at the start."""
@@ -355,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("no command given after --")
 
     own_env = dict(os.environ)
-    host_env = _load_host_env(args.host_env)
+    host_env = read_host_env(args.host_env)
     forwarded = [name for name in args.forwarded.split(",") if name]
     env = rank_environment(host_env if host_env is not None else own_env, own_env, forwarded)
     host = env.get("SM_CURRENT_HOST") or socket.gethostname()
