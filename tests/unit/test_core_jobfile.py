@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ringleader.core.health import FAILED, OK, CheckResult
 from ringleader.core.jobfile import (
     JobFileError,
     JobSummary,
@@ -42,6 +43,7 @@ def test_the_file_format_is_fixed() -> None:
         "ranks": [record.to_json() for record in RECORDS],
         "timeline": [],
         "attempts": [],
+        "health": {},
     }
     assert job_file_text(summary()) == json.dumps(expected, indent=2) + "\n"
     success = JobSummary(0, None, ("algo-1",), 1, None, ())
@@ -92,3 +94,20 @@ def test_errors_name_the_field(text: str, field: str) -> None:
 def test_missing_optional_fields_get_values() -> None:
     read = parse_job_file('{"exit_code": 0, "failure": "", "hosts": "x"}')
     assert read == JobSummary(0, None, (), 0, None, ())
+
+
+def test_every_hosts_health_checks_are_kept_and_read_back(tmp_path: Path) -> None:
+    shm = CheckResult("/dev/shm", FAILED, "1.0 MiB in all, at least 64.0 MiB wanted")
+    disk = CheckResult("free disk /opt/ml/output", OK, "40.0 GiB free")
+    health = {"algo-1": (disk,), "algo-2": (disk, shm)}
+    path = tmp_path / "job.json"
+    write_job_file(
+        path, JobSummary(71, "Host algo-2 ...\n", ("algo-1", "algo-2"), 2, None, (), health=health)
+    )
+    read = read_job_file(path)
+    assert dict(read.health) == health and read.unhealthy == ("algo-2",)
+    data = json.loads(path.read_text())
+    data["health"]["algo-1"] = [{"name": "x"}]
+    garbled = parse_job_file(json.dumps(data))
+    assert "algo-1" not in garbled.health
+    assert garbled.problems == ("a host's health checks cannot be read: 'algo-1'",)

@@ -15,8 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import psutil
+from typing import TYPE_CHECKING
 
 from ringleader.config.job import (
     MULTI_WORKER_MIRRORED,
@@ -28,6 +27,9 @@ from ringleader.core import paths
 from ringleader.core.errors import ConfigError
 from ringleader.core.health import FAILED, NOT_CHECKED, OK, CheckResult, Report
 from ringleader.core.hostenvfile import read_host_env
+
+if TYPE_CHECKING:
+    import psutil
 
 TIMEOUT_KEY = "ringleader_health_timeout"
 HOOK_KEY = "ringleader_health_check"
@@ -232,6 +234,8 @@ def _port(port: int, key: str) -> Check:
 
 def _holder(port: int, error: OSError) -> str:
     """Who listens on the port, when this host can tell."""
+    import psutil  # only when a port is held: the entry point starts without it
+
     with contextlib.suppress(psutil.Error, OSError):
         for connection in psutil.net_connections(kind="tcp"):
             listening = connection.status == psutil.CONN_LISTEN and connection.pid
@@ -240,7 +244,9 @@ def _holder(port: int, error: OSError) -> str:
     return error.strerror or str(error)
 
 
-def _described(process: psutil.Process) -> str:
+def _described(process: "psutil.Process") -> str:
+    import psutil
+
     try:
         return f"pid {process.pid} ({' '.join(process.cmdline())[:120] or process.name()})"
     except psutil.Error:
@@ -278,6 +284,8 @@ def _leftovers(attempt: int, environ: Mapping[str, str], timeout: float) -> Chec
     mark = environ.get(paths.JOB_MARK_VARIABLE)
 
     def check(seconds: float) -> CheckResult:
+        import psutil  # only before a restart: the entry point starts without it
+
         left = []
         for process in psutil.process_iter():
             with contextlib.suppress(psutil.Error):
