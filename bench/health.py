@@ -73,8 +73,8 @@ def main() -> int:
                         continue
                     launched[gate].append(at)
                     if gate == "on":
-                        job_file = workdir / "algo-1" / "output" / "data" / "job.json"
-                        span = longest_check(job_file)
+                        found = sorted(workdir.glob("*/algo-1/output/data/job.json"))
+                        span = longest_check(found[0]) if found else None
                         if span is not None:
                             checks.append(span)
         rows.append((hosts, launched, checks))
