@@ -290,12 +290,22 @@ choose_base() {
 cached_wheelhouse() {
     local dir=$1 key=$2 what=$3 fill=$4 cache kept tmp start=$SECONDS
     shift 4
-    if [[ ${REBUILD_WHEELS:-} != 1 && -f $dir/.key && $(<"$dir/.key") == "$key" ]]; then
-        log "$what is up to date ($dir)"
-        return 0
-    fi
     cache=${RINGLEADER_CACHE:-$HOME/.cache/ringleader}/${dir//\//-}
     kept=$cache/${key:0:16}
+    if [[ ${REBUILD_WHEELS:-} != 1 && -f $dir/.key && $(<"$dir/.key") == "$key" ]]; then
+        if [[ $dir/.key -ef $kept/.key ]]; then
+            log "$what is up to date ($dir)"
+            return 0
+        fi
+        # A wheel built here from an sdist with C code (sagemaker-training) differs in its
+        # bytes from build to build: every checkout takes the cache's, so that the images'
+        # layers built from them stay the same (this checkout's fills an empty cache).
+        if [[ ! -f $kept/.key ]]; then
+            mkdir -p "$cache"
+            find "$cache" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
+            cp -al "$dir" "$kept" 2>/dev/null || cp -a "$dir" "$kept"
+        fi
+    fi
     if [[ ${REBUILD_WHEELS:-} == 1 || ! -f $kept/.key ]]; then
         mkdir -p "$cache"
         tmp=$(mktemp -d "$cache/.fill.XXXXXX")
