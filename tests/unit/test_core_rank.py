@@ -487,10 +487,13 @@ def test_a_wrapper_killed_while_its_rank_exits_leaves_the_rank_s_own_code(workdi
     """mpirun's daemon kills a wrapper a second after its stop; on a busy machine that comes
     while the failing rank's own exit (Horovod's shutdown) still runs. The agent reads the exit
     note: the rank is reported with the code it chose, a likely cause (seen in CI: rank 0's
-    sys.exit(5) under Horovod, every host exited 70 with no rank named)."""
+    sys.exit(5) under Horovod, every host exited 70 with no rank named), and with the stderr
+    lines the agent had relayed for it (ci17: the failure file lacked the rank's own message)."""
     write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
-    script = SLOW_SHUTDOWN_AT_EXIT + "time.sleep(0.2)\nsys.exit(5)\n"
+    failing = "print('rank 0 failing on purpose with code 5', file=sys.stderr, flush=True)\n"
+    script = SLOW_SHUTDOWN_AT_EXIT + failing + "time.sleep(0.2)\nsys.exit(5)\n"
     wrapper = Wrapper(workdir, python_command(script), rank=0, grace=20)
+    wrapper.wait_for_line(agent.stderr, b"failing on purpose")
     wrapper.wait_for_line(agent.stdout, b"shutting down")
     assert agent.events.get(timeout=5.0) == RankStarted(0, "algo-2")
     wrapper.process.kill()
@@ -498,7 +501,9 @@ def test_a_wrapper_killed_while_its_rank_exits_leaves_the_rank_s_own_code(workdi
     record = ended_record(agent.events)
     assert (record.rank, record.exit_code, record.signal) == (0, 5, None)
     assert record.terminated and not record.unreported
+    # the lines of stderr the agent relayed for the rank, then why the agent reports it
     assert record.stderr_tail == (
+        "rank 0 failing on purpose with code 5",
         "[ringleader] its wrapper was killed while it was exiting with code 5: reported with it",
     )
     assert suspicion(record) == 1

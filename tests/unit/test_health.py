@@ -289,3 +289,10 @@ def test_bad_health_settings_are_configuration_errors_naming_the_setting(
         config(tmp_path, **{key: value})
     assert str(raised.value).startswith(f"Configuration error in ringleader_{key}: ")
     assert problem in str(raised.value)
+
+
+def test_a_job_port_set_to_ringleaders_control_port_is_left_to_the_launch(tmp_path: Path) -> None:
+    """ringleader's own control server holds it on the leader: a configuration error the
+    launch names (78), not a sick host (71)."""
+    job = config(tmp_path, "algo-1", "torch_distributed", master_port="29100")
+    assert job_ports(job, "algo-1") == []

@@ -89,6 +89,11 @@ class RankRecord:
         )
 
 
+# How much of a rank's stderr its record keeps: the last lines, each cut to this many characters.
+STDERR_TAIL_LINES = 20
+TAIL_LINE_CHARS = 300
+
+
 def unreported_record(
     rank: int,
     host: str,
@@ -96,12 +101,14 @@ def unreported_record(
     ended_at: float,
     attempt: int = 0,
     exiting_with: int | None = None,
+    stderr_tail: tuple[str, ...] = (),
 ) -> RankRecord:
     """What a host's agent knows of a rank whose wrapper died before reporting: it was
     killed, and whatever killed the wrapper (its process group's SIGKILL) killed the rank;
     unless the rank had begun to exit with a code of its own (`exiting_with`, its exit note:
     mpirun's daemon kills a wrapper a second after its stop, and on a busy machine that can
-    come while the failing rank's exit still runs): then it is reported with that code."""
+    come while the failing rank's exit still runs): then it is reported with that code, and
+    with the last lines of stderr the agent relayed for it."""
     said = (
         f"[ringleader] its wrapper was killed while it was exiting with code {exiting_with}: "
         "reported with it"
@@ -114,7 +121,7 @@ def unreported_record(
         started_at=started_at,
         ended_at=ended_at,
         terminated=True,
-        stderr_tail=(said,) if exiting_with else (),
+        stderr_tail=(*stderr_tail[-(STDERR_TAIL_LINES - 1) :], said) if exiting_with else (),
         unreported=not exiting_with,
         attempt=attempt,
     )

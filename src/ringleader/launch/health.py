@@ -120,6 +120,13 @@ def job_ports(config: JobConfig, host: str) -> list[tuple[int, str]]:
     """The ports this host's part of the job binds, with the setting that names each: the
     master's on torch_distributed's first host, TensorFlow's on every host of theirs, MXNet's
     scheduler on the leader."""
+    ports = _distribution_ports(config, host)
+    # ringleader's own control port: a job port set to it is a configuration error, which the
+    # launch names (78), not a sick host
+    return [(port, key) for port, key in ports if port != config.control_port]
+
+
+def _distribution_ports(config: JobConfig, host: str) -> list[tuple[int, str]]:
     spawn, leader = config.spawn, config.topology.leader
     in_job = host in config.topology.participants
     ports: list[tuple[int, str]] = []
@@ -220,16 +227,25 @@ def _memory(meminfo: Path, wanted: int) -> Check:
 
 def _port(port: int, key: str) -> Check:
     def check(_seconds: float) -> CheckResult:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            # what the job's servers set too: a closed connection's TIME_WAIT is no holder
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("", port))
-            except OSError as error:
-                return CheckResult("", FAILED, f"cannot be bound ({key}): {_holder(port, error)}")
+        taken = port_taken(port)
+        if taken is not None:
+            return CheckResult("", FAILED, f"cannot be bound ({key}): {taken}")
         return CheckResult("", OK, f"free ({key})")
 
     return check
+
+
+def port_taken(port: int) -> str | None:
+    """None when this host can bind `port`; else why not, naming the process that listens on
+    it when this host can tell."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # what the job's servers set too: a closed connection's TIME_WAIT is no holder
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as error:
+            return _holder(port, error)
+    return None
 
 
 def _holder(port: int, error: OSError) -> str:

@@ -9,9 +9,7 @@ supervision never asks which one it has. Each rank runs under the per-rank wrapp
 (`python -m ringleader.rank`), which reports to its host's agent whatever started it.
 """
 
-import contextlib
 import os
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -20,6 +18,7 @@ from ringleader.config.job import JobConfig
 from ringleader.core import paths
 from ringleader.core.attempts import RESTART_PROGRESS_INTERVAL
 from ringleader.core.errors import ConfigError
+from ringleader.launch.health import port_taken
 from ringleader.launch.netif import InterfaceChoice, choose_interface, local_interfaces, resolve
 from ringleader.launch.process import PLAIN_OUTPUT, OutputReader
 from ringleader.launch.spawn import SpawnSpec, spawn_argv
@@ -219,14 +218,11 @@ def check_port_free(
     where: str = " (the leader, where rank 0 listens)",
 ) -> None:
     """A port a rank will listen on must be free: MASTER_PORT on the leader, TensorFlow's on
-    every host."""
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("", port))
-        except OSError as error:
-            raise ConfigError(
-                field,
-                f"{what} {port} is not free on {host}{where}: "
-                f"{error.strerror or error}; choose another port",
-            ) from None
+    every host. The health gate checks the same before every attempt (launch/health.py); this
+    check holds with the gate off, and for ringleader's own control port, which the gate
+    leaves to it."""
+    taken = port_taken(port)
+    if taken is not None:
+        raise ConfigError(
+            field, f"{what} {port} is not free on {host}{where}: {taken}; choose another port"
+        )

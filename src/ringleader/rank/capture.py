@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 from ringleader.core import console
+from ringleader.core.records import TAIL_LINE_CHARS
 from ringleader.output.lines import LineSplitter
 from ringleader.output.printer import tag
 from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
 
-_TAIL_LINE_CHARS = 300
+_TAIL_LINE_CHARS = TAIL_LINE_CHARS
 _BATCH_BYTES = 64 * 1024  # output lines shipped to the host agent per message, at most
 _PROGRESS_CHECK_SECONDS = 0.5
 # Horovod's stall inspector repeats its warning every HOROVOD_STALL_CHECK_TIME_SECONDS while the

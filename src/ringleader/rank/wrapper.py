@@ -26,7 +26,7 @@ from ringleader.core.exitnote import EXIT_DIR_VARIABLE, note_path, read_exit_not
 from ringleader.core.hostenvfile import read_host_env
 from ringleader.core.processes import escalate, signal_group
 from ringleader.core.proctimes import process_name, process_started_at
-from ringleader.core.records import RankRecord
+from ringleader.core.records import STDERR_TAIL_LINES, RankRecord
 from ringleader.rank.capture import Pump, RankOutput
 from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
 from ringleader.rank.progress import ProgressWatch
@@ -43,7 +43,6 @@ from ringleader.wire.messages import (
 )
 from ringleader.wire.protocol import Channel, ChannelClosed, ProtocolError
 
-STDERR_TAIL_LINES = 20
 _MPI_PREFIXES = ("OMPI_", "PMIX_", "OPAL_", "ORTE_", "PRTE_")
 _MPI_DAEMONS = ("orted", "prted")  # Open MPI 4's daemon, and PRRTE's in Open MPI 5
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)

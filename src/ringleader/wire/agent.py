@@ -5,6 +5,7 @@ agent turns both into events for the host's state machine and can tell every wra
 host to stop its rank (the SIGTERM path), which needs no PID files and cannot hit a stranger.
 """
 
+import collections
 import contextlib
 import os
 import queue
@@ -16,9 +17,10 @@ from pathlib import Path
 
 from ringleader.core.exitnote import read_exit_note
 from ringleader.core.proctimes import start_ticks
-from ringleader.core.records import unreported_record
+from ringleader.core.records import STDERR_TAIL_LINES, TAIL_LINE_CHARS, unreported_record
 from ringleader.wire import messages
 from ringleader.wire.events import Event, RankEnded, RanksProgressed, RankStarted, StacksTaken
+from ringleader.wire.frames import decode_output
 from ringleader.wire.messages import (
     Ack,
     DumpStacks,
@@ -37,6 +39,8 @@ from ringleader.wire.protocol import (
     is_output,
     serve_connections,
 )
+
+STDERR_MARK = b'"stream":"stderr"'  # in an output frame of a rank's stderr (frames.output_frame)
 
 
 class HostAgent:
@@ -129,11 +133,18 @@ class HostAgent:
         started: RankStart | None = None  # the rank this wrapper announced
         started_at = 0.0
         ended = False
+        # its last stderr lines: the record of a wrapper killed before it reported keeps them
+        stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         try:
             while True:
                 frame = channel.receive_frame(timeout=None)
                 if is_output(frame):
                     self._on_output(frame)  # passed on still encoded: relayed or printed
+                    if STDERR_MARK in frame:  # decoded only then: stdout is the bulk
+                        batch = decode_output(frame)
+                        if batch.get("stream") == "stderr":
+                            lines = batch.get("lines") or []
+                            stderr.extend(str(line).rstrip()[:TAIL_LINE_CHARS] for line in lines)
                     continue
                 try:
                     message = messages.decode(frame)
@@ -173,6 +184,7 @@ class HostAgent:
                     time.time(),
                     started.attempt,
                     read_exit_note(Path(note)) if note else None,
+                    tuple(stderr),
                 )
                 self._events.put(RankEnded(record))
 
