@@ -262,6 +262,9 @@ def test_bad_launches_are_refused_with_the_configuration_code(cluster: Any) -> N
 
 
 def test_a_lost_node_ends_the_survivors_with_the_host_loss_code_naming_it(cluster: Any) -> None:
+    """Slow (50 to 66 s in CI runs): the survivors end within ringleader_leader_timeout, but the
+    batch job ends only once slurmctld marks the killed node down (SlurmdTimeout), and the node
+    is started again for the next tests."""
     job = submit_batch(cluster, "lost", f"{RINGLEADER} -- {LONG_JOB}")
     try:
         wait_for_output(cluster, "lost", job, "rank 5] round 1:", JOB_END)
