@@ -149,7 +149,9 @@ def test_gpus_fewer_than_expected_fail_and_efa_is_checked_where_the_instance_has
     assert found["GPUs"] == CheckResult("GPUs", FAILED, "2 visible, 8 expected (SM_NUM_GPUS)")
     assert found["EFA"].status == FAILED
     assert found["EFA"].detail.endswith("ml.p4d.24xlarge has EFA")
-    (tmp_path / "infiniband" / "rdmap16s27").mkdir()
+    device = tmp_path / "infiniband" / "rdmap16s27" / "device"
+    device.mkdir(parents=True)
+    (device / "driver").symlink_to("../../../bus/pci/drivers/efa")  # as the efa driver binds it
     found = by_name(_with_gpus(host, tmp_path, "2").run(0))
     assert found["GPUs"] == CheckResult("GPUs", OK, "2 visible")
     assert found["EFA"] == CheckResult("EFA", OK, "1 device(s): rdmap16s27")

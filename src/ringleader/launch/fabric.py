@@ -56,6 +56,14 @@ def ec2_instance_type(instance_type: str | None) -> str | None:
     return instance_type.removeprefix("ml.")
 
 
+def known_instance_type(from_resource_config: str, environ: Mapping[str, str]) -> str | None:
+    """The instance type resourceconfig.json names; SageMaker local mode's "local" says
+    nothing, SM_CURRENT_INSTANCE_TYPE may."""
+    if from_resource_config != "local":
+        return from_resource_config
+    return environ.get("SM_CURRENT_INSTANCE_TYPE")
+
+
 def efa_settings(facts: FabricFacts, already_set: Collection[str]) -> FabricSettings:
     """The variables to add to the ranks' environment, and the log line saying why."""
     if not facts.efa_devices:

@@ -6,7 +6,6 @@ bounded by ringleader_health_timeout; one that does not finish in time failed, n
 """
 
 import contextlib
-import json
 import os
 import socket
 import subprocess
@@ -21,12 +20,20 @@ from ringleader.config.job import (
     MULTI_WORKER_MIRRORED,
     PARAMETER_SERVER,
     TORCH_DISTRIBUTED,
+    ConfigFiles,
     JobConfig,
 )
 from ringleader.core import paths
 from ringleader.core.errors import ConfigError
 from ringleader.core.health import FAILED, NOT_CHECKED, OK, CheckResult, Report
 from ringleader.core.hostenvfile import read_host_env
+from ringleader.core.procfind import listening_pids, processes_carrying
+from ringleader.launch.fabric import (
+    SYS_CLASS_INFINIBAND,
+    ec2_instance_type,
+    find_efa_devices,
+    known_instance_type,
+)
 
 if TYPE_CHECKING:
     import psutil
@@ -37,20 +44,20 @@ HOOK_LINES = 5  # the last lines of the user's check kept in its result
 # A check that waits (for a process, for the user's command) gets this share of the time left,
 # so that it still reports its own finding before the checks' bound.
 WAIT_SHARE = 0.9
-# Instance types with EFA devices (the largest size of each family that has them).
+# EC2 instance types with EFA devices (the largest size of each family that has them).
 EFA_INSTANCE_TYPES = frozenset(
     {
-        "ml.p4d.24xlarge",
-        "ml.p4de.24xlarge",
-        "ml.p5.48xlarge",
-        "ml.p5e.48xlarge",
-        "ml.p5en.48xlarge",
-        "ml.trn1.32xlarge",
-        "ml.trn1n.32xlarge",
-        "ml.trn2.48xlarge",
-        "ml.g5.48xlarge",
-        "ml.g6e.48xlarge",
-        "ml.c5n.18xlarge",
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p5en.48xlarge",
+        "trn1.32xlarge",
+        "trn1n.32xlarge",
+        "trn2.48xlarge",
+        "g5.48xlarge",
+        "g6e.48xlarge",
+        "c5n.18xlarge",
     }
 )
 Check = Callable[[float], CheckResult]  # the seconds it may take -> its result
@@ -66,7 +73,7 @@ class HostChecks:
     host_env_file: Path = paths.HOST_ENV_FILE
     proc: Path = Path("/proc")
     gpu_dir: Path = Path("/proc/driver/nvidia/gpus")
-    infiniband_dir: Path = Path("/sys/class/infiniband")
+    infiniband_dir: Path = SYS_CLASS_INFINIBAND
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
     def run(self, attempt: int) -> Report:
@@ -101,10 +108,11 @@ class HostChecks:
         return [*found, checkpoints] if checkpoints.is_dir() else found
 
     def _instance_type(self) -> str | None:
-        with contextlib.suppress(OSError, ValueError):
-            config = json.loads((self.ml_root / "input/config/resourceconfig.json").read_text())
-            return str(config.get("current_instance_type") or "") or None
-        return None
+        resource_config = None
+        with contextlib.suppress(ConfigError):
+            resource_config = ConfigFiles(self.ml_root / "input" / "config").read_resource_config()
+        given = str((resource_config or {}).get("current_instance_type", "local"))
+        return known_instance_type(given, self.environ)
 
     def _hook_env(self) -> dict[str, str]:
         """The ranks' environment on this host (the container's and SageMaker's variables);
@@ -252,11 +260,9 @@ def _holder(port: int, error: OSError) -> str:
     """Who listens on the port, when this host can tell."""
     import psutil  # only when a port is held: the entry point starts without it
 
-    with contextlib.suppress(psutil.Error, OSError):
-        for connection in psutil.net_connections(kind="tcp"):
-            listening = connection.status == psutil.CONN_LISTEN and connection.pid
-            if listening and connection.laddr and connection.laddr.port == port:
-                return f"held by {_described(psutil.Process(connection.pid))}"
+    for pid in listening_pids(port)[:1]:
+        with contextlib.suppress(psutil.Error):
+            return f"held by {_described(psutil.Process(pid))}"
     return error.strerror or str(error)
 
 
@@ -283,10 +289,10 @@ def _gpus(gpu_dir: Path, expected: str | None) -> Check:
 
 def _efa(infiniband_dir: Path, instance_type: str | None) -> Check:
     def check(_seconds: float) -> CheckResult:
-        if instance_type not in EFA_INSTANCE_TYPES:
+        if ec2_instance_type(instance_type) not in EFA_INSTANCE_TYPES:
             kind = instance_type or "not known"
             return CheckResult("", NOT_CHECKED, f"instance type {kind}: no EFA expected")
-        devices = sorted(path.name for path in infiniband_dir.glob("*"))
+        devices = find_efa_devices(infiniband_dir)
         if not devices:
             return CheckResult("", FAILED, f"none in {infiniband_dir}; {instance_type} has EFA")
         return CheckResult("", OK, f"{len(devices)} device(s): {', '.join(devices)}")
@@ -297,19 +303,15 @@ def _efa(infiniband_dir: Path, instance_type: str | None) -> Check:
 def _leftovers(attempt: int, environ: Mapping[str, str], timeout: float) -> Check:
     """No process of `attempt` (RINGLEADER_ATTEMPT, and this job's mark on a shared machine)
     runs any more: each is waited for, as long as the checks may take, then named."""
+    carried = {paths.ATTEMPT_VARIABLE: str(attempt)}
     mark = environ.get(paths.JOB_MARK_VARIABLE)
+    if mark is not None:
+        carried[paths.JOB_MARK_VARIABLE] = mark
 
     def check(seconds: float) -> CheckResult:
         import psutil  # only before a restart: the entry point starts without it
 
-        left = []
-        for process in psutil.process_iter():
-            with contextlib.suppress(psutil.Error):
-                variables = process.environ()
-                if variables.get(paths.ATTEMPT_VARIABLE) != str(attempt):
-                    continue
-                if mark is None or variables.get(paths.JOB_MARK_VARIABLE) == mark:
-                    left.append(process)
+        left = processes_carrying(carried)
         if not left:
             return CheckResult("", OK, f"none of attempt {attempt} left")
         _, alive = psutil.wait_procs(left, timeout=seconds)

@@ -36,7 +36,7 @@ def sagemaker_env_vars(config: JobConfig, files: ConfigFiles, log: Logger) -> di
         resource_config, input_data_config, hyperparameters, facts
     )
     fabric_facts = fabric.probe_fabric(
-        _known_instance_type(instance_type, os.environ), facts.num_gpus
+        fabric.known_instance_type(instance_type, os.environ), facts.num_gpus
     )
     return {
         **fabric_variables(config, fabric_facts, os.environ, log),
@@ -68,12 +68,6 @@ def fabric_variables(
     if settings.note is not None and config.topology.current_host == config.topology.leader:
         log(settings.note)
     return dict(settings.variables)
-
-
-def _known_instance_type(from_resource_config: str, environ: Mapping[str, str]) -> str | None:
-    if from_resource_config != "local":
-        return from_resource_config
-    return environ.get("SM_CURRENT_INSTANCE_TYPE")
 
 
 def host_environment(base: Mapping[str, str], sagemaker: Mapping[str, str]) -> dict[str, str]:

@@ -13,6 +13,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from ringleader.core.exitnote import read_exit_note
@@ -133,18 +134,16 @@ class HostAgent:
         started: RankStart | None = None  # the rank this wrapper announced
         started_at = 0.0
         ended = False
-        # its last stderr lines: the record of a wrapper killed before it reported keeps them
-        stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        # its last stderr frames (one line each at least), still encoded: decoded only for the
+        # record of a wrapper killed before it reported, which keeps their last lines
+        stderr: collections.deque[bytes] = collections.deque(maxlen=STDERR_TAIL_LINES)
         try:
             while True:
                 frame = channel.receive_frame(timeout=None)
                 if is_output(frame):
                     self._on_output(frame)  # passed on still encoded: relayed or printed
-                    if STDERR_MARK in frame:  # decoded only then: stdout is the bulk
-                        batch = decode_output(frame)
-                        if batch.get("stream") == "stderr":
-                            lines = batch.get("lines") or []
-                            stderr.extend(str(line).rstrip()[:TAIL_LINE_CHARS] for line in lines)
+                    if STDERR_MARK in frame:
+                        stderr.append(frame)
                     continue
                 try:
                     message = messages.decode(frame)
@@ -184,9 +183,19 @@ class HostAgent:
                     time.time(),
                     started.attempt,
                     read_exit_note(Path(note)) if note else None,
-                    tuple(stderr),
+                    stderr_lines(stderr),
                 )
                 self._events.put(RankEnded(record))
+
+
+def stderr_lines(frames: Iterable[bytes]) -> tuple[str, ...]:
+    """The last lines of a rank's stderr output frames, as its record keeps them."""
+    lines: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+    for frame in frames:
+        batch = decode_output(frame)
+        if batch.get("stream") == "stderr":
+            lines.extend(str(line).rstrip()[:TAIL_LINE_CHARS] for line in batch.get("lines") or [])
+    return tuple(lines)
 
 
 def same_process(pid: int, started: int | None) -> bool:

@@ -6,6 +6,8 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable
 
+from ringleader.core.procfind import listening_pids
+
 
 def listen_problem(port: int, error: OSError) -> str:
     """What a failed bind of `port` means, naming the process that holds it when it is found."""
@@ -18,22 +20,7 @@ def listen_problem(port: int, error: OSError) -> str:
 def port_holder(port: int) -> str | None:
     """The process listening on TCP `port` ("by NAME (pid N: COMMAND LINE)"), or None when no
     listener of this host's processes is seen (another user's, or outside this PID namespace)."""
-    import psutil  # only when a port is taken: the entry point starts faster without it
-
-    try:
-        connections = psutil.net_connections(kind="tcp")
-    except (psutil.Error, OSError):
-        return None
-    pids = sorted(
-        {
-            connection.pid
-            for connection in connections
-            if connection.status == psutil.CONN_LISTEN
-            and connection.laddr
-            and connection.laddr.port == port
-            and connection.pid is not None
-        }
-    )
+    pids = listening_pids(port)
     if not pids:
         return None
     return ", ".join(_describe(pid) for pid in pids)

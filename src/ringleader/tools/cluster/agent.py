@@ -27,6 +27,7 @@ import psutil
 from ringleader.core import paths
 from ringleader.core.errors import ConfigError
 from ringleader.core.processes import stop_processes
+from ringleader.core.procfind import processes_carrying
 from ringleader.rank.tree import become_subreaper
 from ringleader.tools.cluster.jobroot import make_job_dir
 from ringleader.tools.hostjob import host_environment, lay_out_host
@@ -87,14 +88,7 @@ def lay_out(job: AgentJob) -> None:
 
 def marked_processes(mark: str) -> list[psutil.Process]:
     """This user's processes carrying the job's mark, except this one."""
-    found = []
-    for process in psutil.process_iter():
-        if process.pid == os.getpid():
-            continue
-        with contextlib.suppress(psutil.Error):
-            if process.environ().get(paths.JOB_MARK_VARIABLE) == mark:
-                found.append(process)
-    return found
+    return processes_carrying({paths.JOB_MARK_VARIABLE: mark})
 
 
 def sweep(mark: str, grace: float, descendants: bool = False) -> list[str]:
