@@ -21,7 +21,7 @@ from ringleader.core.errors import StartupError
 from ringleader.core.health import FAILED, NOT_CHECKED, OK, CheckResult, Report
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Mark
-from ringleader.launch.health import HostChecks
+from ringleader.launch.health import Check, HealthCheck, HostChecks
 from ringleader.launch.hostprep import CommandShape
 from ringleader.launch.select import HostFacts
 from ringleader.launch.spawn import SpawnSpec
@@ -213,6 +213,7 @@ class Rig:
             control_server=self.control_server,
             connect=self.connect,
             leader_link=self.leader_link,
+            probe=self.probe,
             start_launcher=self.start_launcher,
             gpus=lambda: 0,
             health=self.health,
@@ -223,17 +224,25 @@ class Rig:
         for part in ("output", "model"):
             (self.ml_root / part).mkdir(parents=True)
         self.health_checked: list[tuple[str, int, Report]] = []
+        self.probed: list[tuple[str, str, str, str]] = []  # (host, target, its address, interface)
 
-    def health(self, config: JobConfig, host: str) -> Callable[[int], Report]:
+    def health(self, config: JobConfig, host: str) -> HealthCheck:
         """The real checks, on this test's directories; what each host found is kept."""
         checks = HostChecks(config, host, ml_root=self.ml_root, environ={})
 
-        def check(attempt: int) -> Report:
-            report = checks.run(attempt)
+        def check(attempt: int, more: Sequence[tuple[str, Check]] = ()) -> Report:
+            report = checks.run(attempt, more)
             self.health_checked.append((host, attempt, report))
             return report
 
         return check
+
+    def probe(
+        self, target: LeaderAddress, host: str, name: str, interface: str, stop: threading.Event
+    ) -> Check:
+        """No network: the target a worker probes is kept, and it answers."""
+        self.probed.append((host, name, target.host, interface))
+        return lambda seconds: CheckResult("", OK, f"{target.host} reached")
 
     def write(self, name: str, value: object) -> None:
         (self.config_dir / name).write_text(json.dumps(value))
@@ -279,6 +288,7 @@ class Rig:
         marks: Sequence[Mark],
         host_key: str | None,
         health: Report,
+        probe_address: str | None,
     ) -> FakeLink:
         self.hello_report = health
         self.link = FakeLink(control, events)

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from ringleader.core.health import CheckResult, LinkSpeed
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import Frame, ProcessStacks, RankStacks, ThreadStack
 from ringleader.core.timeline import Mark
@@ -22,6 +23,8 @@ from ringleader.wire.messages import (
     Join,
     Launched,
     Message,
+    Probed,
+    ProbePeers,
     Progress,
     Pulse,
     RankEnd,
@@ -87,18 +90,29 @@ STACKS = RankStacks(
 )
 MARKS = (Mark("algo-2", "sshd", 12.5), Mark("algo-2", "hello", 12.75))
 
+LINK = LinkSpeed("algo-2", "algo-3", 0.0002, 1.5e9)
 EVERY_KIND: list[Message] = [
     Greeting("job-1", "0f3c"),
     Join("algo-2", "job-1", "control", "9a1b"),
     Join("algo-2", "job-1", "pulse", "9a1b", "c0ffee"),
     Welcome(),
     Welcome("c0ffee", "ssh-ed25519 AAAA job"),
+    Welcome("c0ffee", "ssh-ed25519 AAAA job", ("10.0.2.5",)),
+    Join("algo-2", "job-1", "probe", "9a1b"),
     Refused("algo-2 joined already"),
     Hello("algo-2"),
     Hello("algo-2", host_key="ssh-ed25519 AAAA algo-2"),
     Hello("algo-2", timeline=MARKS),
     Hello("algo-2", sent_at=1795600000.25),  # the worker's clock, for the leader's offset
     Hello("algo-3", ErrorReport(78, "Configuration error in sagemaker_program: x")),
+    Hello("algo-2", probe_address="10.0.2.6"),
+    ProbePeers((("algo-2", "10.0.2.6"), ("algo-3", "10.0.2.7"))),
+    ProbePeers(()),
+    Probed(
+        "algo-2",
+        (CheckResult("reach algo-3", "ok", "fast", LinkSpeed("algo-2", "algo-3", 0.0002, 1.5e9)),),
+    ),
+    Probed("algo-2", (CheckResult("reach algo-3", "failed", "cannot connect"),)),
     Bye("algo-2", MARKS),
     Bye("algo-2"),
     Pulse(),
@@ -218,6 +232,17 @@ def test_unknown_kind_is_a_protocol_error():
         (b'{"type":"rank-end"}', "record"),
         (b'{"type":"ranks-exited","host":"algo-2","code":null}', "code"),
         (b'{"type":"sigterm"}', "host"),
+        (b'{"type":"welcome","probe_addresses":[7]}', "probe_addresses"),
+        (b'{"type":"welcome","probe_addresses":"10.0.2.5"}', "probe_addresses"),
+        (b'{"type":"probe-peers","peers":[["algo-2"]]}', "peers"),
+        (b'{"type":"probe-peers","peers":[["algo-2",7]]}', "peers"),
+        (b'{"type":"probed","health":[]}', "host"),
+        (b'{"type":"probed","host":"algo-2","health":[{"name":"x"}]}', "health"),
+        (
+            b'{"type":"probed","host":"algo-2","health":[{"name":"x","status":"ok",'
+            b'"detail":"","link":{"source":"a","target":"b","round_trip":-1,"bandwidth":1}}]}',
+            "health",
+        ),
     ],
 )
 def test_a_field_missing_or_of_the_wrong_type_is_a_protocol_error(frame, field):

@@ -55,6 +55,10 @@ TF_ROLES = (TF_MASTER_ROLES, TF_CHIEF_ROLES)  # ringleader_tf_roles
 # ringleader_ps_framework: whose parameter servers `parameter_server` means (auto: the image's)
 PS_FRAMEWORK_AUTO = "auto"
 PS_FRAMEWORKS = (PS_FRAMEWORK_AUTO, "tensorflow", "mxnet")
+# ringleader_health_pairs: which links the gate probes before the first attempt
+PAIRS_TO_LEADER = "leader"  # every worker to the leader
+PAIRS_ALL = "all"  # and every pair of workers
+HEALTH_PAIRS = (PAIRS_TO_LEADER, PAIRS_ALL)
 
 
 def _output_uri(field: str, value: Any) -> OutputUri:
@@ -97,6 +101,11 @@ _SETTING_KEYS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "ringleader_min_shm": ("health", "min_shm", hp.as_size),
     "ringleader_min_free_memory": ("health", "min_free_memory", hp.as_size),
     "ringleader_health_check": ("health", "check", lambda field, value: _hook(field, value)),
+    "ringleader_health_pairs": (
+        "health",
+        "pairs",
+        lambda field, value: _choice(field, value, HEALTH_PAIRS),
+    ),
 }
 
 
@@ -220,6 +229,7 @@ class HealthConfig:
     min_shm: int = 64 << 20
     min_free_memory: int = 256 << 20  # ringleader_min_free_memory: MemAvailable
     check: tuple[str, ...] = ()  # ringleader_health_check: the user's own, run on every host
+    pairs: str = PAIRS_TO_LEADER  # ringleader_health_pairs: the links probed (HEALTH_PAIRS)
 
 
 @dataclass(frozen=True)

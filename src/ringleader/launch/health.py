@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ringleader.config.job import (
     MULTI_WORKER_MIRRORED,
@@ -63,6 +63,12 @@ EFA_INSTANCE_TYPES = frozenset(
 Check = Callable[[float], CheckResult]  # the seconds it may take -> its result
 
 
+class HealthCheck(Protocol):
+    """A host's checks before an attempt, with `more` of other layers' (HostChecks.run)."""
+
+    def __call__(self, attempt: int, more: Sequence[tuple[str, Check]] = ()) -> Report: ...
+
+
 @dataclass(frozen=True)
 class HostChecks:
     """What this host checks before an attempt."""
@@ -76,10 +82,11 @@ class HostChecks:
     infiniband_dir: Path = SYS_CLASS_INFINIBAND
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
-    def run(self, attempt: int) -> Report:
+    def run(self, attempt: int, more: Sequence[tuple[str, Check]] = ()) -> Report:
         """Every check's result, in a fixed order; before attempt N > 0 also whether a process
-        of attempt N-1 still runs; nothing with ringleader_health off. Raises ConfigError
-        when the user's check cannot be run."""
+        of attempt N-1 still runs; `more`: checks of other layers (the reachability probes),
+        run with them; nothing with ringleader_health off. Raises ConfigError when the
+        user's check cannot be run."""
         health = self.config.health
         if not health.enabled:
             return ()
@@ -99,7 +106,7 @@ class HostChecks:
             checks.append(("last attempt's processes", leftovers))
         if health.check:
             checks.append(("health check", _hook(health.check, self._hook_env(), self.config)))
-        return run_checks(checks, health.timeout)
+        return run_checks([*checks, *more], health.timeout)
 
     def paths(self) -> list[Path]:
         """The output, model and (where there is one) checkpoint paths."""
@@ -167,7 +174,7 @@ def run_checks(checks: Sequence[tuple[str, Check]], timeout: float) -> Report:
         except Exception as error:  # a check that breaks fails, named; the others go on
             result = CheckResult(name, FAILED, f"the check itself failed: {error!r}")
         with done:
-            results[name] = CheckResult(name, result.status, result.detail)
+            results[name] = CheckResult(name, result.status, result.detail, result.link)
             done.notify_all()
 
     for name, check in checks:

@@ -66,6 +66,13 @@ def local_interfaces() -> dict[str, list[str]]:
     return found
 
 
+def addresses_on(interface: str) -> tuple[str, ...]:
+    """This host's IPv4 addresses on `interface` (none when it has no such interface)."""
+    return tuple(
+        str(ipaddress.ip_interface(network).ip) for network in local_interfaces().get(interface, ())
+    )
+
+
 def resolve(hosts: Sequence[str]) -> list[str]:
     addresses = []
     for host in hosts:

@@ -41,9 +41,12 @@ class HostContext:
             leader, port, self.job(leader), timeouts.leader_loss, self.parts.secret
         )
 
-    def admission(self, ssh_key: str | None = None) -> Admission:
-        """Whom this leader admits: its own job's workers, who hold its secret."""
-        return Admission(self.job(self.host), self.parts.secret, ssh_key)
+    def admission(
+        self, ssh_key: str | None = None, probe_addresses: tuple[str, ...] = ()
+    ) -> Admission:
+        """Whom this leader admits: its own job's workers, who hold its secret; what it hands
+        them: the job's ssh key, and its addresses on the job's interface for their probes."""
+        return Admission(self.job(self.host), self.parts.secret, ssh_key, probe_addresses)
 
     def write(self, outcome: Outcome) -> None:
         """This host's result file, best-effort: a full disk never changes the exit code."""

@@ -8,11 +8,19 @@ from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
 from ringleader.core.background import BackgroundCall
 from ringleader.core.errors import ConfigError, JobError
+from ringleader.core.health import Report
 from ringleader.core.outcome import Outcome, truncate
+from ringleader.launch.health import HealthCheck
 from ringleader.launch.strategy import LaunchStrategy
 from ringleader.output.printer import OutputRelay
 from ringleader.supervise.context import HostContext
-from ringleader.supervise.health import checked
+from ringleader.supervise.health import (
+    PairProbes,
+    checked,
+    leader_probe,
+    probe_peers,
+    probes_pairs,
+)
 from ringleader.supervise.report import report_error, report_on, send_to_leader
 from ringleader.supervise.stack_files import keep_rank_stacks
 from ringleader.supervise.worker import Worker, WorkerParts
@@ -32,10 +40,26 @@ def follow(
         if strategy.setup.start(timeouts.startup):
             context.timeline.mark(context.host, phases.SSHD)
         prepared.result()
-        health = checked(context, check_health, 0)
     except JobError as error:
         settings = ReportingSettings(timeouts, config.control_port)
         return report_error(context, topology.leader, settings, error)
+    # Its peers probe it once every worker said hello: it answers from before its own.
+    pairs = PairProbes.start(context, config) if probes_pairs(config) else None
+    try:
+        return _follow(context, config, strategy, check_health, pairs)
+    finally:
+        if pairs is not None:
+            pairs.close()
+
+
+def _follow(
+    context: HostContext,
+    config: JobConfig,
+    strategy: LaunchStrategy,
+    check_health: HealthCheck,
+    pairs: "PairProbes | None",
+) -> Outcome:
+    parts, timeouts, topology = context.parts, config.timeouts, config.topology
     deadline = time.monotonic() + timeouts.startup
     leader = context.leader_address(topology.leader, config.control_port, timeouts)
     connected = _connect(context, config, leader, deadline)
@@ -43,8 +67,16 @@ def follow(
         return connected
     control, pulse = connected
     context.timeline.mark(context.host, phases.CONNECTED)
+    probes = [leader_probe(context, config, leader, control.probe_addresses)]
+    if pairs is not None and pairs.problem is not None:
+        probes.append(pairs.problem)
+
+    def health_before(attempt: int) -> Report:
+        return checked(context, lambda number: check_health(number, probes), attempt)
+
     try:
         strategy.setup.authorize(control.ssh_key)
+        health = health_before(0)
     except JobError as error:  # told on the connection the leader admitted
         outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
         context.write(outcome)
@@ -61,6 +93,7 @@ def follow(
         context.timeline.marks(),
         strategy.setup.host_key,
         health,
+        None if pairs is None else pairs.address,
     )
     relay = OutputRelay()
     relay.attach(link.channel)
@@ -74,7 +107,8 @@ def follow(
         strategy.worker_plan,
         context.launcher_starter(strategy),
         lambda stacks: keep_rank_stacks(parts.results.hang_dir, stacks, context.log),
-        lambda attempt: checked(context, check_health, attempt),
+        health_before,
+        lambda peers: probe_peers(context, config, leader, peers),
     )
     try:
         return Worker(context.host, topology.leader, timeouts, worker_parts).run(

@@ -10,6 +10,7 @@ from ringleader.core import timeline as phases
 from ringleader.core.background import BackgroundCall
 from ringleader.core.errors import ConfigError, JobError
 from ringleader.core.outcome import Outcome, truncate
+from ringleader.launch.netif import addresses_on
 from ringleader.launch.strategy import LaunchPlan, LaunchStrategy
 from ringleader.output.kept_files import keep_files
 from ringleader.output.metrics import MetricRecorder
@@ -56,7 +57,7 @@ def lead(
                 timeouts,
                 workers,
                 printer.deliver,
-                context.admission(ssh_key),
+                context.admission(ssh_key, _probe_addresses(config)),
             )
         except ConfigError as error:  # the control port is taken: the workers see that too
             outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
@@ -81,7 +82,7 @@ def lead(
         on_attempt=lambda attempt: _note_attempt(recorder, attempt),
         check_health=lambda attempt: checked(context, check_health, attempt),
     )
-    leader = Leader(context.host, workers, timeouts, leader_parts, config.restart)
+    leader = Leader(context.host, workers, timeouts, leader_parts, config.restart, config.health)
     try:
         outcome = _ready_then_run(context, leader, strategy, with_workers, prepared, config)
         context.timeline.mark(context.host, phases.VERDICT)
@@ -101,6 +102,14 @@ def lead(
         if server is not None:
             server.close()  # the workers go first
     return outcome
+
+
+def _probe_addresses(config: JobConfig) -> tuple[str, ...]:
+    """Where the workers probe this leader: its addresses on the job's interface (none: at
+    its name)."""
+    if not config.health.enabled:
+        return ()
+    return addresses_on(config.topology.network_interface)
 
 
 def _ready_then_run(

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ringleader.config.job import RestartConfig, Timeouts
+from ringleader.config.job import HealthConfig, RestartConfig, Timeouts
 from ringleader.core import timeline as phases
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.errors import JobError
@@ -128,6 +128,7 @@ class Leader:
         timeouts: Timeouts,
         parts: LeaderParts,
         restart: RestartConfig | None = None,
+        health: HealthConfig | None = None,
     ) -> None:
         restart = restart or RestartConfig()
         setup = LeaderSetup(
@@ -137,6 +138,7 @@ class Leader:
             restart,
             tells_workers=parts.link is not None,
             checks_ssh=parts.check_ssh is not None,
+            health=health or HealthConfig(),
         )
         # a cluster's earlier runs' attempts come first
         self._state = LeaderState(setup, attempts=tuple(restart.history))

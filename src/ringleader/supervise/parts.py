@@ -16,7 +16,7 @@ from ringleader.config.job import ConfigFiles, JobConfig, Timeouts
 from ringleader.core import paths
 from ringleader.core.health import Report
 from ringleader.core.timeline import Mark
-from ringleader.launch.health import HostChecks
+from ringleader.launch.health import Check, HealthCheck, HostChecks
 from ringleader.launch.hostprep import CommandShape, prepare_host
 from ringleader.launch.process import Launcher
 from ringleader.launch.select import HostFacts, select_strategy
@@ -39,6 +39,7 @@ from ringleader.wire.control import (
 )
 from ringleader.wire.events import LauncherExited
 from ringleader.wire.leader_link import LeaderLink
+from ringleader.wire.probe import probe_check
 from ringleader.wire.protocol import Channel, OutputHandler
 
 if TYPE_CHECKING:
@@ -73,13 +74,26 @@ MakeAgent = Callable[[EventQueue, OutputHandler], HostRanks]
 # port, events, timeouts, workers, output handler, whom to admit
 MakeServer = Callable[[int, EventQueue, Timeouts, Sequence[str], OutputHandler, Admission], Workers]
 # host, leader, control, pulse, timeouts, events, marks so far, this host's sshd's public key,
-# its health checks
+# its health checks, where its peers probe it
 MakeLink = Callable[
-    [str, str, Channel, Channel, Timeouts, EventQueue, Sequence[Mark], str | None, Report],
+    [
+        str,
+        str,
+        Channel,
+        Channel,
+        Timeouts,
+        EventQueue,
+        Sequence[Mark],
+        str | None,
+        Report,
+        str | None,
+    ],
     Leader,
 ]
 # the job, this host -> its health checker (attempt -> its checks)
-MakeHealth = Callable[[JobConfig, str], Callable[[int], Report]]
+MakeHealth = Callable[[JobConfig, str], HealthCheck]
+# target, this host, the target's name, the job's interface, stop -> the reachability check
+MakeProbe = Callable[[LeaderAddress, str, str, str, threading.Event], Check]
 StartLauncher = Callable[[LaunchPlan, EventQueue, HostSetup], RunningLauncher]
 SelectStrategy = Callable[[JobConfig, HostFacts, Callable[[], Sequence[str]]], LaunchStrategy]
 
@@ -110,12 +124,15 @@ def _leader_link(
     marks: Sequence[Mark],
     host_key: str | None,
     health: Report,
+    probe_address: str | None,
 ) -> LeaderLink:
     liveness = Liveness(timeouts.pulse_interval, timeouts.leader_loss)
-    return LeaderLink(host, leader, control, pulse, liveness, events, marks, host_key, health)
+    return LeaderLink(
+        host, leader, control, pulse, liveness, events, marks, host_key, health, probe_address
+    )
 
 
-def _health(config: JobConfig, host: str) -> Callable[[int], Report]:
+def _health(config: JobConfig, host: str) -> HealthCheck:
     return HostChecks(config, host).run
 
 
@@ -170,6 +187,7 @@ class RootParts:
     deliver: Callable[["OutputUri", str], None] = _deliver
     gpus: Callable[[], int] = gpu_count
     health: MakeHealth = _health
+    probe: MakeProbe = probe_check
     clock: Clock = field(default_factory=SystemClock)
     results: ResultFiles = field(default_factory=ResultFiles)
     logger: Callable[[str], None] = log.log

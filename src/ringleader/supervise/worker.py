@@ -30,6 +30,7 @@ from ringleader.supervise.following.effects import (
     OutcomeWritten,
     ReapLocal,
     Send,
+    SendProbed,
     SendReady,
     StartOwnLauncher,
     TerminateLocal,
@@ -38,7 +39,7 @@ from ringleader.supervise.following.effects import (
 )
 from ringleader.supervise.following.state import Phase, WorkerSetup, WorkerState
 from ringleader.supervise.following.table import step
-from ringleader.wire.messages import Message, Ready
+from ringleader.wire.messages import Message, Probed, Ready
 
 __all__ = ["LeaderLink", "Phase", "Worker", "WorkerParts"]
 
@@ -62,6 +63,8 @@ class WorkerParts:
     keep_stacks: Callable[[RankStacks], None] = lambda stacks: None
     # This host's health checks before an attempt (ringleader_health; none when it is off).
     check_health: Callable[[int], Report] = lambda attempt: ()
+    # This host's share of the pair probes, given every worker's (name, address).
+    probe_peers: Callable[[tuple[tuple[str, str], ...]], Report] = lambda peers: ()
 
 
 class Worker:
@@ -106,6 +109,8 @@ class Worker:
             case SendReady(attempt):
                 health = parts.check_health(attempt)
                 parts.link.send(Ready(self._state.setup.host, attempt, health))
+            case SendProbed(peers):
+                parts.link.send(Probed(self._state.setup.host, parts.probe_peers(peers)))
             case TerminateLocal(grace):
                 local.terminate_all(grace)
             case ReapLocal(grace):

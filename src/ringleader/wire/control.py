@@ -18,7 +18,10 @@ The worker joins: its name, the job, which of its two connections this is, and, 
 has a secret, its proof (ringleader.wire.auth); the leader welcomes it with its own proof (and,
 on the control connection, the job's ssh key) or refuses it. A join is admitted only for this
 job, from one of its workers' own addresses, with the right proof, and only once per worker and
-connection: a live link is never replaced. At most MAX_UNIDENTIFIED connections wait to join at
+connection: a live link is never replaced. A third, short link is the health gate's
+reachability probe (ringleader.wire.probe), admitted the same way before every attempt.
+
+At most MAX_UNIDENTIFIED connections wait to join at
 once, each at most JOIN_TIMEOUT seconds and with a first frame of at most JOIN_FRAME_BYTES;
 more wait, not greeted yet, in the listen queue (the kernel's: listen_backlog).
 """
@@ -48,11 +51,14 @@ from ringleader.wire.events import (
     WorkerBye,
     WorkerHello,
     WorkerLost,
+    WorkerProbed,
     WorkerReady,
 )
+from ringleader.wire.linkprobe import answer_probe
 from ringleader.wire.liveness import bound_sends, close_at_once, cut
 from ringleader.wire.messages import (
     CONTROL_LINK,
+    PROBE_LINK,
     PULSE_LINK,
     Bye,
     ErrorReport,
@@ -61,6 +67,7 @@ from ringleader.wire.messages import (
     Hello,
     Join,
     Message,
+    Probed,
     Progress,
     RankEnd,
     RanksExit,
@@ -134,6 +141,43 @@ class Admission:
     job: str  # the identity every connection is greeted with, and every join must name
     secret: bytes | None = None  # every join must prove it knows it (when there is one)
     ssh_key: str | None = None  # the job's public ssh key, for each control connection
+    # the leader's addresses on the job's interface, for each control connection (its probes)
+    probe_addresses: tuple[str, ...] = ()
+
+    def problem(self, join: Join, nonce: str) -> str | None:
+        """Why `join` (answering a greeting with `nonce`) is not of this job, or None."""
+        if join.job != self.job:
+            return f"it joins another job, {join.job[:100]!r}"
+        if self.secret is None and join.proof is not None:
+            return "it proves a job secret, and this job has none"
+        if self.secret is not None:
+            expected = auth.join_proof(
+                self.secret, self.job, join.host, join.link, nonce, join.nonce
+            )
+            if not auth.proofs_match(expected, join.proof):
+                return f"its proof for {join.host[:100]!r} does not match this job's secret"
+        return None
+
+
+def probe_admitted(join: Join, workers: Collection[str]) -> "_Admitted | None":
+    """A reachability probe of one of the job's workers (its proof checked already). Its
+    address is not checked: it comes from the worker's address on the job's interface, which
+    its name need not resolve to, and a probe carries nothing of the job."""
+    return _Admitted(join.host, join.link) if join.host in workers else None
+
+
+def welcome_message(admission: Admission, join: Join, nonce: str) -> Welcome:
+    """The answer to an admitted join: the proof that the job's leader (or, for a probe, the
+    job's worker) answers, and on a control connection the job's ssh key and the leader's
+    probe addresses."""
+    control = join.link == CONTROL_LINK
+    ssh_key = admission.ssh_key if control else None
+    proof = None
+    if admission.secret is not None:
+        proof = auth.welcome_proof(
+            admission.secret, admission.job, join.host, join.link, join.nonce, nonce, ssh_key or ""
+        )
+    return Welcome(proof, ssh_key, admission.probe_addresses if control else ())
 
 
 def listen_backlog(workers: int) -> int:
@@ -159,9 +203,7 @@ class ControlServer:
     ) -> None:
         """Listen on `port` for the workers of the job `admission` names. A port that cannot be
         listened on is a ConfigError naming what holds it."""
-        self._job = admission.job
-        self._secret = admission.secret
-        self._ssh_key = admission.ssh_key
+        self._admission = admission
         self._events = events
         self._liveness = liveness
         self._on_output = on_output
@@ -179,6 +221,7 @@ class ControlServer:
             self._server = socket.create_server(("", port), backlog=listen_backlog(len(workers)))
         except OSError as error:
             raise ControlPortTaken(listen_problem(port, error), job_at(port)) from None
+        self._probes = threading.BoundedSemaphore(max(len(workers), 1))  # answered at once
         self._pulses = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_KEY)
         # Admitting a join may resolve a host name (slow DNS must hold up neither the other
         # joins nor the workers' frames): a few threads of their own, not one per worker.
@@ -233,7 +276,7 @@ class ControlServer:
         nonce = auth.new_nonce()
         joining = _Joining(self, channel.peer_address or "?", nonce)
         try:
-            channel.send(Greeting(self._job, nonce))
+            channel.send(Greeting(self._admission.job, nonce))
         except ChannelClosed:
             channel.close()
             return
@@ -281,6 +324,8 @@ class ControlServer:
             channel.close()
         elif admitted.link == PULSE_LINK:
             self._watch(admitted.host, channel)
+        elif admitted.link == PROBE_LINK:
+            self._answer_probe(channel)
         else:
             bound_sends(channel, self._liveness.timeout)  # a worker that stopped reading
             worker = _Worker(self, admitted)
@@ -315,32 +360,37 @@ class ControlServer:
     def _welcome(
         self, channel: Channel, join: Join, nonce: str, admitted: "_Admitted"
     ) -> "_Admitted | None":
-        ssh_key = self._ssh_key if join.link == CONTROL_LINK else None
-        proof = None
-        if self._secret is not None:
-            proof = auth.welcome_proof(
-                self._secret, self._job, join.host, join.link, join.nonce, nonce, ssh_key or ""
-            )
         try:
-            channel.send(Welcome(proof, ssh_key))
+            channel.send(welcome_message(self._admission, join, nonce))
         except ChannelClosed:
             return None
         return admitted
 
+    def _answer_probe(self, channel: Channel) -> None:
+        """A worker's reachability probe, answered in a thread of its own (a bulk transfer
+        must hold up no join); one per worker at a time, at most."""
+        if not self._probes.acquire(blocking=False):
+            channel.close()
+            return
+
+        def answer() -> None:
+            try:
+                answer_probe(channel)
+            finally:
+                self._probes.release()
+
+        threading.Thread(target=answer, name="control-probe", daemon=True).start()
+
     def _identify(self, join: Join, address: str, nonce: str) -> "tuple[_Admitted | None, str]":
         """The worker a join comes from, or None and why it is refused."""
-        if join.job != self._job:
-            return None, f"it joins another job, {join.job[:100]!r}"
-        if join.link not in (CONTROL_LINK, PULSE_LINK):
+        if join.link not in (CONTROL_LINK, PULSE_LINK, PROBE_LINK):
             return None, f"unknown link {join.link[:50]!r}"
-        if self._secret is None and join.proof is not None:
-            return None, "it proves a job secret, and this job has none"
-        if self._secret is not None:
-            expected = auth.join_proof(
-                self._secret, self._job, join.host, join.link, nonce, join.nonce
-            )
-            if not auth.proofs_match(expected, join.proof):
-                return None, f"its proof for {join.host[:100]!r} does not match this job's secret"
+        problem = self._admission.problem(join, nonce)
+        if problem is not None:
+            return None, problem
+        if join.link == PROBE_LINK:
+            admitted = probe_admitted(join, self._workers_allowed)
+            return admitted, "" if admitted else f"{join.host[:100]!r} is not one of the workers"
         admitted, problem = self._by_address(join, address)
         if admitted is None:
             return None, problem
@@ -413,6 +463,7 @@ class ControlServer:
                     clock_offset=offset,
                     host_key=hello.host_key,
                     health=hello.health,
+                    probe_address=hello.probe_address,
                 )
             )
         if final is not None:
@@ -467,6 +518,8 @@ class ControlServer:
             self._events.put(WorkerBye(host, message.timeline))
         elif isinstance(message, Ready):
             self._events.put(WorkerReady(host, message.attempt, message.health))
+        elif isinstance(message, Probed):
+            self._events.put(WorkerProbed(self._own(host, message.host), message.health))
         elif isinstance(message, Progress):
             self._events.put(RanksProgressed(self._own(host, message.host), message.ranks))
         elif isinstance(message, Stacks):
@@ -553,6 +606,7 @@ class Joined:
 
     channel: Channel
     ssh_key: str | None  # the job's public ssh key (control connection of an mpi job)
+    probe_addresses: tuple[str, ...] = ()  # the leader's, on the job's interface
 
 
 def connect_to_leader(
@@ -577,23 +631,23 @@ def connect_to_leader(
     unanswered: NoAnswer | None = None
     while not stop.is_set() and time.monotonic() < deadline:
         try:
-            joined = _join(leader, host, link, deadline, stop)
+            joined = join_once(leader, host, link, deadline, stop)
         except NoAnswer as error:
             # A leader busy accepting thousands of hosts greets late; what else holds the port
             # never does. Only the startup deadline tells them apart.
             unanswered, joined = error, None
         except (NotTheLeader, NotAdmitted) as error:
-            raise ConfigError(CONTROL_PORT_SETTING, _not_joined(leader, error)) from None
+            raise ConfigError(CONTROL_PORT_SETTING, join_problem(leader, error)) from None
         if joined is not None:
             return joined
         stop.wait(min(delay, max(deadline - time.monotonic(), 0)))
         delay = min(delay * 2, 1.0)
     if unanswered is not None and not stop.is_set():
-        raise ConfigError(CONTROL_PORT_SETTING, _not_joined(leader, unanswered))
+        raise ConfigError(CONTROL_PORT_SETTING, join_problem(leader, unanswered))
     return None
 
 
-def _join(
+def join_once(
     leader: LeaderAddress, host: str, link: str, deadline: float, stop: threading.Event
 ) -> Joined | None:
     """One try: a connection this job's leader admitted, or None (refused, closed before its
@@ -645,7 +699,7 @@ def _join(
         if not auth.proofs_match(expected, answer.proof):
             channel.close()
             raise NotTheLeader("its proof does not match this job's secret")
-    return Joined(channel, answer.ssh_key)
+    return Joined(channel, answer.ssh_key, answer.probe_addresses)
 
 
 class NotTheLeader(Exception):
@@ -692,7 +746,7 @@ def _from_leader(
     return None
 
 
-def _not_joined(leader: LeaderAddress, error: Exception) -> str:
+def join_problem(leader: LeaderAddress, error: Exception) -> str:
     where = f"{leader.host}:{leader.port}"
     if isinstance(error, NotAdmitted):
         return f"the leader on {where} refused this host: {error}"
@@ -715,6 +769,7 @@ def hello_message(
     marks: Sequence[Mark] = (),
     host_key: str | None = None,
     health: Sequence[CheckResult] = (),
+    probe_address: str | None = None,
 ) -> Hello:
     """A worker's first message after its welcome; `error`: (exit code, message); `marks`: its
     timeline so far; `host_key`: its sshd's public key; `health`: its checks. It carries the
@@ -726,6 +781,7 @@ def hello_message(
         time.time(),
         host_key,
         tuple(health),
+        probe_address,
     )
 
 

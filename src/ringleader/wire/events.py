@@ -50,6 +50,15 @@ class WorkerHello:
     clock_offset: float = field(default=0.0, compare=False)  # a measurement, not identity
     host_key: str | None = None  # the worker's sshd's public key, made for this job
     health: tuple[CheckResult, ...] = ()  # its health checks before the first attempt
+    probe_address: str | None = None  # where its peers probe it (ringleader_health_pairs=all)
+
+
+@dataclass(frozen=True)
+class WorkerProbed:
+    """A worker's pair probes (ringleader_health_pairs=all), the answer to ProbePeers."""
+
+    host: str
+    health: tuple[CheckResult, ...]
 
 
 @dataclass(frozen=True)
@@ -127,6 +136,7 @@ Event = (
     | WorkerLost
     | WorkerBye
     | WorkerReady
+    | WorkerProbed
     | LeaderMessage
     | LeaderLost
     | RanksProgressed

@@ -36,10 +36,11 @@ class LeaderLink:
         marks: Sequence[Mark] = (),
         host_key: str | None = None,
         health: Sequence[CheckResult] = (),
+        probe_address: str | None = None,
     ) -> None:
         """Say hello on the control connection (both are joined already: wire.control) and
         start watching the leader; `host_key`: this host's sshd's public key; `health`: its
-        checks before the first attempt."""
+        checks before the first attempt; `probe_address`: where its peers probe it."""
         self.channel = control
         self._events = events
         self._liveness = liveness
@@ -47,7 +48,11 @@ class LeaderLink:
         self._closed = threading.Event()
         self._reader_done = threading.Event()
         self._outbox: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
-        self.send(hello_message(host, marks=marks, host_key=host_key, health=health))
+        self.send(
+            hello_message(
+                host, marks=marks, host_key=host_key, health=health, probe_address=probe_address
+            )
+        )
         threading.Thread(target=self._send_loop, name="leader-sender", daemon=True).start()
         self._leader = leader
         self._pulse = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_KEY)

@@ -14,7 +14,11 @@ Who sends what:
   from its host agent), RanksExit (its own launcher exited), Sigterm, and Bye once it has the
   job's exit code; on its pulse connection, after the Welcome, only Pulse (both ways).
 - the leader to its workers: Launched, Terminate, Exit; between two attempts (restarts in
-  place), Restart, which each worker answers Ready once its ranks of the last attempt are gone.
+  place), Restart, which each worker answers Ready once its ranks of the last attempt are gone;
+  with ringleader_health_pairs=all, once every worker said hello, ProbePeers, which each worker
+  answers Probed.
+- a probe (ringleader.wire.probe), after its Welcome on a PROBE_LINK connection: frames of its
+  own (ringleader.wire.linkprobe), no messages.
 - a rank wrapper to its host agent: RankStart (with the user process's PID), RankEnd; the
   agent answers Terminate (stop your rank) and Ack (the record arrived).
 - the hang watch: Progress (wrapper to agent, worker to leader: these ranks made progress),
@@ -67,9 +71,11 @@ class Greeting:
     nonce: str  # fresh for this connection: the worker's proof covers it
 
 
-# The two connections a worker opens to its leader.
+# The two connections a worker opens to its leader, and the short one of a reachability probe
+# (to the leader, or to another worker: ringleader.wire.probe).
 CONTROL_LINK = "control"
 PULSE_LINK = "pulse"
+PROBE_LINK = "probe"
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,7 @@ class Join:
     kind: ClassVar[str] = "join"
     host: str
     job: str
-    link: str  # CONTROL_LINK or PULSE_LINK
+    link: str  # CONTROL_LINK, PULSE_LINK or PROBE_LINK
     nonce: str  # fresh for this connection: the leader's proof covers it
     proof: str | None = None  # None: this job has no secret
 
@@ -91,6 +97,9 @@ class Welcome:
     kind: ClassVar[str] = "welcome"
     proof: str | None = None
     ssh_key: str | None = None  # the job's public ssh key, for this host's authorized_keys
+    # On the control connection: the leader's addresses on the job's network interface, which
+    # the worker's health gate probes.
+    probe_addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,6 +122,26 @@ class Hello:
     sent_at: float | None = None
     host_key: str | None = None  # this host's sshd's public key, made for this job
     health: tuple[CheckResult, ...] = ()  # its health checks before the first attempt
+    # Its address on the job's interface, where its peers probe it (ringleader_health_pairs=all)
+    probe_address: str | None = None
+
+
+@dataclass(frozen=True)
+class ProbePeers:
+    """Leader to workers, once every worker said hello (ringleader_health_pairs=all): probe
+    your share of these workers (ringleader.wire.probe.peers_to_probe) and report."""
+
+    kind: ClassVar[str] = "probe-peers"
+    peers: tuple[tuple[str, str], ...]  # every worker's (name, address on the job's interface)
+
+
+@dataclass(frozen=True)
+class Probed:
+    """A worker's pair probes, the answer to ProbePeers."""
+
+    kind: ClassVar[str] = "probed"
+    host: str
+    health: tuple[CheckResult, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -263,6 +292,8 @@ Message = (
     | Welcome
     | Refused
     | Hello
+    | ProbePeers
+    | Probed
     | Bye
     | Pulse
     | Launched
@@ -303,7 +334,11 @@ def decode(frame: bytes) -> Message:
             read.optional_text("proof"),
         )
     if kind == Welcome.kind:
-        return Welcome(read.optional_text("proof"), read.optional_text("ssh_key"))
+        return Welcome(
+            read.optional_text("proof"),
+            read.optional_text("ssh_key"),
+            read.texts("probe_addresses"),
+        )
     if kind == Refused.kind:
         return Refused(read.text("reason"))
     if kind == Hello.kind:
@@ -315,7 +350,12 @@ def decode(frame: bytes) -> Message:
             sent_at,
             read.optional_text("host_key"),
             _health(read),
+            read.optional_text("probe_address"),
         )
+    if kind == ProbePeers.kind:
+        return ProbePeers(tuple(_peer(read, item) for item in read.optional_list("peers")))
+    if kind == Probed.kind:
+        return Probed(read.text("host"), _health(read))
     if kind == Bye.kind:
         return Bye(read.text("host"), _timeline(read))
     if kind == Pulse.kind:
@@ -368,7 +408,8 @@ def _fields(message: Message) -> JsonObject:
         who = {"host": message.host, "job": message.job, "link": message.link}
         return _set({**who, "nonce": message.nonce}, proof=message.proof)
     if isinstance(message, Welcome):
-        return _set({}, proof=message.proof, ssh_key=message.ssh_key)
+        addresses = list(message.probe_addresses) or None
+        return _set({}, proof=message.proof, ssh_key=message.ssh_key, probe_addresses=addresses)
     if isinstance(message, Refused):
         return {"reason": message.reason}
     if isinstance(message, Hello):
@@ -379,7 +420,16 @@ def _fields(message: Message) -> JsonObject:
             fields["error"] = {"code": message.error.code, "message": message.error.message}
         if message.health:
             fields["health"] = [result.to_json() for result in message.health]
-        return _set(fields, sent_at=message.sent_at, host_key=message.host_key)
+        return _set(
+            fields,
+            sent_at=message.sent_at,
+            host_key=message.host_key,
+            probe_address=message.probe_address,
+        )
+    if isinstance(message, ProbePeers):
+        return {"peers": [list(peer) for peer in message.peers]}
+    if isinstance(message, Probed):
+        return {"host": message.host, "health": [result.to_json() for result in message.health]}
     if isinstance(message, Bye):
         return {"host": message.host, "timeline": [mark.to_json() for mark in message.timeline]}
     if isinstance(message, Sigterm | StacksWanted):
@@ -440,6 +490,12 @@ def _health(read: "_Fields") -> tuple[CheckResult, ...]:
     return tuple(results)
 
 
+def _peer(read: "_Fields", item: Any) -> tuple[str, str]:
+    if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+        raise ProtocolError(f"malformed {read.label}: 'peers' (each [name, address], not {item!r})")
+    return item[0], item[1]
+
+
 def _timeline(read: "_Fields") -> tuple[Mark, ...]:
     """Timeline marks; one that cannot be read is left out (they are only for the timeline)."""
     marks = []
@@ -479,6 +535,13 @@ class _Fields:
         if not all(isinstance(value, int) and not isinstance(value, bool) for value in values):
             self._fail(name, "a list of integers")
         return tuple(values)
+
+    def texts(self, name: str) -> tuple[str, ...]:
+        """A list of strings, empty when the field is missing."""
+        found = self.optional_list(name)
+        if not all(isinstance(item, str) for item in found):
+            self._fail(name, "a list of strings")
+        return tuple(found)
 
     def optional_integer(self, name: str) -> int | None:
         return None if self._data.get(name) is None else self.integer(name)

@@ -29,6 +29,13 @@ class SendReady:
 
 
 @dataclass(frozen=True)
+class SendProbed:
+    """This host's share of the pair probes (ringleader_health_pairs=all), then Probed."""
+
+    peers: tuple[tuple[str, str], ...]  # every worker's (name, address)
+
+
+@dataclass(frozen=True)
 class TerminateLocal:
     grace: float
 
@@ -77,6 +84,7 @@ Effect = (
     Log
     | Send
     | SendReady
+    | SendProbed
     | TerminateLocal
     | ReapLocal
     | DumpLocalStacks

@@ -26,6 +26,7 @@ from ringleader.supervise.following.effects import (
     Log,
     ReapLocal,
     Send,
+    SendProbed,
     SendReady,
     StartOwnLauncher,
     TerminateLocal,
@@ -49,6 +50,7 @@ from ringleader.wire.messages import (
     DumpStacks,
     Exit,
     Launched,
+    ProbePeers,
     Progress,
     RankEnd,
     RanksExit,
@@ -186,6 +188,8 @@ def leader_message(state: WorkerState, event: LeaderMessage, now: Now) -> Step:
             return _launched(state, launched, now)
         case Restart(attempt=attempt):
             return _restart(state, attempt)
+        case ProbePeers(peers=peers):
+            return _probe_peers(state, peers)
         case Exit(code=code, failure=failure):
             return _verdict(state, Outcome(code, failure), now)
     return stay(state)  # what only a leader receives
@@ -208,6 +212,14 @@ def _launched(state: WorkerState, message: Launched, now: Now) -> Step:
         deadline = now.monotonic + state.setup.timeouts.startup
         state = evolve(state, phase=Phase.LAUNCHED, rank_deadline=deadline)
     return state, effects
+
+
+def _probe_peers(state: WorkerState, peers: tuple[tuple[str, str], ...]) -> Step:
+    """Before the first launch, this host's share of the pair probes, then their report (a
+    stop from SIGTERM waits for the leader's verdict: the probes' report changes nothing)."""
+    if state.phase is not Phase.WAITING or state.sigterm_deadline is not None:
+        return stay(state)
+    return state, (SendProbed(peers),)
 
 
 def _restart(state: WorkerState, attempt: int) -> Step:

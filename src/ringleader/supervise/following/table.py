@@ -24,6 +24,7 @@ from ringleader.wire.events import (
     WorkerBye,
     WorkerHello,
     WorkerLost,
+    WorkerProbed,
     WorkerReady,
 )
 
@@ -38,7 +39,15 @@ NOT_ASKED = "the answer to an effect this phase never asks for"
 
 LEADER_EVENTS: dict[type, str] = {
     kind: LEADERS_ONLY
-    for kind in (RanksExited, WorkerHello, SshChecked, WorkerLost, WorkerBye, WorkerReady)
+    for kind in (
+        RanksExited,
+        WorkerHello,
+        SshChecked,
+        WorkerLost,
+        WorkerBye,
+        WorkerReady,
+        WorkerProbed,
+    )
 }
 DECISIONS: Decisions[WorkerState, Effect] = Decisions(Phase, EVENT_TYPES)
 decide_phase = DECISIONS.decide

@@ -1,4 +1,5 @@
-"""Startup: every worker says hello and passes its ssh check, then the attempt is launched.
+"""Startup: every worker says hello and passes its ssh check (and with
+ringleader_health_pairs=all probes its share of the others), then the attempt is launched.
 
 Failure-model rows: a host that never answers (69, named), a worker's own configuration
 error (its code), ssh to a worker failing (69), a host lost before the launch (69), SIGTERM
@@ -11,7 +12,7 @@ from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
 from ringleader.core.attempts import with_history
 from ringleader.core.frozen import evolve
-from ringleader.core.health import health_outcome
+from ringleader.core.health import FAILED, CheckResult, health_outcome, slowest_links
 from ringleader.core.outcome import JobFacts, decide
 from ringleader.core.pmap import PMap, PSet
 from ringleader.core.timeline import Mark
@@ -38,11 +39,20 @@ from ringleader.supervise.leading.steps import (
     stopped_facts,
     verdict,
 )
-from ringleader.wire.events import SigtermReceived, SshChecked, WorkerHello, WorkerLost
-from ringleader.wire.messages import Launched
+from ringleader.wire.events import (
+    SigtermReceived,
+    SshChecked,
+    WorkerHello,
+    WorkerLost,
+    WorkerProbed,
+)
+from ringleader.wire.messages import Launched, ProbePeers
 
 SSH_CHECKS_AT_ONCE = 32  # the leader's ssh checks running at the same time, at most
 UNREACHABLE = exitcodes.HOST_UNREACHABLE
+# The pair probes' reports may take this long beyond ringleader_health_timeout (the probes are
+# bounded by it; their reports still travel).
+PROBE_REPORT_SLACK = 5.0
 
 
 def job_begins(state: LeaderState, event: JobBegins, now: Now) -> Step:
@@ -77,6 +87,9 @@ def hello(state: LeaderState, event: WorkerHello, now: Now) -> Step:
         deadline = now.monotonic + rounds * timeout + 5.0
     offsets = state.clock_offsets.set(event.host, event.clock_offset)
     health = gathering.health.set(event.host, event.health)
+    addresses = gathering.addresses
+    if event.probe_address is not None:
+        addresses = addresses.set(event.host, event.probe_address)
     state = evolve(state, clock_offsets=offsets)
     effects: list[Effect] = [MarkTimeline(state.on_leader_clock(event.host, event.marks))]
     if event.error_code is not None:
@@ -87,7 +100,14 @@ def hello(state: LeaderState, event: WorkerHello, now: Now) -> Step:
     if state.setup.checks_ssh:
         checks = checks.add(event.host)
         effects.append(CheckSsh(event.host, event.host_key, timeout))
-    gathering = evolve(gathering, hellos=hellos, deadline=deadline, checks=checks, health=health)
+    gathering = evolve(
+        gathering,
+        hellos=hellos,
+        deadline=deadline,
+        checks=checks,
+        health=health,
+        addresses=addresses,
+    )
     return _gathered_yet(evolve(state, gathering=gathering), now, effects)
 
 
@@ -110,7 +130,14 @@ def _gathered_yet(state: LeaderState, now: Now, effects: list[Effect]) -> Step:
     if gathering.problems:
         problems = "; ".join(sorted(gathering.problems))
         return error_verdict(state, UNREACHABLE, f"ssh to worker host(s) failed: {problems}")
+    if state.setup.probes_pairs and gathering.probing is None:
+        return _ask_for_pair_probes(state, now, effects)
+    if gathering.probing:
+        return state, tuple(effects)
     state = evolve(state, health=gathering.health)
+    slowest = slowest_links(gathering.health)
+    if slowest is not None:
+        effects.append(Log(slowest))
     unhealthy = health_outcome(gathering.health, len(state.attempts))
     if unhealthy is not None:
         return verdict(state, with_history(unhealthy, state.attempts), *effects)
@@ -118,6 +145,33 @@ def _gathered_yet(state: LeaderState, now: Now, effects: list[Effect]) -> Step:
         up = Mark(state.setup.host, phases.WORKERS_UP, now.wall)
         effects += [Log("all workers are up"), MarkTimeline((up,))]
     return prepare(evolve(state, gathering=None), len(state.attempts), now, *effects)
+
+
+def _ask_for_pair_probes(state: LeaderState, now: Now, effects: list[Effect]) -> Step:
+    """Every worker is up (its peers' probes are answered from before its hello on): each
+    probes its share of the others, within ringleader_health_timeout."""
+    gathering = state.gathering
+    assert gathering is not None
+    peers = tuple(sorted(gathering.addresses.items()))
+    deadline = now.monotonic + state.setup.health.timeout + PROBE_REPORT_SLACK
+    gathering = evolve(gathering, probing=PSet(state.setup.workers), deadline=deadline)
+    asked = Log(f"probing every pair of the {len(state.setup.workers)} workers")
+    effects += [asked, Broadcast(ProbePeers(peers))]
+    return evolve(state, gathering=gathering), tuple(effects)
+
+
+def pairs_probed(state: LeaderState, event: WorkerProbed, now: Now) -> Step:
+    """A worker's pair probes: added to its health report."""
+    gathering = state.gathering
+    if gathering is None or not gathering.probing or event.host not in gathering.probing:
+        return stay(state)
+    report = (*gathering.health.get(event.host, ()), *event.health)
+    gathering = evolve(
+        gathering,
+        probing=gathering.probing.discard(event.host),
+        health=gathering.health.set(event.host, report),
+    )
+    return _gathered_yet(evolve(state, gathering=gathering), now, [])
 
 
 def lost_while_gathering(state: LeaderState, event: WorkerLost, now: Now) -> Step:
@@ -145,8 +199,20 @@ def gathering_deadline(state: LeaderState, event: object, now: Now) -> Step:
             f"{timeout:g} s (ringleader_startup_timeout)."
         )
         return error_verdict(state, UNREACHABLE, message)
-    unfinished = ", ".join(sorted(gathering.checks))
-    return error_verdict(state, UNREACHABLE, f"ssh to worker host(s) did not finish: {unfinished}.")
+    if gathering.checks:
+        unfinished = ", ".join(sorted(gathering.checks))
+        message = f"ssh to worker host(s) did not finish: {unfinished}."
+        return error_verdict(state, UNREACHABLE, message)
+    # pair probes not reported in time: each such worker failed that check
+    health = gathering.health
+    late = (
+        f"not reported within {state.setup.health.timeout:g} s (ringleader_health_timeout) "
+        f"and {PROBE_REPORT_SLACK:g} s"
+    )
+    for host in sorted(gathering.probing or ()):
+        health = health.set(host, (*health.get(host, ()), CheckResult("pair probes", FAILED, late)))
+    gathering = evolve(gathering, probing=PSet(), health=health)
+    return _gathered_yet(evolve(state, gathering=gathering), now, [])
 
 
 # ----------------------------------------------------------------------------- the launch

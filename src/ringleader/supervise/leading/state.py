@@ -6,7 +6,7 @@ tables are PMaps, so an event costs the leader what it changes, not the size of 
 
 from dataclasses import dataclass, field
 
-from ringleader.config.job import RestartConfig, Timeouts
+from ringleader.config.job import PAIRS_ALL, HealthConfig, RestartConfig, Timeouts
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.frozen import evolve
 from ringleader.core.hang import LastProgress
@@ -51,10 +51,16 @@ class LeaderSetup:
     restart: RestartConfig = field(default_factory=RestartConfig)
     tells_workers: bool = True  # a link to the workers exists (else nobody to tell or wait for)
     checks_ssh: bool = True  # the launch needs ssh to every worker
+    health: HealthConfig = field(default_factory=HealthConfig)
 
     @property
     def hosts(self) -> tuple[str, ...]:
         return (self.host, *self.workers)
+
+    @property
+    def probes_pairs(self) -> bool:
+        """The workers probe each other before the first attempt (ringleader_health_pairs)."""
+        return self.health.enabled and self.health.pairs == PAIRS_ALL and len(self.workers) > 1
 
 
 @dataclass(frozen=True)
@@ -144,13 +150,16 @@ class Attempt:
 
 @dataclass(frozen=True)
 class Gathering:
-    """Waiting for the workers' hellos and the ssh checks they start."""
+    """Waiting for the workers' hellos and the ssh checks they start, then (with
+    ringleader_health_pairs=all) for their pair probes."""
 
     hellos: PSet[str]  # workers still to say hello
     deadline: float
     checks: PSet[str] = field(default_factory=PSet)
     problems: tuple[str, ...] = ()
     health: PMap[str, Report] = field(default_factory=PMap)  # each host's checks, leader's too
+    addresses: PMap[str, str] = field(default_factory=PMap)  # worker -> where peers probe it
+    probing: PSet[str] | None = None  # workers whose pair probes are still out, once asked
 
 
 @dataclass(frozen=True)

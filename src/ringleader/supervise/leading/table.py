@@ -43,6 +43,7 @@ from ringleader.wire.events import (
     WorkerBye,
     WorkerHello,
     WorkerLost,
+    WorkerProbed,
     WorkerReady,
 )
 
@@ -60,6 +61,7 @@ LATE_OF_AN_ENDED_ATTEMPT = "late news of an attempt already concluded"
 ANSWER_OF_ANOTHER_PHASE = "the answer to an effect this phase never asks for"
 ONCE_ONLY = "the job's start and the verdict's announcement happen once, in their own phases"
 AFTER_THE_VERDICT = "the verdict is made: it no longer changes"
+PROBED_BEFORE_THE_LAUNCH = "pair probes are asked for only before the first launch"
 
 # The events after which every launcher may have exited.
 ENDS_LAUNCHERS = frozenset({LauncherExited, RanksExited, WorkerLost})
@@ -85,6 +87,7 @@ decide_phase(
         SetupFailed: startup.setup_failed_at_start,
         WorkerHello: startup.hello,
         SshChecked: startup.ssh_checked,
+        WorkerProbed: startup.pairs_probed,
         WorkerLost: startup.lost_while_gathering,
         SigtermReceived: startup.sigterm_before_launch,
         Deadline: startup.gathering_deadline,
@@ -137,6 +140,7 @@ for _phase in SUPERVISING:
             **INTERNAL_ANSWERS,
             WorkerHello: "every worker said hello before the launch: a repeat changes nothing",
             SshChecked: "every ssh check ended before the launch",
+            WorkerProbed: PROBED_BEFORE_THE_LAUNCH,
             WorkerReady: LATE_OF_AN_ENDED_ATTEMPT,
             WorkerBye: "a worker says bye only once told the verdict",
             JobBegins: ONCE_ONLY,
@@ -164,6 +168,7 @@ decide_phase(
         StacksRequested: "no rank left to take stacks from",
         WorkerHello: "every worker said hello before the launch",
         SshChecked: "every ssh check ended before the launch",
+        WorkerProbed: PROBED_BEFORE_THE_LAUNCH,
         WorkerReady: LATE_OF_AN_ENDED_ATTEMPT,
         WorkerBye: "a worker says bye only once told the verdict",
         AttemptPrepared: ANSWER_OF_ANOTHER_PHASE,
@@ -204,6 +209,7 @@ decide_phase(
         StacksRequested: "no rank runs between two attempts",
         WorkerHello: "every worker said hello before the first launch",
         SshChecked: "every ssh check ended before the first launch",
+        WorkerProbed: PROBED_BEFORE_THE_LAUNCH,
         WorkerBye: "a worker says bye only once told the verdict",
         JobBegins: ONCE_ONLY,
         Announce: ONCE_ONLY,
@@ -233,6 +239,7 @@ decide_phase(
         StacksTaken: AFTER_THE_VERDICT,
         StacksRequested: "no rank left to take stacks from",
         SshChecked: "every ssh check ended before the launch",
+        WorkerProbed: AFTER_THE_VERDICT,
         WorkerReady: AFTER_THE_VERDICT,
         JobBegins: ONCE_ONLY,
         Announce: ONCE_ONLY,
