@@ -576,6 +576,27 @@ def test_a_workers_hello_carries_its_health_checks(tmp_path: Path) -> None:
     assert found["free memory"] == OK
     assert found["GPUs"] == NOT_CHECKED and found["EFA"] == NOT_CHECKED
     assert any(line.startswith("health before attempt 0: free disk") for line in rig.logs)
+    # it probed the leader, after its join, on the job's interface
+    assert found["reach leader algo-1"] == OK
+    assert rig.probed == [("algo-3", "algo-1", "algo-1", "eth0")]
+
+
+def test_a_worker_probes_the_leader_at_its_address_on_the_jobs_interface(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, "algo-2", sagemaker_mpi_enabled=True)
+    welcome = Joined(rig.channel, None, ("10.0.2.1", "10.0.3.1"))  # type: ignore[arg-type]
+    parts = replace(rig.parts, connect=lambda *args: welcome)
+    assert EntryPoint(parts).run().exit_code == 0
+    assert rig.probed == [("algo-2", "algo-1", "10.0.2.1", "eth0")]
+
+
+def test_a_worker_that_cannot_reach_the_leader_says_so_in_its_hello(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, "algo-2", sagemaker_mpi_enabled=True)
+    cut_off = CheckResult("", FAILED, "cannot connect to 10.0.2.1:29100 on eth0")
+    parts = replace(rig.parts, probe=lambda *args: lambda seconds: cut_off)
+    EntryPoint(parts).run()
+    assert rig.hello_report is not None
+    (reach,) = [result for result in rig.hello_report if result.name == "reach leader algo-1"]
+    assert reach.status == FAILED and reach.detail == cut_off.detail
 
 
 def test_a_leader_failing_its_own_check_launches_nothing_and_every_worker_is_told(

@@ -11,12 +11,26 @@ from typing import Any
 
 import pytest
 
-from ringleader.config.job import JobConfig, parse_job_config
+from ringleader.config.job import PAIRS_ALL, HealthConfig, JobConfig, Timeouts, parse_job_config
 from ringleader.config.topology import parse_topology
 from ringleader.core import exitcodes, paths
 from ringleader.core.errors import ConfigError
-from ringleader.core.health import FAILED, NOT_CHECKED, OK, CheckResult, health_outcome, summary
+from ringleader.core.health import (
+    FAILED,
+    NOT_CHECKED,
+    OK,
+    CheckResult,
+    LinkSpeed,
+    health_outcome,
+    summary,
+)
 from ringleader.launch.health import HostChecks, job_ports, run_checks
+from ringleader.supervise.eventloop import Now
+from ringleader.supervise.leading.effects import Broadcast, Deadline, JobBegins, Log, PrepareAttempt
+from ringleader.supervise.leading.state import LeaderSetup, LeaderState, Phase
+from ringleader.supervise.leading.table import step
+from ringleader.wire.events import WorkerHello, WorkerProbed
+from ringleader.wire.messages import ProbePeers
 
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 
@@ -282,6 +296,7 @@ def test_the_failure_file_names_each_failing_host_and_check() -> None:
         ("min_shm", "-1m", "expected a size such as 512m or 2g"),
         ("min_free_memory", "0", "expected a size such as 512m or 2g"),
         ("health_check", "sh -c 'oops", "cannot split"),
+        ("health_pairs", "some", "expected one of leader, all, got 'some'"),
     ],
 )
 def test_bad_health_settings_are_configuration_errors_naming_the_setting(
@@ -298,3 +313,69 @@ def test_a_job_port_set_to_ringleaders_control_port_is_left_to_the_launch(tmp_pa
     launch names (78), not a sick host (71)."""
     job = config(tmp_path, "algo-1", "torch_distributed", master_port="29100")
     assert job_ports(job, "algo-1") == []
+
+
+# --------------------------------------------------------------- the pair probes, on the leader
+def gathered_with_pairs(
+    workers: tuple[str, ...] = ("algo-2", "algo-3"),
+) -> tuple[LeaderState, tuple[object, ...]]:
+    """A leader of `workers` with ringleader_health_pairs=all, every worker's hello in."""
+    setup = LeaderSetup(
+        "algo-1", workers, Timeouts(), checks_ssh=False, health=HealthConfig(pairs=PAIRS_ALL)
+    )
+    state, _ = step(LeaderState(setup), JobBegins(6, ()), Now(0.0, 0.0))
+    effects: tuple[object, ...] = ()
+    for number, host in enumerate(workers):
+        hello = WorkerHello(host, probe_address=f"10.0.2.{number + 2}")
+        state, effects = step(state, hello, Now(1.0, 1.0))
+    return state, effects
+
+
+def test_once_every_worker_said_hello_each_is_asked_for_its_pair_probes() -> None:
+    state, effects = gathered_with_pairs()
+    peers = (("algo-2", "10.0.2.2"), ("algo-3", "10.0.2.3"))
+    assert Broadcast(ProbePeers(peers)) in effects
+    assert state.phase is Phase.GATHERING  # nothing launched before their reports
+    assert not any(isinstance(effect, PrepareAttempt) for effect in effects)
+
+
+def test_pair_probes_that_failed_end_the_job_with_the_health_code_naming_the_link() -> None:
+    state, _ = gathered_with_pairs()
+    reached = CheckResult("reach algo-3", OK, "fast", LinkSpeed("algo-2", "algo-3", 0.001, 1e9))
+    state, effects = step(state, WorkerProbed("algo-2", (reached,)), Now(2.0, 2.0))
+    assert state.phase is Phase.GATHERING
+    cut_off = CheckResult("reach algo-2", FAILED, "cannot connect to 10.0.2.2:29100 on eth0")
+    state, effects = step(state, WorkerProbed("algo-3", (cut_off,)), Now(2.0, 2.0))
+    assert state.outcome is not None
+    assert state.outcome.exit_code == exitcodes.HEALTH_CHECK_FAILED
+    assert "algo-3 failed its health check" in (state.outcome.failure or "")
+    assert "reach algo-2: cannot connect to 10.0.2.2:29100 on eth0" in (state.outcome.failure or "")
+    assert Log("slowest of 1 link(s) probed: algo-2 -> algo-3: round trip 1.00 ms, 1000 MB/s") in (
+        effects
+    )
+
+
+def test_healthy_pair_probes_let_the_attempt_be_prepared() -> None:
+    state, _ = gathered_with_pairs()
+    for host in ("algo-2", "algo-3"):
+        state, effects = step(state, WorkerProbed(host, ()), Now(2.0, 2.0))
+    assert any(isinstance(effect, PrepareAttempt) for effect in effects)
+    assert state.outcome is None
+
+
+def test_pair_probes_not_reported_in_time_are_failed_checks_of_their_host() -> None:
+    state, _ = gathered_with_pairs()
+    state, _ = step(state, WorkerProbed("algo-2", ()), Now(2.0, 2.0))
+    assert state.deadline is not None
+    state, _ = step(state, Deadline(), Now(state.deadline, state.deadline))
+    assert state.outcome is not None
+    assert state.outcome.exit_code == exitcodes.HEALTH_CHECK_FAILED
+    assert "algo-3: pair probes: not reported within 30 s (ringleader_health_timeout)" in (
+        state.outcome.failure or ""
+    )
+
+
+def test_one_worker_has_no_pairs_to_probe() -> None:
+    _, effects = gathered_with_pairs(("algo-2",))
+    assert not any(isinstance(effect, Broadcast) for effect in effects)
+    assert any(isinstance(effect, PrepareAttempt) for effect in effects)

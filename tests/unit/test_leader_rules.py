@@ -16,7 +16,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from ringleader.config.job import RestartConfig, Timeouts
+from ringleader.config.job import (
+    PAIRS_ALL,
+    PAIRS_TO_LEADER,
+    HealthConfig,
+    RestartConfig,
+    Timeouts,
+)
 from ringleader.core import exitcodes
 from ringleader.core.health import FAILED, OK, CheckResult, Report
 from ringleader.core.outcome import Outcome
@@ -68,6 +74,7 @@ from ringleader.wire.events import (
     WorkerBye,
     WorkerHello,
     WorkerLost,
+    WorkerProbed,
     WorkerReady,
 )
 from ringleader.wire.messages import HANG
@@ -233,6 +240,9 @@ class Driver:
         deadline = self.state.deadline
         assert deadline is not None
         self.job.now = max(self.job.now, deadline)
+        gathering = self.state.gathering
+        if self.state.phase is Phase.GATHERING and gathering and gathering.probing:
+            note_health(self.job, SICK)  # pair probes whose report never came failed
         self.feed(Deadline())
 
 
@@ -266,6 +276,8 @@ def possible(driver: Driver) -> Iterator[str]:
             yield "hello"
         if job.checks:
             yield "ssh"
+        if state.gathering.probing:
+            yield "probed"
     if state.phase in SUPERVISING or state.phase is Phase.SETTLING:
         running = job.started - job.ended
         if job.launcher_running and len(job.started) < WORLD:
@@ -312,6 +324,7 @@ def act(driver: Driver, kind: str, data: st.DataObject) -> None:
                 error_code=error,
                 error_message="bad config" if error else None,
                 health=health(data, "health"),
+                probe_address=f"10.0.2.{HOSTS.index(host)}",
             )
         case "ssh":
             host = data.draw(st.sampled_from(sorted(job.checks)), label="checked")
@@ -343,6 +356,10 @@ def act(driver: Driver, kind: str, data: st.DataObject) -> None:
                 rank = data.draw(st.sampled_from(sorted(job.started - job.ended)), label="rank")
                 stacks = RankStacks(rank, HOSTS[rank // 2], job.now)
                 event = StacksTaken(HANG, stacks)
+        case "probed":
+            assert state.gathering is not None and state.gathering.probing
+            host = data.draw(st.sampled_from(sorted(state.gathering.probing)), label="probed")
+            event = WorkerProbed(host, health(data, "pair probes"))
         case "ready":
             assert state.between is not None
             host = data.draw(st.sampled_from(workers or list(HOSTS[1:])), label="ready")
@@ -379,6 +396,9 @@ def note_causes(driver: Driver, event: LeaderEvent) -> None:
     gathering, between = state.gathering, state.between
     if isinstance(event, WorkerHello) and gathering and event.host in gathering.hellos:
         note_health(job, event.health)
+    if isinstance(event, WorkerProbed) and gathering and event.host in (gathering.probing or ()):
+        note_health(job, event.health)
+
     ready = isinstance(event, WorkerReady) and state.phase is Phase.RESTARTING
     if ready and between and event.host in between.waiting and event.attempt == between.attempt:
         note_health(job, event.health)
@@ -416,6 +436,11 @@ def finish_the_job(driver: Driver) -> Outcome:
         if job.checks and state.phase is Phase.GATHERING:
             driver.feed(SshChecked(job.checks.pop(), None))
             continue
+        if state.phase is Phase.GATHERING and state.gathering and state.gathering.probing:
+            host = sorted(state.gathering.probing)[0]
+            if host not in job.lost:
+                driver.feed(WorkerProbed(host, HEALTHY))
+                continue
         driver.pass_time()
     else:
         raise AssertionError("the job never reached a verdict:\n" + "\n".join(job.steps))
@@ -457,7 +482,8 @@ def run_job(data: st.DataObject, calm: bool = False) -> Run:
         data.draw(st.sampled_from([0.0, 1.0]), label="backoff"),
         data.draw(st.sampled_from(POLICIES), label="restart_on"),
     )
-    setup = LeaderSetup(HOSTS[0], HOSTS[1:], timeouts, restart)
+    pairs = data.draw(st.sampled_from([PAIRS_TO_LEADER, PAIRS_ALL]), label="health pairs")
+    setup = LeaderSetup(HOSTS[0], HOSTS[1:], timeouts, restart, health=HealthConfig(pairs=pairs))
     job = Job()
     fail_prepare = not calm and data.draw(st.sampled_from([False] * 9 + [True]), label="prep")
     job.leader_health = health(data, "leader's health")

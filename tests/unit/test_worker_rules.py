@@ -26,6 +26,7 @@ from ringleader.supervise.following.effects import (
     Effect,
     OutcomeWritten,
     Send,
+    SendProbed,
     StartOwnLauncher,
     TerminateLocal,
     WorkerEvent,
@@ -49,6 +50,7 @@ from ringleader.wire.messages import (
     DumpStacks,
     Exit,
     Launched,
+    ProbePeers,
     Ready,
     Restart,
     Terminate,
@@ -56,6 +58,7 @@ from ringleader.wire.messages import (
 from tests.properties import examples
 from tests.unit.test_supervise_faults import SPEC
 
+PEERS = (("algo-2", "10.0.2.2"), ("algo-3", "10.0.2.3"))
 TIMEOUTS = Timeouts(startup=30, sigterm_grace=5, leader_loss=10, finish=30, abort_grace=0.5)
 
 
@@ -137,7 +140,7 @@ def possible(driver: Driver) -> Iterator[str]:
         yield "time"
     yield from ("sigterm", "lost", "verdict")
     if state.phase in (Phase.WAITING, Phase.LAUNCHED, Phase.RUNNING, Phase.STOPPING):
-        yield from ("launch", "terminate", "dump", "restart", "stacks-asked")
+        yield from ("launch", "terminate", "dump", "restart", "stacks-asked", "probe-peers")
         if len(world.started) < 2:
             yield "start"
         if world.started - world.ended:
@@ -176,6 +179,8 @@ def act(driver: Driver, kind: str, data: st.DataObject) -> None:
             stepped = LeaderMessage(Restart(world.attempt))
         case "stacks-asked":
             stepped = StacksRequested("algo-2")
+        case "probe-peers":
+            stepped = LeaderMessage(ProbePeers(PEERS))
         case "start":
             rank = 2 if 2 not in world.started else 3
             world.started.add(rank)
@@ -240,6 +245,14 @@ def test_every_interleaving_keeps_the_workers_invariants(data: st.DataObject) ->
     # ready is said once per restart, for that restart
     readies = [e.message for e in world.effects if isinstance(e, Send)]
     assert all(m.attempt >= 1 for m in readies if isinstance(m, Ready)), story
+    # pair probes run only while waiting for the first launch, never after a SIGTERM
+    replayed = WorkerState(state.setup)
+    for now, stepped in driver.inputs:
+        before = replayed
+        replayed, effects = step(replayed, stepped, Now(now, now))
+        if any(isinstance(effect, SendProbed) for effect in effects):
+            assert before.phase is Phase.WAITING and before.sigterm_deadline is None, story
+            assert effects == (SendProbed(PEERS),), story
     # the same inputs give the same state
     replayed = WorkerState(state.setup)
     for now, stepped in driver.inputs:
