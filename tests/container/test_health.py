@@ -1,7 +1,10 @@
 """The health gate on real containers (3 hosts x 2 ranks): sick hosts are named with each check
 and its numbers, every host exits 71, no rank starts; before a restart a process of the last
-attempt still running is waited for, then named."""
+attempt still running is waited for, then named; a worker cut off from the leader on the job's
+network interface is named; with ringleader_health_pairs=all every pair is probed."""
 
+import contextlib
+import json
 import re
 import subprocess
 import sys
@@ -13,6 +16,8 @@ from typing import Any
 import docker
 import pytest
 
+from ringleader.tools.local.plan import HostPlan
+from ringleader.tools.local.run import LocalJob
 from tests.container.conftest import (
     IMAGE,
     Capture,
@@ -163,3 +168,95 @@ def test_doctor_on_fake_hosts_prints_every_hosts_checks() -> None:
         assert shm.split()[2:5] == ["failed", "1.0", "GiB"], done.stdout
         assert shm.endswith("at least 2.0 GiB wanted (ringleader_min_shm)")
         assert any(line.startswith(host) and "free disk /opt/ml/output" in line for line in lines)
+
+
+class JobNetwork(LocalJob):
+    """A LocalJob whose hosts train on a second network, the job's interface (eth1): an
+    internal Docker network that only the hosts in `on_it` join. The control connections stay
+    on the first (eth0), as a cluster's management network would."""
+
+    def __init__(self, on_it: set[str], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_it = on_it
+        self._job_network: Any = None
+
+    def _write_config(self, host: HostPlan) -> Path:
+        config_dir = super()._write_config(host)
+        resource_config = {**host.resource_config, "network_interface_name": "eth1"}
+        (config_dir / "resourceconfig.json").write_text(json.dumps(resource_config))
+        return config_dir
+
+    def _create(self) -> None:
+        super()._create()
+        self._job_network = self._client.networks.create(
+            f"{self.job_id}-job", driver="bridge", internal=True
+        )
+        for host in sorted(self._on_it):
+            self._job_network.connect(self._containers[host])
+
+    def _cleanup(self) -> None:
+        super()._cleanup()
+        if self._job_network is not None:
+            with contextlib.suppress(docker.errors.APIError):
+                self._job_network.remove()
+
+
+def run_on_job_network(
+    docker_client: docker.DockerClient, tmp_path: Path, on_it: set[str], **overrides: Any
+) -> JobRun:
+    capture = Capture()
+    job = JobNetwork(on_it, make_spec(tmp_path, **overrides), capture, docker_client)
+    return run_to_end(job, capture)
+
+
+def test_a_worker_that_cannot_reach_the_leader_on_the_jobs_interface_is_named(
+    docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """algo-2 is not on the job's network (eth1): its probe of the leader's address there
+    fails, named with the address and interface; algo-3's gets through; every host exits 71
+    and no rank starts."""
+    run = run_on_job_network(
+        docker_client,
+        tmp_path,
+        {"algo-1", "algo-3"},
+        settings={"startup_timeout": "60", "health_timeout": "5"},
+    )
+    assert run.codes() == dict.fromkeys(HOSTS, HEALTH_CHECK_FAILED), run.output
+    failure = run.failure("algo-1")
+    first = failure.splitlines()[0]
+    assert first.startswith(
+        "Host algo-2 failed its health check before the job started: reach leader algo-1: "
+        "cannot connect to 172."
+    ), failure
+    assert ":29100 on eth1 within " in first and "ringleader_health_timeout" in first, failure
+    assert RANK_OUTPUT.search(run.output) is None
+    summary = json.loads((run.job.output_dir / "algo-1/output/data/job.json").read_text())
+    (reached,) = [c for c in summary["health"]["algo-3"] if c["name"] == "reach leader algo-1"]
+    assert reached["status"] == "ok" and reached["link"]["bandwidth"] > 0, reached
+
+
+def test_every_pair_of_workers_is_probed_and_the_job_runs(
+    docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """ringleader_health_pairs=all, every host on the job's network: each worker reaches the
+    leader and the other worker, the leader names the slowest links, the job succeeds."""
+    run = run_on_job_network(
+        docker_client,
+        tmp_path,
+        set(HOSTS),
+        settings={"startup_timeout": "60", "health_pairs": "all"},
+    )
+    assert run.codes() == dict.fromkeys(HOSTS, 0), run.output
+    assert "probing every pair of the 2 workers" in run.output
+    assert "slowest of 3 link(s) probed: " in run.output
+    summary = json.loads((run.job.output_dir / "algo-1/output/data/job.json").read_text())
+    links = [
+        (check["link"]["source"], check["link"]["target"])
+        for host in ("algo-2", "algo-3")
+        for check in summary["health"][host]
+        if "link" in check
+    ]
+    assert sorted(links) in (
+        [("algo-2", "algo-1"), ("algo-2", "algo-3"), ("algo-3", "algo-1")],
+        [("algo-2", "algo-1"), ("algo-3", "algo-1"), ("algo-3", "algo-2")],
+    ), summary["health"]

@@ -5,7 +5,9 @@
      "timeline": [{"host": str, "phase": str, "at": float}],
      "attempts": [{"attempt": int, "started_at": float, "ended_at": float, "exit_code": int,
                    "cause": str|null, "hosts": [str], "progressed": bool}],
-     "health": {host: [{"name": str, "status": str, "detail": str}]}}
+     "health": {host: [{"name": str, "status": str, "detail": str,
+                        "link": {"source": str, "target": str, "round_trip": float,
+                                 "bandwidth": float}  (a reachability probe's, when through)}]}}
 
 `ranks` are the last attempt's; `attempts` has every start of the ranks (restarts in place:
 ringleader_max_restarts), in order, the last one included; `health` every host's checks at
