@@ -1,11 +1,13 @@
-"""What the health gate costs a job's start: the same job with ringleader_health on and off, on
-3 and 16 fake hosts, in alternating rounds.
+"""What the health gate costs a job's start: the same job with ringleader_health on (each worker
+probes the leader), off, and on with ringleader_health_pairs=all (each worker also probes its
+share of the others), on 3 and 16 fake hosts, in rounds whose order turns.
 
 For each host count it prints the medians of: first `docker start` -> the launcher started
-(the leader's job.json), the same with the gate off, their difference, and the longest time a
-host spent on its own checks (its "health checked" mark after its "sshd ready" one, or its
-configuration read when it starts no sshd). The job is bench/probe/probe.py, one rank per host.
-A difference within the rounds' spread is noise: the checks run in milliseconds.
+(the leader's job.json) for each of the three, the gate's cost (on - off), the pair probes'
+(all - on), and the longest time a host spent on its own checks (its "health checked" mark
+after the last mark before them: its join to the leader, its sshd, or its configuration read).
+The job is bench/probe/probe.py, one rank per host. A difference within the rounds' spread is
+noise.
 
 Usage: .venv/bin/python bench/health.py [--hosts 3 16] [--rounds 3] [--image IMAGE]
 """
@@ -21,7 +23,7 @@ from startup import run
 from ringleader.core import timeline as phases
 from ringleader.core.jobfile import read_job_file
 
-GATE = {"on": {}, "off": {"health": "off"}}
+GATE = {"on": {}, "off": {"health": "off"}, "all": {"health_pairs": "all"}}
 
 
 def longest_check(job_file: Path) -> float | None:
@@ -35,7 +37,7 @@ def longest_check(job_file: Path) -> float | None:
     spans = []
     for found in by_host.values():
         checked = found.get(phases.HEALTH_CHECKED)
-        before = found.get(phases.SSHD) or found.get(phases.CONFIG)
+        before = found.get(phases.CONNECTED) or found.get(phases.SSHD) or found.get(phases.CONFIG)
         if checked is not None and before is not None:
             spans.append(checked - before)
     return max(spans) if spans else None
@@ -49,10 +51,11 @@ def main() -> int:
     args = parser.parse_args()
     rows = []
     for hosts in args.hosts:
-        launched: dict[str, list[float]] = {"on": [], "off": []}
+        launched: dict[str, list[float]] = {gate: [] for gate in GATE}
         checks: list[float] = []
         for round_number in range(args.rounds):
-            order = ["on", "off"] if round_number % 2 == 0 else ["off", "on"]
+            turn = round_number % len(GATE)
+            order = [*GATE][turn:] + [*GATE][:turn]
             for gate in order:
                 with tempfile.TemporaryDirectory() as folder:
                     workdir = Path(folder)
@@ -79,16 +82,22 @@ def main() -> int:
                             checks.append(span)
         rows.append((hosts, launched, checks))
     print()
-    print("| hosts | launched, gate on | gate off | cost | a host's checks, longest | rounds |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| hosts | launched, gate off | gate on | pairs=all | gate's cost | pairs' cost "
+        "| a host's checks, longest | rounds |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for hosts, launched, checks in rows:
-        if not launched["on"] or not launched["off"]:
-            print(f"| {hosts} | - | - | - | - | no complete round |")
+        if not all(launched.values()):
+            print(f"| {hosts} | - | - | - | - | - | - | no complete round |")
             continue
-        on, off = statistics.median(launched["on"]), statistics.median(launched["off"])
+        off, on, all_pairs = (statistics.median(launched[gate]) for gate in ("off", "on", "all"))
         longest = f"{statistics.median(checks) * 1000:.0f} ms" if checks else "-"
-        rounds = f"{len(launched['on'])} + {len(launched['off'])}"
-        print(f"| {hosts} | {on:.2f} s | {off:.2f} s | {on - off:+.2f} s | {longest} | {rounds} |")
+        rounds = " + ".join(str(len(launched[gate])) for gate in ("off", "on", "all"))
+        print(
+            f"| {hosts} | {off:.2f} s | {on:.2f} s | {all_pairs:.2f} s | {on - off:+.2f} s "
+            f"| {all_pairs - on:+.2f} s | {longest} | {rounds} |"
+        )
     return 0
 
 

@@ -52,7 +52,7 @@ def probe_check(
         except (NotTheLeader, NotAdmitted, NoAnswer) as error:
             return CheckResult("", FAILED, f"{where}: {join_problem(target, error)}")
         if joined is None:
-            within = f"within {seconds:g} s of {TIMEOUT_KEY}"
+            within = f"within {seconds:.1f} s ({TIMEOUT_KEY})"
             return CheckResult("", FAILED, f"cannot connect to {where} {within}")
         try:
             round_trip, bandwidth = measure(joined.channel, deadline - time.monotonic())
