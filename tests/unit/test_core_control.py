@@ -513,6 +513,7 @@ class Worker:
             liveness,
             self.events,
         )
+        self.link.hello()
 
 
 def test_leader_link_says_hello_and_receives_messages():
@@ -829,3 +830,26 @@ def test_the_listen_queue_holds_every_workers_two_connections_at_once():
     assert listen_backlog(2) == 256
     assert listen_backlog(1024) >= 2 * 1024
     assert listen_backlog(4096) >= 2 * 4096
+
+
+def test_a_workers_hello_may_wait_for_its_health_checks_then_not_longer() -> None:
+    """Between its welcome and its hello a worker runs its checks (ringleader_health_timeout):
+    the leader waits that long beyond ringleader_leader_timeout, then drops it, saying why."""
+    running = Leader(
+        Liveness(interval=60.0, timeout=0.2), admission=Admission(JOB, checks_within=1.0)
+    )
+    try:
+        patient = running.connect("algo-2")
+        silent = running.connect("algo-3")
+        time.sleep(0.5)  # longer than the leader timeout alone: still admitted
+        patient.send(hello_message("algo-2"))
+        assert next_event(running.events) == WorkerHello("algo-2")
+        lost = next_event(running.events, timeout=10.0)
+        assert isinstance(lost, WorkerLost) and lost.host == "algo-3"
+        assert lost.reason == (
+            "control connection closed (no hello within 3.2 s (ringleader_leader_timeout and "
+            "ringleader_health_timeout))"
+        )
+        silent.close()
+    finally:
+        running.close()

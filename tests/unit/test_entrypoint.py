@@ -139,7 +139,25 @@ class FakeLink:
 
     channel: FakeChannel
     events: EventQueue
+    rig: "Rig"
     sent: list[messages.Message] = field(default_factory=list)
+
+    def hello(
+        self,
+        marks: Sequence[Mark] = (),
+        host_key: str | None = None,
+        health: Report = (),
+        probe_address: str | None = None,
+        error: tuple[int, str] | None = None,
+    ) -> None:
+        """The leader answers a hello with its verdict: success, or the host's own error."""
+        self.sent.append(messages.Hello(self.rig.host, None, tuple(marks), None, host_key, health))
+        self.rig.hello_report = health
+        code, failure = error if error is not None else (0, None)
+        self.events.put(LeaderMessage(messages.Exit(code, failure)))
+
+    def until_closed(self, seconds: float) -> None:
+        self.rig.waited_for_the_leader = seconds
 
     def send(self, message: messages.Message) -> None:
         self.sent.append(message)
@@ -182,6 +200,8 @@ class Rig:
     """Configuration files in a temporary directory, and every part of the root faked."""
 
     def __init__(self, tmp_path: Path, current: str, **hyperparameters: Any) -> None:
+        self.host = current
+        self.waited_for_the_leader: float | None = None  # after reporting its own error
         self.config_dir = tmp_path / "config"
         self.config_dir.mkdir()
         self.output_dir = tmp_path / "output"
@@ -285,14 +305,8 @@ class Rig:
         pulse: FakeChannel,
         timeouts: Timeouts,
         events: EventQueue,
-        marks: Sequence[Mark],
-        host_key: str | None,
-        health: Report,
-        probe_address: str | None,
     ) -> FakeLink:
-        self.hello_report = health
-        self.link = FakeLink(control, events)
-        events.put(LeaderMessage(messages.Exit(0, None)))
+        self.link = FakeLink(control, events, self)
         return self.link
 
     def start_launcher(self, plan: LaunchPlan, events: EventQueue, setup: object) -> FakeLauncher:
@@ -671,3 +685,22 @@ def test_with_health_off_nothing_is_checked(tmp_path: Path) -> None:
     assert rig.run() == (0, None)
     assert rig.health_checked == [("algo-1", 0, ())]
     assert not any(line.startswith("health before") for line in rig.logs)
+
+
+def test_a_worker_whose_check_cannot_run_tells_the_leader_on_its_link(tmp_path: Path) -> None:
+    """Its checks run after its join (pulses flowing): a configuration error in them is its
+    hello's error, and it waits for the leader to end the job."""
+    (tmp_path / "code").mkdir()
+    rig = Rig(
+        tmp_path,
+        "algo-2",
+        sagemaker_mpi_enabled=True,
+        sagemaker_submit_directory=str(tmp_path / "code"),
+        ringleader_health_check="./no-such-check",
+    )
+    code, failure = rig.run()
+    assert code == exitcodes.CONFIG_ERROR
+    assert failure is not None
+    assert failure.startswith("Host algo-2: Configuration error in ringleader_health_check: ")
+    assert rig.waited_for_the_leader is not None  # bounded: finish + leader_loss
+    assert rig.launched == []

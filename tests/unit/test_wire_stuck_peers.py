@@ -110,6 +110,7 @@ def test_a_workers_own_messages_never_wait_behind_its_ranks_output() -> None:
     link = LeaderLink(
         "algo-2", "algo-1", control, pulse, Liveness(interval=600.0, timeout=600.0), events
     )
+    link.hello()
     frame = output_frame({"lines": ["y" * 4000]})
     relayed = 0
     blocked = threading.Event()
@@ -180,6 +181,7 @@ def test_what_the_leader_sent_before_it_went_comes_before_its_loss(monkeypatch) 
     slow = Liveness(interval=ROOM, timeout=4 * ROOM)  # the reader gets up to ROOM to catch up
     control = UnreadUntil(control_socket, pulse_loss_seen)
     link = LeaderLink("algo-2", "algo-1", control, pulse, slow, events)
+    link.hello()
     try:
         Channel(leader_control).send(Launched())
         Channel(leader_control).send(Exit(75, "the verdict\n"))

@@ -42,11 +42,16 @@ class HostContext:
         )
 
     def admission(
-        self, ssh_key: str | None = None, probe_addresses: tuple[str, ...] = ()
+        self,
+        ssh_key: str | None = None,
+        probe_addresses: tuple[str, ...] = (),
+        checks_within: float = 0.0,
     ) -> Admission:
         """Whom this leader admits: its own job's workers, who hold its secret; what it hands
-        them: the job's ssh key, and its addresses on the job's interface for their probes."""
-        return Admission(self.job(self.host), self.parts.secret, ssh_key, probe_addresses)
+        them: the job's ssh key, and its addresses on the job's interface for their probes;
+        how long their checks may hold up their hello (ringleader_health_timeout)."""
+        job = self.job(self.host)
+        return Admission(job, self.parts.secret, ssh_key, probe_addresses, checks_within)
 
     def write(self, outcome: Outcome) -> None:
         """This host's result file, best-effort: a full disk never changes the exit code."""

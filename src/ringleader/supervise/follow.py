@@ -21,7 +21,7 @@ from ringleader.supervise.health import (
     probe_peers,
     probes_pairs,
 )
-from ringleader.supervise.report import report_error, report_on, send_to_leader
+from ringleader.supervise.report import report_error, send_to_leader
 from ringleader.supervise.stack_files import keep_rank_stacks
 from ringleader.supervise.worker import Worker, WorkerParts
 from ringleader.wire.control import Joined, LeaderAddress
@@ -67,6 +67,10 @@ def _follow(
         return connected
     control, pulse = connected
     context.timeline.mark(context.host, phases.CONNECTED)
+    # Pulses flow from the join on: this host's checks may take ringleader_health_timeout.
+    link = parts.leader_link(
+        context.host, topology.leader, control.channel, pulse.channel, timeouts, context.events
+    )
     probes = [leader_probe(context, config, leader, control.probe_addresses)]
     if pairs is not None and pairs.problem is not None:
         probes.append(pairs.problem)
@@ -80,21 +84,12 @@ def _follow(
     except JobError as error:  # told on the connection the leader admitted
         outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
         context.write(outcome)
-        pulse.channel.close()
-        report_on(context.host, control.channel, timeouts, outcome)
+        link.hello(error=(outcome.exit_code, outcome.failure or ""))
+        link.until_closed(timeouts.finish + timeouts.leader_loss)
+        link.close()
         return outcome
-    link = parts.leader_link(
-        context.host,
-        topology.leader,
-        control.channel,
-        pulse.channel,
-        timeouts,
-        context.events,
-        context.timeline.marks(),
-        strategy.setup.host_key,
-        health,
-        None if pairs is None else pairs.address,
-    )
+    address = None if pairs is None else pairs.address
+    link.hello(context.timeline.marks(), strategy.setup.host_key, health, address)
     relay = OutputRelay()
     relay.attach(link.channel)
     agent = parts.agent(context.events, relay.deliver)

@@ -57,7 +57,7 @@ def lead(
                 timeouts,
                 workers,
                 printer.deliver,
-                context.admission(ssh_key, _probe_addresses(config)),
+                context.admission(ssh_key, *_gate_admission(config)),
             )
         except ConfigError as error:  # the control port is taken: the workers see that too
             outcome = Outcome(error.exit_code, truncate(f"Host {context.host}: {error}"))
@@ -104,12 +104,12 @@ def lead(
     return outcome
 
 
-def _probe_addresses(config: JobConfig) -> tuple[str, ...]:
+def _gate_admission(config: JobConfig) -> tuple[tuple[str, ...], float]:
     """Where the workers probe this leader: its addresses on the job's interface (none: at
-    its name)."""
+    its name); how long their checks may hold up their hello."""
     if not config.health.enabled:
-        return ()
-    return addresses_on(config.topology.network_interface)
+        return (), 0.0
+    return addresses_on(config.topology.network_interface), config.health.timeout
 
 
 def _ready_then_run(

@@ -64,6 +64,19 @@ class Leader(LinkToLeader, Protocol):
     @property
     def channel(self) -> Channel: ...
 
+    def hello(
+        self,
+        marks: Sequence[Mark] = (),
+        host_key: str | None = None,
+        health: Report = (),
+        probe_address: str | None = None,
+        error: tuple[int, str] | None = None,
+    ) -> None:
+        """This host's first message, once its checks are done (or its error)."""
+
+    def until_closed(self, seconds: float) -> None:
+        """Wait, at most `seconds`, for the leader to close the control connection."""
+
     def close(self) -> str:
         """Stop watching; how the pulses went, for the log."""
 
@@ -73,23 +86,8 @@ Connect = Callable[[LeaderAddress, str, str, float, threading.Event], Joined | N
 MakeAgent = Callable[[EventQueue, OutputHandler], HostRanks]
 # port, events, timeouts, workers, output handler, whom to admit
 MakeServer = Callable[[int, EventQueue, Timeouts, Sequence[str], OutputHandler, Admission], Workers]
-# host, leader, control, pulse, timeouts, events, marks so far, this host's sshd's public key,
-# its health checks, where its peers probe it
-MakeLink = Callable[
-    [
-        str,
-        str,
-        Channel,
-        Channel,
-        Timeouts,
-        EventQueue,
-        Sequence[Mark],
-        str | None,
-        Report,
-        str | None,
-    ],
-    Leader,
-]
+# host, leader, control, pulse, timeouts, events
+MakeLink = Callable[[str, str, Channel, Channel, Timeouts, EventQueue], Leader]
 # the job, this host -> its health checker (attempt -> its checks)
 MakeHealth = Callable[[JobConfig, str], HealthCheck]
 # target, this host, the target's name, the job's interface, stop -> the reachability check
@@ -121,15 +119,9 @@ def _leader_link(
     pulse: Channel,
     timeouts: Timeouts,
     events: EventQueue,
-    marks: Sequence[Mark],
-    host_key: str | None,
-    health: Report,
-    probe_address: str | None,
 ) -> LeaderLink:
     liveness = Liveness(timeouts.pulse_interval, timeouts.leader_loss)
-    return LeaderLink(
-        host, leader, control, pulse, liveness, events, marks, host_key, health, probe_address
-    )
+    return LeaderLink(host, leader, control, pulse, liveness, events)
 
 
 def _health(config: JobConfig, host: str) -> HealthCheck:

@@ -136,13 +136,16 @@ class ControlPortTaken(ConfigError):
 
 @dataclass(frozen=True)
 class Admission:
-    """Whom a leader admits, and what it hands them."""
+    """Whom a leader admits, what it hands them, and how long their hello may take."""
 
     job: str  # the identity every connection is greeted with, and every join must name
     secret: bytes | None = None  # every join must prove it knows it (when there is one)
     ssh_key: str | None = None  # the job's public ssh key, for each control connection
     # the leader's addresses on the job's interface, for each control connection (its probes)
     probe_addresses: tuple[str, ...] = ()
+    # How long a worker's checks may take between its welcome and its hello, beyond
+    # ringleader_leader_timeout (ringleader_health_timeout; its pulses flow meanwhile).
+    checks_within: float = 0.0
 
     def problem(self, join: Join, nonce: str) -> str | None:
         """Why `join` (answering a greeting with `nonce`) is not of this job, or None."""
@@ -431,7 +434,11 @@ class ControlServer:
         if self._closing.is_set():
             close_at_once(channel)
             return
-        self._loop.read(channel, worker, None, self._liveness.timeout)
+        self._loop.read(channel, worker, None, self._hello_timeout)
+
+    @property
+    def _hello_timeout(self) -> float:
+        return self._liveness.timeout + self._admission.checks_within
 
     def _hello(self, worker: "_Worker", channel: Channel, frame: bytes) -> None:
         """A welcomed worker's first message: its hello (ProtocolError when it is not one)."""
@@ -474,9 +481,10 @@ class ControlServer:
     ) -> None:
         host = worker.admitted.host
         if isinstance(error, TimeoutError):  # only the hello has a deadline
-            error = ChannelClosed(
-                f"no hello within {self._liveness.timeout:g} s ({LEADER_TIMEOUT_KEY})"
-            )
+            setting = LEADER_TIMEOUT_KEY
+            if self._admission.checks_within:
+                setting += " and ringleader_health_timeout"
+            error = ChannelClosed(f"no hello within {self._hello_timeout:g} s ({setting})")
         if isinstance(error, ProtocolError):
             # A frame with a field missing or of the wrong type is as garbled as one that
             # does not decode.

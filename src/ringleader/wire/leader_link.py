@@ -33,31 +33,42 @@ class LeaderLink:
         pulse: Channel,
         liveness: Liveness,
         events: "queue.Queue[Event]",
-        marks: Sequence[Mark] = (),
-        host_key: str | None = None,
-        health: Sequence[CheckResult] = (),
-        probe_address: str | None = None,
     ) -> None:
-        """Say hello on the control connection (both are joined already: wire.control) and
-        start watching the leader; `host_key`: this host's sshd's public key; `health`: its
-        checks before the first attempt; `probe_address`: where its peers probe it."""
+        """Start watching the leader on both connections (joined already: wire.control) and
+        pulsing to it; `hello` follows, once this host's checks are done."""
         self.channel = control
+        self._host = host
         self._events = events
         self._liveness = liveness
         self._lost = threading.Lock()
         self._closed = threading.Event()
         self._reader_done = threading.Event()
         self._outbox: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
-        self.send(
-            hello_message(
-                host, marks=marks, host_key=host_key, health=health, probe_address=probe_address
-            )
-        )
         threading.Thread(target=self._send_loop, name="leader-sender", daemon=True).start()
         self._leader = leader
         self._pulse = PulseHub(liveness.interval, liveness.timeout, LEADER_TIMEOUT_KEY)
         self._pulse.watch(leader, pulse, lambda reason, _last_heard: self._pulse_lost(reason))
         threading.Thread(target=self._read, name="leader-reader", daemon=True).start()
+
+    def hello(
+        self,
+        marks: Sequence[Mark] = (),
+        host_key: str | None = None,
+        health: Sequence[CheckResult] = (),
+        probe_address: str | None = None,
+        error: tuple[int, str] | None = None,
+    ) -> None:
+        """This host's first message: its timeline so far, its sshd's public key, its checks
+        before the first attempt, where its peers probe it; or its error (exit code, message),
+        after which the leader ends the job and closes the link (`until_closed`). Sent at once,
+        before anything else goes out (a broken link shows up as LeaderLost)."""
+        message = hello_message(self._host, error, marks, host_key, health, probe_address)
+        with contextlib.suppress(ChannelClosed):
+            self.channel.send(message)
+
+    def until_closed(self, seconds: float) -> None:
+        """Wait, at most `seconds`, for the leader to close the control connection."""
+        self._reader_done.wait(seconds)
 
     def send(self, message: Message) -> None:
         """Queue a message for the leader; it goes out in order, after what was queued before."""
