@@ -835,9 +835,8 @@ def test_the_listen_queue_holds_every_workers_two_connections_at_once():
 def test_a_workers_hello_may_wait_for_its_health_checks_then_not_longer() -> None:
     """Between its welcome and its hello a worker runs its checks (ringleader_health_timeout):
     the leader waits that long beyond ringleader_leader_timeout, then drops it, saying why."""
-    running = Leader(
-        Liveness(interval=60.0, timeout=0.2), admission=Admission(JOB, checks_within=1.0)
-    )
+    patience = Admission(JOB, checks_within=3.0)
+    running = Leader(Liveness(interval=60.0, timeout=0.2), admission=patience)
     try:
         patient = running.connect("algo-2")
         silent = running.connect("algo-3")
