@@ -260,3 +260,16 @@ def test_every_pair_of_workers_is_probed_and_the_job_runs(
         [("algo-2", "algo-1"), ("algo-2", "algo-3"), ("algo-3", "algo-1")],
         [("algo-2", "algo-1"), ("algo-3", "algo-1"), ("algo-3", "algo-2")],
     ), summary["health"]
+
+
+def test_a_worker_whose_checks_outlast_the_leader_timeout_is_not_lost(
+    run_job: Callable[..., JobRun],
+) -> None:
+    """algo-2's own check takes 5 s, the leader timeout is 3 s: its pulses flow while it
+    checks, the leader waits for its hello, and the job runs."""
+    slow_on_algo_2 = "sh -c 'test \"$SM_CURRENT_HOST\" != algo-2 || sleep 5'"
+    run = run_job(
+        settings={"startup_timeout": "60", "leader_timeout": "3", "health_check": slow_on_algo_2}
+    )
+    assert run.codes() == dict.fromkeys(HOSTS, 0), run.output
+    assert RANK_OUTPUT.search(run.output), run.output  # the ranks ran
