@@ -613,17 +613,23 @@ def test_a_worker_that_cannot_reach_the_leader_says_so_in_its_hello(tmp_path: Pa
     assert reach.status == FAILED and reach.detail == cut_off.detail
 
 
+def checking_rig(tmp_path: Path, host: str, check: str) -> Rig:
+    """`host` of an mpi job whose hosts run `check` (ringleader_health_check) in its code
+    directory."""
+    (tmp_path / "code").mkdir()
+    return Rig(
+        tmp_path,
+        host,
+        sagemaker_mpi_enabled=True,
+        sagemaker_submit_directory=str(tmp_path / "code"),
+        ringleader_health_check=check,
+    )
+
+
 def test_a_leader_failing_its_own_check_launches_nothing_and_every_worker_is_told(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "code").mkdir()
-    rig = Rig(
-        tmp_path,
-        "algo-1",
-        sagemaker_mpi_enabled=True,
-        sagemaker_submit_directory=str(tmp_path / "code"),
-        ringleader_health_check="sh -c 'echo scratch is read-only; exit 3'",
-    )
+    rig = checking_rig(tmp_path, "algo-1", "sh -c 'echo scratch is read-only; exit 3'")
     code, failure = rig.run()
     assert code == exitcodes.HEALTH_CHECK_FAILED
     assert failure is not None and failure.startswith(
@@ -690,14 +696,7 @@ def test_with_health_off_nothing_is_checked(tmp_path: Path) -> None:
 def test_a_worker_whose_check_cannot_run_tells_the_leader_on_its_link(tmp_path: Path) -> None:
     """Its checks run after its join (pulses flowing): a configuration error in them is its
     hello's error, and it waits for the leader to end the job."""
-    (tmp_path / "code").mkdir()
-    rig = Rig(
-        tmp_path,
-        "algo-2",
-        sagemaker_mpi_enabled=True,
-        sagemaker_submit_directory=str(tmp_path / "code"),
-        ringleader_health_check="./no-such-check",
-    )
+    rig = checking_rig(tmp_path, "algo-2", "./no-such-check")
     code, failure = rig.run()
     assert code == exitcodes.CONFIG_ERROR
     assert failure is not None

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -297,6 +298,7 @@ def test_the_failure_file_names_each_failing_host_and_check() -> None:
         ("min_free_memory", "0", "expected a size such as 512m or 2g"),
         ("health_check", "sh -c 'oops", "cannot split"),
         ("health_pairs", "some", "expected one of leader, all, got 'some'"),
+        ("max_clock_offset", "-5", "expected a number of seconds above 0"),
     ],
 )
 def test_bad_health_settings_are_configuration_errors_naming_the_setting(
@@ -379,3 +381,35 @@ def test_one_worker_has_no_pairs_to_probe() -> None:
     _, effects = gathered_with_pairs(("algo-2",))
     assert not any(isinstance(effect, Broadcast) for effect in effects)
     assert any(isinstance(effect, PrepareAttempt) for effect in effects)
+
+
+# ------------------------------------------------------------------ the clock, at each hello
+def leader_hearing(offset: float, **health: Any) -> LeaderState:
+    """A leader of algo-2 that heard its hello, with its clock `offset` from the leader's."""
+    setup = LeaderSetup("algo-1", ("algo-2",), Timeouts(), checks_ssh=False)
+    setup = replace(setup, health=HealthConfig(**health))
+    state, _ = step(LeaderState(setup), JobBegins(2, ()), Now(0.0, 0.0))
+    state, _ = step(state, WorkerHello("algo-2", clock_offset=offset), Now(1.0, 1.0))
+    return state
+
+
+def test_a_worker_whose_clock_is_off_fails_its_health_check() -> None:
+    state = leader_hearing(-120.0)
+    assert state.outcome is not None
+    assert state.outcome.exit_code == exitcodes.HEALTH_CHECK_FAILED
+    assert (
+        "algo-2: clock: -120.000 s from the leader's, at most 60 s allowed "
+        "(ringleader_max_clock_offset)" in (state.outcome.failure or "")
+    )
+
+
+def test_a_clock_within_the_bound_is_an_ok_check_kept_with_the_others() -> None:
+    state = leader_hearing(0.25, max_clock_offset=1.0)
+    assert state.outcome is None
+    (clock,) = [result for result in state.health["algo-2"] if result.name == "clock"]
+    assert clock.status == OK and clock.detail.startswith("+0.250 s from the leader's")
+
+
+def test_with_health_off_the_clock_is_not_judged() -> None:
+    state = leader_hearing(-3600.0, enabled=False)
+    assert state.outcome is None and state.health["algo-2"] == ()

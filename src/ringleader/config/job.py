@@ -101,6 +101,7 @@ _SETTING_KEYS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "ringleader_min_shm": ("health", "min_shm", hp.as_size),
     "ringleader_min_free_memory": ("health", "min_free_memory", hp.as_size),
     "ringleader_health_check": ("health", "check", lambda field, value: _hook(field, value)),
+    "ringleader_max_clock_offset": ("health", "max_clock_offset", hp.as_positive_seconds),
     "ringleader_health_pairs": (
         "health",
         "pairs",
@@ -230,6 +231,9 @@ class HealthConfig:
     min_free_memory: int = 256 << 20  # ringleader_min_free_memory: MemAvailable
     check: tuple[str, ...] = ()  # ringleader_health_check: the user's own, run on every host
     pairs: str = PAIRS_TO_LEADER  # ringleader_health_pairs: the links probed (HEALTH_PAIRS)
+    # ringleader_max_clock_offset: a worker's clock against the leader's, measured at its hello
+    # (S3 refuses requests signed more than 15 minutes off; NTP keeps hosts within milliseconds)
+    max_clock_offset: float = 60.0
 
 
 @dataclass(frozen=True)

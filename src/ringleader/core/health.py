@@ -88,6 +88,16 @@ def summary(results: Sequence[CheckResult]) -> str:
     return "; ".join(f"{result.describe()} [{result.status}]" for result in ordered)
 
 
+def clock_check(offset: float, bound: float) -> CheckResult:
+    """A worker's clock against the leader's (the leader's minus the worker's, as measured at
+    its hello), failed beyond `bound` seconds either way."""
+    detail = (
+        f"{offset:+.3f} s from the leader's, at most {bound:g} s allowed "
+        "(ringleader_max_clock_offset)"
+    )
+    return CheckResult("clock", OK if abs(offset) <= bound else FAILED, detail)
+
+
 def slowest_links(reports: Mapping[str, Sequence[CheckResult]], count: int = 3) -> str | None:
     """The `count` slowest links the probes measured, by bandwidth (then round trip), in one
     line; None when no probe got through."""

@@ -12,7 +12,13 @@ from ringleader.core import exitcodes
 from ringleader.core import timeline as phases
 from ringleader.core.attempts import with_history
 from ringleader.core.frozen import evolve
-from ringleader.core.health import FAILED, CheckResult, health_outcome, slowest_links
+from ringleader.core.health import (
+    FAILED,
+    CheckResult,
+    clock_check,
+    health_outcome,
+    slowest_links,
+)
 from ringleader.core.outcome import JobFacts, decide
 from ringleader.core.pmap import PMap, PSet
 from ringleader.core.timeline import Mark
@@ -74,7 +80,8 @@ def setup_failed_at_start(state: LeaderState, event: SetupFailed, now: Now) -> S
 
 
 def hello(state: LeaderState, event: WorkerHello, now: Now) -> Step:
-    """A worker is up: its clock offset and timeline are taken, its ssh check starts. A worker
+    """A worker is up: its clock offset (a health check of its own) and timeline are taken, its
+    ssh check starts. A worker
     that reports its own error (bad configuration, sshd) ends the job with that error."""
     gathering = state.gathering
     if gathering is None or event.host not in gathering.hellos:
@@ -86,7 +93,10 @@ def hello(state: LeaderState, event: WorkerHello, now: Now) -> Step:
         rounds = -(-len(state.setup.workers) // SSH_CHECKS_AT_ONCE)
         deadline = now.monotonic + rounds * timeout + 5.0
     offsets = state.clock_offsets.set(event.host, event.clock_offset)
-    health = gathering.health.set(event.host, event.health)
+    report = event.health
+    if state.setup.health.enabled and event.error_code is None:
+        report = (*report, clock_check(event.clock_offset, state.setup.health.max_clock_offset))
+    health = gathering.health.set(event.host, report)
     addresses = gathering.addresses
     if event.probe_address is not None:
         addresses = addresses.set(event.host, event.probe_address)
