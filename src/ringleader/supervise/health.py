@@ -2,6 +2,7 @@
 probes (to the leader before every attempt, to its share of the other workers before the first
 with ringleader_health_pairs=all)."""
 
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -60,7 +61,8 @@ def probes_pairs(config: JobConfig) -> bool:
 @dataclass
 class PairProbes:
     """A worker's end of its peers' probes: its responder on its address on the job's
-    interface, or why it has none (a failed check of its own)."""
+    interface (where its name points when it has no such interface), or why it has none (a
+    failed check of its own)."""
 
     address: str | None
     responder: ProbeResponder | None
@@ -71,9 +73,15 @@ class PairProbes:
         interface = config.topology.network_interface
         name = "answers pair probes"
         found = addresses_on(interface)
-        if not found:
-            problem = f"no IPv4 address on {interface} (network_interface_name)"
-            return cls(None, None, (name, _failed(problem)))
+        if not found:  # no such interface here (a cluster's ens5): where its name points
+            try:
+                found = (socket.gethostbyname(context.host),)
+            except OSError as error:
+                problem = (
+                    f"no IPv4 address on {interface} (network_interface_name), and "
+                    f"{context.host} does not resolve: {error}"
+                )
+                return cls(None, None, (name, _failed(problem)))
         try:
             responder = ProbeResponder(
                 found[0],
