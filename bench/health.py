@@ -4,8 +4,9 @@ share of the others), on 3 and 16 fake hosts, in rounds whose order turns.
 
 For each host count it prints the medians of: first `docker start` -> the launcher started
 (the leader's job.json) for each of the three, the gate's cost (on - off), the pair probes'
-(all - on), and the longest time a host spent on its own checks (its "health checked" mark
-after the last mark before them: its join to the leader, its sshd, or its configuration read).
+(all - on), the longest time a host spent on its own checks (its "health checked" mark after
+the last mark before them: its join to the leader, its sshd, or its configuration read), and
+the leader's wait for the pair probes ("pair probes asked" -> "all workers up").
 The job is bench/probe/probe.py, one rank per host. A difference within the rounds' spread is
 noise.
 
@@ -43,6 +44,16 @@ def longest_check(job_file: Path) -> float | None:
     return max(spans) if spans else None
 
 
+def pair_probes(job_file: Path) -> float | None:
+    """The leader's wait for every worker's pair probes: "pair probes asked" -> "all workers
+    up"."""
+    if not job_file.is_file():
+        return None
+    found = {mark.phase: mark.at for mark in read_job_file(job_file).timeline}
+    asked, up = found.get(phases.PAIRS_ASKED), found.get(phases.WORKERS_UP)
+    return None if asked is None or up is None else up - asked
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, nargs="+", default=[3, 16])
@@ -53,6 +64,7 @@ def main() -> int:
     for hosts in args.hosts:
         launched: dict[str, list[float]] = {gate: [] for gate in GATE}
         checks: list[float] = []
+        pairs: list[float] = []
         for round_number in range(args.rounds):
             turn = round_number % len(GATE)
             order = [*GATE][turn:] + [*GATE][:turn]
@@ -75,28 +87,31 @@ def main() -> int:
                         print("  the job failed: round left out", file=sys.stderr)
                         continue
                     launched[gate].append(at)
-                    if gate == "on":
-                        found = sorted(workdir.glob("*/algo-1/output/data/job.json"))
-                        span = longest_check(found[0]) if found else None
-                        if span is not None:
-                            checks.append(span)
-        rows.append((hosts, launched, checks))
+                    found = sorted(workdir.glob("*/algo-1/output/data/job.json"))
+                    span = longest_check(found[0]) if found and gate == "on" else None
+                    if span is not None:
+                        checks.append(span)
+                    span = pair_probes(found[0]) if found and gate == "all" else None
+                    if span is not None:
+                        pairs.append(span)
+        rows.append((hosts, launched, checks, pairs))
     print()
     print(
         "| hosts | launched, gate off | gate on | pairs=all | gate's cost | pairs' cost "
-        "| a host's checks, longest | rounds |"
+        "| a host's checks, longest | pair probes, asked -> all in | rounds |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for hosts, launched, checks in rows:
+    print("|---|---|---|---|---|---|---|---|---|")
+    for hosts, launched, checks, pairs in rows:
         if not all(launched.values()):
-            print(f"| {hosts} | - | - | - | - | - | - | no complete round |")
+            print(f"| {hosts} | - | - | - | - | - | - | - | no complete round |")
             continue
         off, on, all_pairs = (statistics.median(launched[gate]) for gate in ("off", "on", "all"))
         longest = f"{statistics.median(checks) * 1000:.0f} ms" if checks else "-"
+        probed = f"{statistics.median(pairs) * 1000:.0f} ms" if pairs else "-"
         rounds = " + ".join(str(len(launched[gate])) for gate in ("off", "on", "all"))
         print(
             f"| {hosts} | {off:.2f} s | {on:.2f} s | {all_pairs:.2f} s | {on - off:+.2f} s "
-            f"| {all_pairs - on:+.2f} s | {longest} | {rounds} |"
+            f"| {all_pairs - on:+.2f} s | {longest} | {probed} | {rounds} |"
         )
     return 0
 

@@ -15,9 +15,10 @@ from ringleader.core.records import RankRecord
 ENTRY = "entry point started"
 CONFIG = "configuration read"
 SSHD = "sshd ready"
+CONNECTED = "connected to the leader"  # a worker: joined, before its checks
 HEALTH_CHECKED = "health checked"  # the host's checks before the first attempt ended
-CONNECTED = "connected to the leader"
 SSH_CHECKED = "ssh check passed"
+PAIRS_ASKED = "pair probes asked"  # the leader: every worker up (ringleader_health_pairs=all)
 WORKERS_UP = "all workers up"
 LAUNCHED = "launcher started"
 MPI_DAEMON_UP = "MPI daemon up"  # mpirun's daemon (orted) on a host it reaches over ssh
@@ -32,9 +33,10 @@ PHASES = (
     ENTRY,
     CONFIG,
     SSHD,
-    HEALTH_CHECKED,
     CONNECTED,
+    HEALTH_CHECKED,
     SSH_CHECKED,
+    PAIRS_ASKED,
     WORKERS_UP,
     LAUNCHED,
     MPI_DAEMON_UP,

@@ -166,7 +166,8 @@ def _ask_for_pair_probes(state: LeaderState, now: Now, effects: list[Effect]) ->
     deadline = now.monotonic + state.setup.health.timeout + PROBE_REPORT_SLACK
     gathering = evolve(gathering, probing=PSet(state.setup.workers), deadline=deadline)
     asked = Log(f"probing every pair of the {len(state.setup.workers)} workers")
-    effects += [asked, Broadcast(ProbePeers(peers))]
+    mark = Mark(state.setup.host, phases.PAIRS_ASKED, now.wall)
+    effects += [asked, MarkTimeline((mark,)), Broadcast(ProbePeers(peers))]
     return evolve(state, gathering=gathering), tuple(effects)
 
 
