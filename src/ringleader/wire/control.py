@@ -621,17 +621,28 @@ def connect_to_leader(
     leader: LeaderAddress, host: str, link: str, deadline: float, stop: threading.Event
 ) -> Joined | None:
     """Connect to this job's leader as `host`'s `link` connection, retrying while its
-    container or server is not up yet.
+    container or server is not up yet (join_with_retries).
 
-    Returns None when `deadline` (a time.monotonic() value) passes or `stop` is set. The retry
-    delay grows from 50 ms to 1 s: fast when hosts start together, cheap when one is late. A
-    connection closed before its greeting is retried like a refused one (a leader going down,
-    or not up yet), and so is one not greeted within the greeting timeout (a leader busy with
-    thousands of hosts), until `deadline`. Raises ConfigError (ringleader_control_port) when
-    what answers is not this job's leader (another job's greeting, something else, a proof
-    that does not match the job's secret), when the leader refuses this host, or when a try
-    got no greeting and none greeted by `deadline`.
+    Returns None when `deadline` (a time.monotonic() value) passes or `stop` is set. Raises
+    ConfigError (ringleader_control_port) when what answers is not this job's leader (another
+    job's greeting, something else, a proof that does not match the job's secret), when the
+    leader refuses this host, or when a try got no greeting and none greeted by `deadline`.
     """
+    try:
+        return join_with_retries(leader, host, link, deadline, stop)
+    except (NotTheLeader, NotAdmitted, NoAnswer) as error:
+        raise ConfigError(CONTROL_PORT_SETTING, join_problem(leader, error)) from None
+
+
+def join_with_retries(
+    leader: LeaderAddress, host: str, link: str, deadline: float, stop: threading.Event
+) -> Joined | None:
+    """`host`'s `link` connection to what `leader` names, tried again while it is refused or
+    closed before its greeting (a leader going down, or not up yet), or not greeted within the
+    greeting timeout (a leader busy with thousands of hosts), until `deadline`; None then, or
+    when `stop` is set. The retry delay grows from 50 ms to 1 s: fast when hosts start
+    together, cheap when one is late. Raises NotTheLeader, NotAdmitted, and NoAnswer when a
+    try got no greeting and none greeted by `deadline`."""
     delay = 0.05
     # A try whose connection got no greeting: what held the port then was silent. A later try
     # refused or closed does not undo that (the port's holder may go with the leader's host,
@@ -644,14 +655,12 @@ def connect_to_leader(
             # A leader busy accepting thousands of hosts greets late; what else holds the port
             # never does. Only the startup deadline tells them apart.
             unanswered, joined = error, None
-        except (NotTheLeader, NotAdmitted) as error:
-            raise ConfigError(CONTROL_PORT_SETTING, join_problem(leader, error)) from None
         if joined is not None:
             return joined
         stop.wait(min(delay, max(deadline - time.monotonic(), 0)))
         delay = min(delay * 2, 1.0)
     if unanswered is not None and not stop.is_set():
-        raise ConfigError(CONTROL_PORT_SETTING, join_problem(leader, unanswered))
+        raise unanswered
     return None
 
 

@@ -4,9 +4,9 @@ and measures the link's round trip and a short bulk transfer.
 
 A probe is a connection to the target's control port, admitted like any of the job's links
 (greeting, join with the job's proof, welcome: ringleader.wire.control) on the PROBE_LINK, then
-ringleader.wire.linkprobe's exchange. The leader answers probes
-on its control server; a worker answers its peers' on a ProbeResponder of its own, listening
-on its address on the job's interface, from before its hello until it ends.
+ringleader.wire.linkprobe's exchange. The leader answers probes on its control server; a worker
+answers its peers' on a ProbeResponder of its own, listening on its address on the job's
+interface, from before its hello until it ends.
 """
 
 import contextlib
@@ -27,8 +27,7 @@ from ringleader.wire.control import (
     NoAnswer,
     NotAdmitted,
     NotTheLeader,
-    join_once,
-    join_problem,
+    join_with_retries,
     listen_backlog,
     probe_admitted,
     welcome_message,
@@ -48,9 +47,13 @@ def probe_check(
         deadline = time.monotonic() + seconds
         where = f"{target.host}:{target.port} on {interface}"
         try:
-            joined = join_once(target, source, PROBE_LINK, deadline, stop)
-        except (NotTheLeader, NotAdmitted, NoAnswer) as error:
-            return CheckResult("", FAILED, f"{where}: {join_problem(target, error)}")
+            joined = join_with_retries(target, source, PROBE_LINK, deadline, stop)
+        except NotAdmitted as error:
+            return CheckResult("", FAILED, f"{where} refused this host: {error}")
+        except NotTheLeader as error:
+            return CheckResult("", FAILED, f"{where} is not this job's: {error}")
+        except NoAnswer as error:
+            return CheckResult("", FAILED, f"{where} accepted, and never greeted: {error}")
         if joined is None:
             within = f"within {seconds:.1f} s ({TIMEOUT_KEY})"
             return CheckResult("", FAILED, f"cannot connect to {where} {within}")
@@ -120,6 +123,8 @@ class ProbeResponder:
         self._admission = admission
         self._workers = frozenset(workers)
         self._log = log
+        # each peer probes it once at a time: more at once are turned away
+        self._answering = threading.BoundedSemaphore(max(len(workers), 1))
         self._server = socket.create_server((address, port), backlog=listen_backlog(len(workers)))
         self._closed = threading.Event()
         threading.Thread(target=self._accept, name="probe-responder", daemon=True).start()
@@ -136,11 +141,20 @@ class ProbeResponder:
                 connection, _ = self._server.accept()
             except OSError:
                 return  # closed
+            if not self._answering.acquire(blocking=False):
+                connection.close()
+                continue
             threading.Thread(
                 target=self._serve, args=(connection,), name="probe-answer", daemon=True
             ).start()
 
     def _serve(self, connection: socket.socket) -> None:
+        try:
+            self._answer(connection)
+        finally:
+            self._answering.release()
+
+    def _answer(self, connection: socket.socket) -> None:
         connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         channel = Channel(connection)
         address = channel.peer_address or "?"
