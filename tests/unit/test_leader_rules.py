@@ -20,6 +20,7 @@ from ringleader.config.job import (
     PAIRS_ALL,
     PAIRS_TO_LEADER,
     HealthConfig,
+    ProgressConfig,
     RestartConfig,
     Timeouts,
 )
@@ -27,6 +28,7 @@ from ringleader.core import exitcodes
 from ringleader.core.health import FAILED, OK, CheckResult, Report
 from ringleader.core.outcome import Outcome
 from ringleader.core.pmap import PMap
+from ringleader.core.progress import RankStep
 from ringleader.core.records import RankRecord
 from ringleader.core.restart_policy import RestartPolicy, parse_restart_on
 from ringleader.core.stacks import RankStacks
@@ -50,6 +52,7 @@ from ringleader.supervise.leading.effects import (
     OutputChecked,
     PrepareAttempt,
     ReapAttempt,
+    RecordStatus,
     SetupFailed,
     StartLauncher,
     TerminateEverywhere,
@@ -141,6 +144,7 @@ class Job:
     error_at: int | None = None
     sick_at: int | None = None  # the first health report with a failed check
     leader_health: Report = ()  # the leader's own checks before each restart
+    stepped: bool = False  # some rank reported a step
 
 
 def timeouts_strategy() -> st.SearchStrategy[Timeouts]:
@@ -348,7 +352,10 @@ def act(driver: Driver, kind: str, data: st.DataObject) -> None:
         case "progress":
             rank = data.draw(st.sampled_from(sorted(job.started - job.ended)), label="rank")
             job.output += 1
-            event = RanksProgressed(HOSTS[rank // 2], (rank,))
+            stepped = data.draw(st.sampled_from([None, None, job.output]), label="step")
+            said = () if stepped is None else (RankStep(rank, stepped, 100),)
+            job.stepped = job.stepped or bool(said)
+            event = RanksProgressed(HOSTS[rank // 2], (rank,), said)
         case "stacks":
             if data.draw(st.booleans(), label="asked"):
                 event = StacksRequested(data.draw(st.sampled_from(HOSTS)))
@@ -483,7 +490,15 @@ def run_job(data: st.DataObject, calm: bool = False) -> Run:
         data.draw(st.sampled_from(POLICIES), label="restart_on"),
     )
     pairs = data.draw(st.sampled_from([PAIRS_TO_LEADER, PAIRS_ALL]), label="health pairs")
-    setup = LeaderSetup(HOSTS[0], HOSTS[1:], timeouts, restart, health=HealthConfig(pairs=pairs))
+    status = data.draw(st.sampled_from([0.0, 1.0, 60.0]), label="status interval")
+    setup = LeaderSetup(
+        HOSTS[0],
+        HOSTS[1:],
+        timeouts,
+        restart,
+        health=HealthConfig(pairs=pairs),
+        progress=ProgressConfig(status_interval=status),
+    )
     job = Job()
     fail_prepare = not calm and data.draw(st.sampled_from([False] * 9 + [True]), label="prep")
     job.leader_health = health(data, "leader's health")
@@ -555,6 +570,10 @@ def test_every_interleaving_keeps_the_failure_models_invariants(data: st.DataObj
         stuck = len(attempts) >= 2 and not any(a.progressed for a in attempts[-2:])
         assert stuck or policy.refuses(last.kind or "", last.exit_code) is not None, story
         assert f"instead of {last.exit_code}." in (outcome.failure or "").splitlines()[1], story
+    # a status is said only of steps some rank reported, and never with the interval 0
+    said = [effect for effect in job.effects if isinstance(effect, RecordStatus)]
+    event("a status said" if said else "no status")
+    assert not said or (job.stepped and run.state.setup.progress.status_interval > 0), story
     # the same sequence always gives the same outcome
     assert replay(run) == run.state, story
 

@@ -6,7 +6,7 @@ import functools
 import re
 import shlex
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -102,6 +102,14 @@ _SETTING_KEYS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "ringleader_min_free_memory": ("health", "min_free_memory", hp.as_size),
     "ringleader_health_check": ("health", "check", lambda field, value: _hook(field, value)),
     "ringleader_max_clock_offset": ("health", "max_clock_offset", hp.as_positive_seconds),
+    "ringleader_step_regex": (
+        "progress",
+        "step_regex",
+        lambda field, value: _step_regex(field, value),
+    ),
+    "ringleader_step_metric": ("progress", "step_metric", lambda field, value: _name(field, value)),
+    "ringleader_total_steps": ("progress", "total_steps", hp.as_positive_int),
+    "ringleader_status_interval": ("progress", "status_interval", hp.as_seconds),
     "ringleader_health_pairs": (
         "health",
         "pairs",
@@ -121,6 +129,25 @@ def _hook(field: str, value: Any) -> tuple[str, ...]:
     if not words:
         raise ConfigError(field, "expected a command line, got nothing")
     return words
+
+
+def _step_regex(field: str, value: Any) -> str:
+    """ringleader_step_regex: a regex whose first group is the step number."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(field, f"expected a regex, got {value!r}")
+    try:
+        pattern = re.compile(value)
+    except re.error as error:
+        raise ConfigError(field, f"cannot compile {value!r}: {error}") from None
+    if pattern.groups < 1:
+        raise ConfigError(field, f"{value!r} has no group: put ( ) around the step number")
+    return value
+
+
+def _name(field: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(field, f"expected a name, got {value!r}")
+    return value
 
 
 def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
@@ -237,6 +264,26 @@ class HealthConfig:
 
 
 @dataclass(frozen=True)
+class ProgressConfig:
+    """Each rank's steps and the leader's status line (core/progress.py, rank/steps.py)."""
+
+    step_regex: str | None = None  # ringleader_step_regex: its first group is the step
+    step_metric: str | None = None  # ringleader_step_metric: a metric definition's name
+    total_steps: int | None = None  # ringleader_total_steps (else a rank's total=)
+    status_interval: float = 60.0  # ringleader_status_interval; 0: no status line
+
+    def step_pattern(self, definitions: Sequence[MetricDefinition]) -> str | None:
+        """The regex the ranks' output is matched with for their step: ringleader_step_regex,
+        else the regex of the metric definition ringleader_step_metric names."""
+        if self.step_regex is not None or self.step_metric is None:
+            return self.step_regex
+        for definition in definitions:
+            if definition.name == self.step_metric:
+                return str(definition.pattern.pattern)
+        return None
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """The whole job's settings, in the parts each consumer reads."""
 
@@ -250,6 +297,7 @@ class JobConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     restart: RestartConfig = field(default_factory=RestartConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
+    progress: ProgressConfig = field(default_factory=ProgressConfig)
     control_port: int = DEFAULT_CONTROL_PORT
     horovod_env: Mapping[str, str] = field(default_factory=dict)  # HOROVOD_* for every rank
     # Outside SageMaker: where each host's output.tar.gz and model.tar.gz go at the end.
@@ -330,6 +378,7 @@ def parse_job_config(
         timeouts=timeouts,
         restart=RestartConfig(**settings["restart"]),
         health=HealthConfig(**settings["health"]),
+        progress=ProgressConfig(**settings["progress"]),
         horovod_env=MappingProxyType(horovod_vars),
         own_processes_per_host=_own_processes_per_host(
             topology, values.get(PROCESSES_PER_HOST_KEY)
@@ -473,6 +522,7 @@ def _parse_ringleader_keys(
         "output": {},
         "restart": {},
         "health": {},
+        "progress": {},
     }
     for key, (part, target, parse) in _SETTING_KEYS.items():
         if key in values:
@@ -482,7 +532,21 @@ def _parse_ringleader_keys(
         output["metric_definitions"] = parse_definitions(
             METRIC_DEFINITIONS_ENV, environ[METRIC_DEFINITIONS_ENV]
         )
+    _check_step_metric(settings["progress"].get("step_metric"), output.get("metric_definitions"))
     return timeouts, settings
+
+
+def _check_step_metric(name: str | None, definitions: Sequence[MetricDefinition] | None) -> None:
+    """ringleader_step_metric must name one of the job's metric definitions."""
+    if name is None:
+        return
+    known = [definition.name for definition in definitions or ()]
+    if name not in known:
+        defined = ", ".join(repr(each) for each in known) or "none"
+        raise ConfigError(
+            "ringleader_step_metric",
+            f"no metric definition is named {name!r} (the job's: {defined})",
+        )
 
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")

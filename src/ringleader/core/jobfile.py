@@ -5,13 +5,16 @@
      "timeline": [{"host": str, "phase": str, "at": float}],
      "attempts": [{"attempt": int, "started_at": float, "ended_at": float, "exit_code": int,
                    "cause": str|null, "hosts": [str], "progressed": bool}],
+     "progress": [{"at": float, "step": int, "total": int|null, "rate": float|null,
+                   "eta": float|null, "steps": {rank: int}}],
      "health": {host: [{"name": str, "status": str, "detail": str,
                         "link": {"source": str, "target": str, "round_trip": float,
                                  "bandwidth": float}  (a reachability probe's, when through)}]}}
 
 `ranks` are the last attempt's; `attempts` has every start of the ranks (restarts in place:
 ringleader_max_restarts), in order, the last one included; `health` every host's checks at
-the last health gate (ringleader.core.health).
+the last health gate (ringleader.core.health); `progress` the job's step at each status line
+(ringleader.core.progress), with every reporting rank's.
 
 A rank record is what ringleader.core.records.RankRecord writes (times in epoch seconds).
 The leader writes the file once, at the end of the job (`write_job_file`, called by
@@ -31,6 +34,7 @@ from typing import Any
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.files import write_atomically
 from ringleader.core.health import CheckResult, Report
+from ringleader.core.progress import StatusSample
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Mark
 
@@ -51,6 +55,7 @@ class JobSummary:
     timeline: tuple[Mark, ...] = ()  # every host's launcher phases (ringleader.core.timeline)
     attempts: tuple[AttemptRecord, ...] = ()  # every start of the ranks (ringleader.core.attempts)
     health: Mapping[str, Report] = field(default_factory=dict)  # the last health gate's
+    progress: tuple[StatusSample, ...] = ()  # every status line's numbers (core/progress.py)
 
     @property
     def unhealthy(self) -> tuple[str, ...]:
@@ -71,6 +76,7 @@ class JobSummary:
                 host: [result.to_json() for result in report]
                 for host, report in self.health.items()
             },
+            "progress": [each.to_json() for each in self.progress],
         }
 
 
@@ -140,6 +146,13 @@ def parse_job_file(text: str) -> JobSummary:
             health[str(host)] = tuple(CheckResult.from_json(item) for item in items)
         except (KeyError, TypeError, ValueError, AttributeError):
             problems.append(f"a host's health checks cannot be read: {host!r:.80}")
+    progress = []
+    raw_progress = data.get("progress") or []
+    for item in raw_progress if isinstance(raw_progress, list) else ():
+        try:
+            progress.append(StatusSample.from_json(item))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            problems.append(f"a status cannot be read: {item!r:.80}")
     return JobSummary(
         exit_code=exit_code,
         failure=failure if isinstance(failure, str) and failure else None,
@@ -151,6 +164,7 @@ def parse_job_file(text: str) -> JobSummary:
         timeline=tuple(sorted(timeline, key=lambda mark: mark.at)),
         attempts=tuple(attempts),
         health=health,
+        progress=tuple(progress),
     )
 
 

@@ -11,6 +11,7 @@ from ringleader.core.files import write_atomically
 from ringleader.core.health import Report
 from ringleader.core.jobfile import JobSummary, write_job_file
 from ringleader.core.outcome import Outcome
+from ringleader.core.progress import StatusSample
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Mark, chrome_trace
 
@@ -40,6 +41,7 @@ def write_job_summary(
     timeline: Sequence[Mark] = (),
     attempts: Sequence[AttemptRecord] = (),
     health: Mapping[str, Report] | None = None,
+    progress: Sequence[StatusSample] = (),
 ) -> None:
     """job.json on the leader: the outcome, every rank's record and every host's launcher
     phases, for reports and tools; beside it the phases as a Chrome trace."""
@@ -53,6 +55,7 @@ def write_job_summary(
         timeline=tuple(timeline),
         attempts=tuple(attempts),
         health=dict(health or {}),
+        progress=tuple(progress),
     )
     write_job_file(path, summary)
     if timeline:

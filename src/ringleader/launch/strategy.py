@@ -18,6 +18,7 @@ from ringleader.config.job import JobConfig
 from ringleader.core import paths
 from ringleader.core.attempts import RESTART_PROGRESS_INTERVAL
 from ringleader.core.errors import ConfigError
+from ringleader.core.progress import report_interval
 from ringleader.launch.health import port_taken
 from ringleader.launch.netif import InterfaceChoice, choose_interface, local_interfaces, resolve
 from ringleader.launch.process import PLAIN_OUTPUT, OutputReader
@@ -146,19 +147,21 @@ def rank_command(
 ) -> list[str]:
     """The per-rank wrapper around the user's command, for the job's `attempt`-th start."""
     timeouts = config.timeouts
-    progress = []
+    # How often each rank's wrapper says it moved: for the hang watch, the status line's step
+    # counts, and a restart's "made progress" (an attempt that failed before any is told apart).
+    intervals = [
+        timeouts.progress_interval,
+        report_interval(config.progress.status_interval),
+        RESTART_PROGRESS_INTERVAL if config.restart.enabled else None,
+    ]
+    chosen = [interval for interval in intervals if interval is not None]
+    progress = ["--progress-interval", f"{min(chosen):g}"] if chosen else []
     if timeouts.progress_interval is not None:
         # Horovod's stall inspector names the ranks that hold up a collective: let it speak
         # before the hang verdict (its own default, 60 s, may be after it).
-        stall_check = f"{max(timeouts.progress_interval, 1):.0f}"
-        progress = [
-            "--progress-interval",
-            f"{timeouts.progress_interval:g}",
-            "--horovod-stall-check",
-            stall_check,
-        ]
-    elif config.restart.enabled:  # an attempt that failed before any progress is told apart
-        progress = ["--progress-interval", f"{RESTART_PROGRESS_INTERVAL:g}"]
+        progress += ["--horovod-stall-check", f"{max(timeouts.progress_interval, 1):.0f}"]
+    step_regex = config.progress.step_pattern(config.output.metric_definitions)
+    steps = [] if step_regex is None else ["--step-regex", step_regex]
     restarts = ["--attempt", str(attempt)] if attempt else []
     return [
         paths.RANK_PYTHON,
@@ -169,6 +172,7 @@ def rank_command(
         "--abort-grace",
         f"{timeouts.abort_grace:g}",
         *progress,
+        *steps,
         *restarts,
         # the wrapper's share of ringleader_stack_dump_timeout: its stacks must still travel
         "--stack-timeout",

@@ -45,6 +45,9 @@ class MetricSummary:
         self.count += 1
 
 
+JOB_RANK = -1  # the rank of a record about the whole job (the leader's status)
+
+
 class MetricRecorder:
     """Appends records to metrics.jsonl and keeps a per-metric summary (thread-safe)."""
 
@@ -79,6 +82,27 @@ class MetricRecorder:
                     self.summary[name].add(value)
                 else:
                     self.summary[name] = MetricSummary(value, value, value, 1)
+
+    def record(self, values: Iterable[tuple[str, float]], host: str) -> None:
+        """The job's own values (the leader's status: ringleader_step, ...), as rank JOB_RANK:
+        they belong to no rank."""
+        now = time.time()
+        records = "".join(
+            json.dumps(
+                {
+                    "timestamp": now,
+                    "name": name,
+                    "value": value,
+                    "rank": JOB_RANK,
+                    "host": host,
+                    "attempt": self.attempt,
+                }
+            )
+            + "\n"
+            for name, value in values
+        )
+        with self._lock:
+            self._append(records)
 
     def _append(self, records: str) -> None:
         """Best-effort: a write that fails (a full disk) stops the file, once, with a warning;

@@ -16,6 +16,7 @@ from ringleader.core import console
 from ringleader.core.records import TAIL_LINE_CHARS
 from ringleader.output.lines import LineSplitter
 from ringleader.output.printer import tag
+from ringleader.rank.steps import StepFinder
 from ringleader.wire.protocol import Channel, ChannelClosed, output_frame
 
 _TAIL_LINE_CHARS = TAIL_LINE_CHARS
@@ -43,8 +44,16 @@ class RankOutput:
     stdout/stderr, tagged.
     """
 
-    def __init__(self, host: str, rank: int, log_path: Path | None, relay: bool = True) -> None:
+    def __init__(
+        self,
+        host: str,
+        rank: int,
+        log_path: Path | None,
+        relay: bool = True,
+        steps: StepFinder | None = None,
+    ) -> None:
         self.host, self.rank = host, rank
+        self.steps = steps  # the rank's step in its lines (ringleader_step_regex), if looked for
         self._relay = relay  # False: the lines go only to the rank's log
         self._log_path = log_path
         self._log: io.FileIO | None = None  # unbuffered: each batch is written whole, or not
@@ -100,6 +109,8 @@ class RankOutput:
             else:
                 warning.discard(stream)
                 self.progress += 1
+                if self.steps is not None:
+                    self.steps.look(line)
 
     def close(self, timeout: float) -> None:
         """Ship what is queued, then stop the sender; give up once shipping has made no

@@ -1,9 +1,12 @@
-"""A rank's progress for the hang watch: lines of output, and heartbeats from the rank itself.
+"""A rank's progress for the hang watch and the leader's status line: lines of output,
+heartbeats from the rank itself, and its step (ringleader.rank.steps).
 
 A rank that is quiet by design touches the heartbeat file its environment names
-(`ringleader.progress()` from Python, `touch "$RINGLEADER_PROGRESS_FILE"` from a shell); its
-wrapper looks at that file's modification time and at the output line count once per interval,
-and tells the host agent when either moved.
+(`ringleader.progress()` from Python, `touch "$RINGLEADER_PROGRESS_FILE"` from a shell); with a
+step it writes the number there (`ringleader.progress(step=N, total=M)`, `echo N M >
+"$RINGLEADER_PROGRESS_FILE"`). Its wrapper looks at that file, at the output line count and at
+the step its output gave once per interval, and tells the host agent when the rank moved,
+with its step when it has one.
 """
 
 import contextlib
@@ -12,12 +15,15 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
+from ringleader.core.progress import RankStep
+from ringleader.rank.steps import Seen, StepFinder, heartbeat_step, moved
 from ringleader.wire.messages import Progress
 from ringleader.wire.protocol import Channel, ChannelClosed
 
 
 class Counted(Protocol):
     progress: int  # lines that showed progress so far
+    steps: StepFinder | None  # the step its lines gave, when a step regex is set
 
 
 class ProgressWatch:
@@ -32,10 +38,10 @@ class ProgressWatch:
         self, channel: Channel, host: str, rank: int, output: Counted, interval: float
     ) -> None:
         """From now on, every `interval` s in which the rank made progress: one Progress."""
-        seen = (output.progress, self._beat())  # now, not when the thread gets to run
+        seen = self._look(rank, output, None)  # now, not when the thread gets to run
         threading.Thread(
             target=self._report,
-            args=(channel, Progress(host, (rank,)), output, interval, seen),
+            args=(channel, host, rank, output, interval, seen),
             name="progress",
             daemon=True,
         ).start()
@@ -44,25 +50,40 @@ class ProgressWatch:
         self._stopped.set()
 
     def _report(
-        self,
-        channel: Channel,
-        message: Progress,
-        output: Counted,
-        interval: float,
-        seen: tuple[int, int],
+        self, channel: Channel, host: str, rank: int, output: Counted, interval: float, seen: Seen
     ) -> None:
         while not self._stopped.wait(interval):
-            now = (output.progress, self._beat())
-            if now == seen:
+            now = self._look(rank, output, seen)
+            if not moved(seen, now):
                 continue
             seen = now
+            steps = () if now.step is None else (now.step,)
             try:
-                channel.send(message)
+                channel.send(Progress(host, (rank,), steps))
             except ChannelClosed:
                 return
+
+    def _look(self, rank: int, output: Counted, before: Seen | None) -> Seen:
+        """What the rank shows now; its heartbeat file is read only when it changed."""
+        beat = self._beat()
+        if before is None or beat != before.beat:
+            said = heartbeat_step(self._said(), rank)
+        else:
+            said = before.said
+        from_output = None if output.steps is None else output.steps.step
+        step = said
+        if step is None and from_output is not None:
+            step = RankStep(rank, from_output)
+        return Seen(output.progress, beat, said, step)
 
     def _beat(self) -> int:
         try:
             return os.stat(self.heartbeat).st_mtime_ns
         except OSError:
             return 0
+
+    def _said(self) -> str:
+        try:
+            return self.heartbeat.read_text(errors="replace")[:256]
+        except OSError:
+            return ""

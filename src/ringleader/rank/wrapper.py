@@ -31,6 +31,7 @@ from ringleader.rank.capture import Pump, RankOutput
 from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
 from ringleader.rank.progress import ProgressWatch
 from ringleader.rank.stacks import stack_environment, take_stacks
+from ringleader.rank.steps import StepFinder
 from ringleader.rank.tree import become_subreaper, end_descendants
 from ringleader.wire.messages import (
     Ack,
@@ -320,6 +321,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(seconds; the hang watch); none: not reported",
     )
     parser.add_argument(
+        "--step-regex",
+        default=None,
+        help="the rank's step in its output lines: the regex's first group "
+        "(ringleader_step_regex, ringleader_step_metric)",
+    )
+    parser.add_argument(
         "--stack-timeout",
         type=float,
         default=timeouts.DEFAULTS.stack_dump,
@@ -386,7 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     channel = _connect_agent(args.agent)
     acked = threading.Event()
     relayed = rank in RankSelection.parse("--relay-ranks", args.relay_ranks)
-    output = RankOutput(host, rank, Path(args.log_dir) / host / f"rank-{rank}.log", relayed)
+    steps = None if args.step_regex is None else StepFinder(args.step_regex)
+    log_path = Path(args.log_dir) / host / f"rank-{rank}.log"
+    output = RankOutput(host, rank, log_path, relayed, steps)
     pid: list[int] = []  # the user process's, once it runs
 
     def dump(reason: str) -> None:

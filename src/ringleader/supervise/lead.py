@@ -10,6 +10,7 @@ from ringleader.core import timeline as phases
 from ringleader.core.background import BackgroundCall
 from ringleader.core.errors import ConfigError, JobError
 from ringleader.core.outcome import Outcome, truncate
+from ringleader.core.progress import StatusSample, metric_values
 from ringleader.launch.netif import addresses_on
 from ringleader.launch.strategy import LaunchPlan, LaunchStrategy
 from ringleader.output.kept_files import keep_files
@@ -34,10 +35,12 @@ def lead(
 ) -> Outcome:
     parts, timeouts, topology = context.parts, config.timeouts, config.topology
     check_health = parts.health(config, context.host)
-    recorder = None
-    if config.output.metric_definitions:
-        recorder = MetricRecorder(config.output.metric_definitions, paths.METRICS_FILE)
-    printer = OutputPrinter(config.output.log_ranks, config.output.metric_ranks, recorder)
+    definitions = config.output.metric_definitions
+    recorder = None  # one writer of metrics.jsonl: the ranks' metrics and the status line's
+    if definitions or config.progress.status_interval > 0:
+        recorder = MetricRecorder(definitions, paths.METRICS_FILE)
+    metered = recorder if definitions else None
+    printer = OutputPrinter(config.output.log_ranks, config.output.metric_ranks, metered)
     workers = topology.workers if with_workers else ()
     server = None
     if with_workers:
@@ -81,12 +84,25 @@ def lead(
         keep_stacks=lambda report: keep_report(parts.results.hang_dir, report, context.log),
         on_attempt=lambda attempt: _note_attempt(recorder, attempt),
         check_health=lambda attempt: checked(context, check_health, attempt),
+        record_status=lambda sample: _record_status(recorder, sample, context.host),
     )
-    leader = Leader(context.host, workers, timeouts, leader_parts, config.restart, config.health)
+    leader = Leader(
+        context.host,
+        workers,
+        timeouts,
+        leader_parts,
+        config.restart,
+        config.health,
+        config.progress,
+    )
     try:
         outcome = _ready_then_run(context, leader, strategy, with_workers, prepared, config)
         context.timeline.mark(context.host, phases.VERDICT)
-        for line in printer.close() + keep_files(config.output.kept_files):
+        closing = printer.close()  # the ranks' metrics, when metered
+        if recorder is not None and metered is None:  # the status line's only
+            recorder.close()
+            closing += recorder.summary_lines()
+        for line in closing + keep_files(config.output.kept_files):
             context.log(line)
         conclude(
             leader,
@@ -188,6 +204,11 @@ def _let_workers_see_the_port(
         context.log(f"not seen at port {port}: {', '.join(missing)}")
     else:
         context.log(f"every worker has been to port {port}")
+
+
+def _record_status(recorder: MetricRecorder | None, sample: StatusSample, host: str) -> None:
+    if recorder is not None:
+        recorder.record(metric_values(sample), host)
 
 
 def _note_attempt(recorder: MetricRecorder | None, attempt: int) -> None:

@@ -11,13 +11,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ringleader.config.job import HealthConfig, RestartConfig, Timeouts
+from ringleader.config.job import HealthConfig, ProgressConfig, RestartConfig, Timeouts
 from ringleader.core import timeline as phases
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.errors import JobError
 from ringleader.core.hang import HangReport
 from ringleader.core.health import Report
 from ringleader.core.outcome import Outcome
+from ringleader.core.progress import StatusSample
 from ringleader.core.records import RankRecord
 from ringleader.core.timeline import Timeline
 from ringleader.launch.strategy import LaunchStrategy, SshCheck
@@ -55,6 +56,7 @@ from ringleader.supervise.leading.effects import (
     OutputChecked,
     PrepareAttempt,
     ReapAttempt,
+    RecordStatus,
     RequestStacks,
     SetupFailed,
     TerminateEverywhere,
@@ -118,6 +120,8 @@ class LeaderParts:
     on_attempt: Callable[[int], None] = lambda attempt: None
     # This host's health checks before an attempt (ringleader_health; none when it is off).
     check_health: Callable[[int], Report] = lambda attempt: ()
+    # The job's progress at a status line, into metrics.jsonl.
+    record_status: Callable[[StatusSample], None] = lambda sample: None
 
 
 class Leader:
@@ -129,6 +133,7 @@ class Leader:
         parts: LeaderParts,
         restart: RestartConfig | None = None,
         health: HealthConfig | None = None,
+        progress: ProgressConfig | None = None,
     ) -> None:
         restart = restart or RestartConfig()
         setup = LeaderSetup(
@@ -139,6 +144,7 @@ class Leader:
             tells_workers=parts.link is not None,
             checks_ssh=parts.check_ssh is not None,
             health=health or HealthConfig(),
+            progress=progress or ProgressConfig(),
         )
         # a cluster's earlier runs' attempts come first
         self._state = LeaderState(setup, attempts=tuple(restart.history))
@@ -170,6 +176,11 @@ class Leader:
     def health(self) -> dict[str, Report]:
         """Every host's checks at the last health gate that every host reached."""
         return dict(self._state.health)
+
+    @property
+    def progress(self) -> tuple[StatusSample, ...]:
+        """The job's progress at every status line said."""
+        return self._state.progress
 
     @property
     def attempts(self) -> list[AttemptRecord]:
@@ -240,6 +251,8 @@ class Leader:
             case Broadcast(message):
                 if parts.link is not None:
                     parts.link.broadcast(message)
+            case RecordStatus(sample):
+                parts.record_status(sample)
             case TerminateEverywhere(grace):
                 if parts.local is not None:
                     parts.local.terminate_all(grace)

@@ -16,6 +16,7 @@ from ringleader.core import timeline as phases
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.health import Report
 from ringleader.core.outcome import Outcome
+from ringleader.core.progress import StatusSample
 from ringleader.core.records import RankRecord
 from ringleader.core.results import write_job_summary, write_result
 from ringleader.core.timeline import Timeline
@@ -44,6 +45,9 @@ class ConcludingLeader(Protocol):
 
     @property
     def health(self) -> dict[str, Report]: ...
+
+    @property
+    def progress(self) -> tuple[StatusSample, ...]: ...
 
     def announce(self, outcome: Outcome) -> None: ...
 
@@ -96,6 +100,7 @@ def conclude(
                 marks,
                 leader.attempts,
                 leader.health,
+                leader.progress,
             ),
             log,
         )

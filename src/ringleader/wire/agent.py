@@ -164,7 +164,8 @@ class HostAgent:
                     self._events.put(RankEnded(message.record))
                     channel.send(Ack())
                 elif isinstance(message, Progress):
-                    self._events.put(RanksProgressed(message.host, message.ranks))
+                    progressed = RanksProgressed(message.host, message.ranks, message.steps)
+                    self._events.put(progressed)
                 elif isinstance(message, Stacks):
                     self._events.put(StacksTaken(message.reason, message.stacks))
         except ChannelClosed:

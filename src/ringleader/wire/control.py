@@ -529,7 +529,8 @@ class ControlServer:
         elif isinstance(message, Probed):
             self._events.put(WorkerProbed(self._own(host, message.host), message.health))
         elif isinstance(message, Progress):
-            self._events.put(RanksProgressed(self._own(host, message.host), message.ranks))
+            own = self._own(host, message.host)
+            self._events.put(RanksProgressed(own, message.ranks, message.steps))
         elif isinstance(message, Stacks):
             self._own(host, message.stacks.host)
             self._events.put(StacksTaken(message.reason, message.stacks))

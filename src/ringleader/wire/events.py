@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 
 from ringleader.core.health import CheckResult
+from ringleader.core.progress import RankStep
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
 from ringleader.core.timeline import Mark
@@ -104,10 +105,12 @@ class LeaderLost:
 
 @dataclass(frozen=True)
 class RanksProgressed:
-    """These ranks of `host` made progress (output, a heartbeat)."""
+    """These ranks of `host` made progress (output, a heartbeat, a step); `steps`: the step of
+    each of them that has a step source."""
 
     host: str
     ranks: tuple[int, ...]
+    steps: tuple[RankStep, ...] = ()
 
 
 @dataclass(frozen=True)

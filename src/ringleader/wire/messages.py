@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
 from ringleader.core.health import CheckResult
+from ringleader.core.progress import RankStep
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
 from ringleader.core.timeline import Mark
@@ -249,11 +250,13 @@ class Ack:
 
 @dataclass(frozen=True)
 class Progress:
-    """These ranks of `host` made progress (output, a heartbeat) since the last Progress."""
+    """These ranks of `host` made progress (output, a heartbeat, a step) since the last
+    Progress; `steps`: the step of each of them that has a step source."""
 
     kind: ClassVar[str] = "progress"
     host: str
     ranks: tuple[int, ...]
+    steps: tuple[RankStep, ...] = ()
 
 
 # Why stacks are taken: the job hung (the verdict follows), or someone asked (SIGQUIT).
@@ -390,7 +393,7 @@ def decode(frame: bytes) -> Message:
     if kind == Ack.kind:
         return Ack()
     if kind == Progress.kind:
-        return Progress(read.text("host"), read.integers("ranks"))
+        return Progress(read.text("host"), read.integers("ranks"), _steps(read))
     if kind == DumpStacks.kind:
         return DumpStacks(read.text("reason"))
     if kind == Stacks.kind:
@@ -458,7 +461,10 @@ def _fields(message: Message) -> JsonObject:
     if isinstance(message, RanksExit):
         return {"host": message.host, "code": message.code}
     if isinstance(message, Progress):
-        return {"host": message.host, "ranks": list(message.ranks)}
+        fields = {"host": message.host, "ranks": list(message.ranks)}
+        if message.steps:
+            fields["steps"] = [step.to_json() for step in message.steps]
+        return fields
     if isinstance(message, DumpStacks):
         return {"reason": message.reason}
     if isinstance(message, Stacks):
@@ -488,6 +494,16 @@ def _health(read: "_Fields") -> tuple[CheckResult, ...]:
         except (KeyError, TypeError, ValueError) as error:
             raise ProtocolError(f"malformed {read.label}: 'health' ({error!r})") from error
     return tuple(results)
+
+
+def _steps(read: "_Fields") -> tuple[RankStep, ...]:
+    steps = []
+    for item in read.optional_list("steps"):
+        try:
+            steps.append(RankStep.from_json(item))
+        except (TypeError, ValueError) as error:
+            raise ProtocolError(f"malformed {read.label}: 'steps' ({error})") from error
+    return tuple(steps)
 
 
 def _peer(read: "_Fields", item: Any) -> tuple[str, str]:

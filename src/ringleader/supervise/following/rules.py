@@ -107,7 +107,7 @@ def launcher_exited(state: WorkerState, event: LauncherExited, now: Now) -> Step
 
 
 def progressed(state: WorkerState, event: RanksProgressed, now: Now) -> Step:
-    return state, (Send(Progress(event.host, event.ranks)),)
+    return state, (Send(Progress(event.host, event.ranks, event.steps)),)
 
 
 def stacks_taken(state: WorkerState, event: StacksTaken, now: Now) -> Step:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ringleader.core.hang import HangReport
 from ringleader.core.health import Report
 from ringleader.core.outcome import Outcome
+from ringleader.core.progress import StatusSample
 from ringleader.core.timeline import Mark
 from ringleader.launch.strategy import LaunchPlan
 from ringleader.wire.events import Event
@@ -57,6 +58,13 @@ class StartLauncher:
 @dataclass(frozen=True)
 class Broadcast:
     message: Message
+
+
+@dataclass(frozen=True)
+class RecordStatus:
+    """The job's progress, said: into metrics.jsonl."""
+
+    sample: StatusSample
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,7 @@ Effect = (
     | PrepareAttempt
     | StartLauncher
     | Broadcast
+    | RecordStatus
     | TerminateEverywhere
     | KillLauncher
     | RequestStacks

@@ -48,8 +48,9 @@ def _quiet_deadline(attempt: Attempt, hang: float, now: Now) -> float:
 
 
 def progressed(state: LeaderState, event: RanksProgressed, now: Now) -> Step:
-    """Progress moves the hang deadline; each rank's latest progress is kept for the report.
-    The start-up window closes once every rank made progress, or when it ends."""
+    """Progress moves the hang deadline; each rank's latest progress is kept for the report,
+    and its step for the status line. The start-up window closes once every rank made
+    progress, or when it ends."""
     attempt = state.current
     progress = attempt.progress.update(
         (rank, LastProgress(rank, event.host, now.wall)) for rank in event.ranks
@@ -59,7 +60,8 @@ def progressed(state: LeaderState, event: RanksProgressed, now: Now) -> Step:
         len(progress) >= state.world_size or now.monotonic >= starting_until
     ):
         starting_until = None
-    attempt = evolve(attempt, progress=progress, starting_until=starting_until)
+    steps = attempt.steps.update((step.rank, step) for step in event.steps)
+    attempt = evolve(attempt, progress=progress, starting_until=starting_until, steps=steps)
     hang = state.setup.timeouts.hang
     if attempt.hang_deadline is not None and hang is not None:
         attempt = evolve(attempt, hang_deadline=_quiet_deadline(attempt, hang, now))

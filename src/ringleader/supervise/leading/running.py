@@ -16,6 +16,7 @@ from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import Effect, KillLauncher, Log
 from ringleader.supervise.leading.hang_watch import complete_stacks, quiet
 from ringleader.supervise.leading.state import Attempt, LeaderState, Phase
+from ringleader.supervise.leading.status import say_status, status_due
 from ringleader.supervise.leading.steps import (
     STOP_KILL_MARGIN_SECONDS,
     Step,
@@ -163,7 +164,7 @@ def ranks_exited(state: LeaderState, event: RanksExited, now: Now) -> Step:
 
 def deadline(state: LeaderState, event: object, now: Now) -> Step:
     """Whatever is due first: the stacks' wait, the hang watch, the launcher's kill, the
-    launch's deadline."""
+    launch's deadline, the status line."""
     attempt = state.current
     at = now.monotonic
     if attempt.dump is not None and at >= attempt.dump.deadline:
@@ -183,6 +184,8 @@ def deadline(state: LeaderState, event: object, now: Now) -> Step:
         error = _missing_ranks_message(state, attempt)
         attempt = evolve(attempt, startup_error=error, launch_deadline=None)
         return evolve(state, attempt=attempt), (Log(error), KillLauncher())
+    if status_due(attempt, now):
+        return say_status(state, now)
     return stay(state)
 
 

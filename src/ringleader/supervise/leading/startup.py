@@ -37,6 +37,7 @@ from ringleader.supervise.leading.effects import (
 )
 from ringleader.supervise.leading.hang_watch import watch_from_launch
 from ringleader.supervise.leading.state import Gathering, LeaderState, Phase
+from ringleader.supervise.leading.status import status_from_launch
 from ringleader.supervise.leading.steps import (
     Step,
     error_verdict,
@@ -259,6 +260,7 @@ def launcher_started(state: LeaderState, event: LauncherStarted, now: Now) -> St
     attempt = evolve(attempt, launch_deadline=now.monotonic + timeouts.startup)
     if timeouts.hang is not None:
         attempt = watch_from_launch(state, attempt, now)
+    attempt = status_from_launch(state, attempt, now)
     launched = Mark(state.setup.host, phases.LAUNCHED, now.wall)
     return evolve(state, phase=Phase.LAUNCHING, attempt=attempt), (MarkTimeline((launched,)),)
 

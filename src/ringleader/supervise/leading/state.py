@@ -6,13 +6,20 @@ tables are PMaps, so an event costs the leader what it changes, not the size of 
 
 from dataclasses import dataclass, field
 
-from ringleader.config.job import PAIRS_ALL, HealthConfig, RestartConfig, Timeouts
+from ringleader.config.job import (
+    PAIRS_ALL,
+    HealthConfig,
+    ProgressConfig,
+    RestartConfig,
+    Timeouts,
+)
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.frozen import evolve
 from ringleader.core.hang import LastProgress
 from ringleader.core.health import Report
 from ringleader.core.outcome import Hang, Outcome
 from ringleader.core.pmap import PMap, PSet
+from ringleader.core.progress import RankStep, StatusSample
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
 from ringleader.core.timeline import Mark
@@ -52,6 +59,7 @@ class LeaderSetup:
     tells_workers: bool = True  # a link to the workers exists (else nobody to tell or wait for)
     checks_ssh: bool = True  # the launch needs ssh to every worker
     health: HealthConfig = field(default_factory=HealthConfig)
+    progress: ProgressConfig = field(default_factory=ProgressConfig)
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -104,6 +112,10 @@ class Attempt:
     starting_until: float | None = None
     hang_patience: float = 0.0  # what a starved leader may still add to the deadline
     progress: PMap[int, LastProgress] = field(default_factory=PMap)  # each rank's latest
+    # The status line: each rank's latest step, when the next status is due, the last said.
+    steps: PMap[int, RankStep] = field(default_factory=PMap)
+    status_deadline: float | None = None
+    last_status: StatusSample | None = None
     dump: StackDump | None = None
     hang: Hang | None = None
     # Settling: the launcher's code as every launcher had exited, and the records' wait.
@@ -121,7 +133,9 @@ class Attempt:
     def deadline(self) -> float | None:
         """While supervising: the next moment something is due, if nothing happens before."""
         dump = self.dump.deadline if self.dump is not None else None
-        return earliest(self.launch_deadline, self.kill_deadline, self.hang_deadline, dump)
+        return earliest(
+            self.launch_deadline, self.kill_deadline, self.hang_deadline, dump, self.status_deadline
+        )
 
     @property
     def ending(self) -> bool:
@@ -200,6 +214,7 @@ class LeaderState:
     outcome: Outcome | None = None  # the verdict, once decided
     telling: Telling | None = None
     health: PMap[str, Report] = field(default_factory=PMap)  # every host's, at the last gate
+    progress: tuple[StatusSample, ...] = ()  # every status said (job.json), attempts together
 
     @property
     def current(self) -> Attempt:

@@ -1,0 +1,64 @@
+"""The status line on real containers (3 hosts x 2 ranks): each rank's steps from
+ringleader.progress(step=, total=) or from its lines (ringleader_step_regex) reach the leader,
+which says the job's progress every ringleader_status_interval, in its log, as a metric line,
+in metrics.jsonl and in job.json; a job without a step source says nothing."""
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ringleader.core.jobfile import read_job_file
+from tests.container.conftest import JobRun
+
+pytestmark = pytest.mark.container
+
+HOSTS = ["algo-1", "algo-2", "algo-3"]
+JOBS = Path(__file__).resolve().parent / "progress_jobs"
+STATUS = re.compile(r"\[ringleader algo-1\] [\d:.]+ progress: step (\d+)/10 \((\d+)%\)(.*)")
+
+
+def run_steps(run_job: Callable[..., JobRun], say: str, **settings: str) -> JobRun:
+    run = run_job(
+        source_dir=JOBS,
+        entry_point="steps.py",
+        hyperparameters={"steps": "10", "seconds": "0.6", "say": say},
+        settings={"startup_timeout": "60", "status_interval": "1", **settings},
+    )
+    assert run.codes() == dict.fromkeys(HOSTS, 0), run.output
+    return run
+
+
+def test_the_leader_says_the_jobs_progress_from_the_ranks_steps(
+    run_job: Callable[..., JobRun],
+) -> None:
+    run = run_steps(run_job, "api")
+    said = STATUS.findall(run.output)
+    assert len(said) >= 2, run.output
+    assert [int(step) for step, _, _ in said] == sorted(int(step) for step, _, _ in said)
+    assert any("steps/s" in rest and "ETA" in rest for _, _, rest in said), said
+    assert "ringleader_step=" in run.output and "ringleader_total_steps=10;" in run.output
+    data = run.job.output_dir / "algo-1" / "output" / "data"
+    summary = read_job_file(data / "job.json")
+    assert summary.progress, "no status in job.json"
+    assert max(len(sample.steps) for sample in summary.progress) == 6  # every rank's step
+    assert all(sample.total == 10 for sample in summary.progress)
+    records = [json.loads(line) for line in (data / "metrics.jsonl").read_text().splitlines()]
+    assert {"ringleader_step", "ringleader_steps_per_second"} <= {r["name"] for r in records}
+    assert all(r["rank"] == -1 and r["host"] == "algo-1" for r in records)
+
+
+def test_a_step_regex_reads_the_steps_from_the_ranks_lines(
+    run_job: Callable[..., JobRun],
+) -> None:
+    run = run_steps(run_job, "lines", step_regex=r"step (\d+) of", total_steps="10")
+    assert STATUS.search(run.output), run.output
+
+
+def test_a_job_without_a_step_source_says_no_progress(run_job: Callable[..., JobRun]) -> None:
+    run = run_steps(run_job, "lines")
+    assert " progress: " not in run.output
+    summary = read_job_file(run.job.output_dir / "algo-1" / "output" / "data" / "job.json")
+    assert summary.progress == ()
