@@ -165,7 +165,7 @@ def test_a_total_from_the_ranks_and_none_at_all() -> None:
     assert metric_line(bare) == "ringleader_step=7;"
     stuck = sample(steps(7), 65.0, 100, bare)
     assert stuck is not None and status_line(stuck) == (
-        "progress: step 7/100 (7%), 0 steps/s, no step since the last status"
+        "progress: step 7/100 (7%), 0.00 steps/s, no step since the last status"
     )
     assert sample(PMap(), 5.0, 100, None) is None  # no step source: nothing to say
 

@@ -159,7 +159,7 @@ def metric_values(now: StatusSample) -> Iterable[tuple[str, float]]:
 
 
 def _rate(rate: float) -> str:
-    return f"{rate:.1f}" if rate >= 1 else f"{rate:.3g}"
+    return f"{rate:.1f}" if rate >= 1 else f"{rate:#.3g}"  # 0.9997 -> 1.00, 0.0312
 
 
 def duration(seconds: float) -> str:
