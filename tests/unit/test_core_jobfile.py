@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from ringleader.core.jobfile import (
     write_job_file,
 )
 from ringleader.core.outcome import Outcome
+from ringleader.core.progress import StatusSample
 from ringleader.core.records import RankRecord
 from ringleader.core.results import write_job_summary
 
@@ -44,6 +46,7 @@ def test_the_file_format_is_fixed() -> None:
         "timeline": [],
         "attempts": [],
         "health": {},
+        "progress": [],
     }
     assert job_file_text(summary()) == json.dumps(expected, indent=2) + "\n"
     success = JobSummary(0, None, ("algo-1",), 1, None, ())
@@ -62,6 +65,7 @@ def test_written_then_read_back(tmp_path: Path) -> None:
     write_job_file(path, summary())
     read = read_job_file(path)
     assert read.ranks == (RECORDS[1], RECORDS[0])  # sorted by rank when read
+    assert read.progress == ()
     assert read.root_cause == RECORDS[0] and read.problems == ()
     assert (read.exit_code, read.world_size, read.hosts) == (3, 2, ("algo-1", "algo-2"))
     assert sorted(p.name for p in path.parent.iterdir()) == ["job.json"]  # no temporary left
@@ -111,3 +115,12 @@ def test_every_hosts_health_checks_are_kept_and_read_back(tmp_path: Path) -> Non
     garbled = parse_job_file(json.dumps(data))
     assert "algo-1" not in garbled.health
     assert garbled.problems == ("a host's health checks cannot be read: 'algo-1'",)
+
+
+def test_the_status_lines_numbers_are_read_back(tmp_path: Path) -> None:
+    said = (StatusSample(10.0, 40, 100, None, None, {0: 40, 1: 41}),)
+    path = tmp_path / "job.json"
+    write_job_file(path, replace(summary(), progress=said))
+    assert read_job_file(path).progress == said
+    text = path.read_text().replace('"step": 40', '"step": "forty"')
+    assert parse_job_file(text).problems[-1].startswith("a status cannot be read: ")
