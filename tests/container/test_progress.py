@@ -62,3 +62,43 @@ def test_a_job_without_a_step_source_says_no_progress(run_job: Callable[..., Job
     assert " progress: " not in run.output
     summary = read_job_file(run.job.output_dir / "algo-1" / "output" / "data" / "job.json")
     assert summary.progress == ()
+
+
+def run_slow_rank(run_job: Callable[..., JobRun], **hyperparameters: str) -> JobRun:
+    """3 x 2 ranks, 60 steps of 0.25 s; a status every 3 s, each rank sampled every second."""
+    run = run_job(
+        source_dir=JOBS,
+        entry_point="slow_rank.py",
+        hyperparameters={"steps": "60", "seconds": "0.25", **hyperparameters},
+        settings={"startup_timeout": "60", "status_interval": "3", "straggler_window": "3"},
+    )
+    assert run.codes() == dict.fromkeys(HOSTS, 0), run.output
+    return run
+
+
+def test_a_rank_that_computes_longer_is_named_as_the_straggler(
+    run_job: Callable[..., JobRun],
+) -> None:
+    """Rank 5 (on algo-3) computes 40% longer each step: the others wait for it in every
+    allreduce, it hardly waits. Named within the window, with its share against the median's."""
+    run = run_slow_rank(run_job, **{"slow-rank": "5", "slower": "1.4"})
+    warning = re.search(
+        r"warning: straggler: rank (\d) on (algo-\d) waits (\d+)% of the time, "
+        r"the median rank (\d+)%",
+        run.output,
+    )
+    assert warning is not None, run.output
+    rank, host, share, median = warning.groups()
+    assert (rank, host) == ("5", "algo-3")
+    assert int(median) - int(share) >= 15
+    summary = read_job_file(run.job.output_dir / "algo-1" / "output" / "data" / "job.json")
+    assert [(episode.rank, episode.host) for episode in summary.stragglers][:1] == [(5, "algo-3")]
+
+
+def test_a_job_that_slows_down_as_a_whole_has_no_straggler(
+    run_job: Callable[..., JobRun],
+) -> None:
+    run = run_slow_rank(run_job, **{"all-slower-after": "30", "slower": "1.4"})
+    assert "straggler" not in run.output, run.output
+    summary = read_job_file(run.job.output_dir / "algo-1" / "output" / "data" / "job.json")
+    assert summary.stragglers == () and summary.progress

@@ -47,6 +47,7 @@ def test_the_file_format_is_fixed() -> None:
         "attempts": [],
         "health": {},
         "progress": [],
+        "stragglers": [],
     }
     assert job_file_text(summary()) == json.dumps(expected, indent=2) + "\n"
     success = JobSummary(0, None, ("algo-1",), 1, None, ())

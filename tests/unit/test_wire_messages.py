@@ -6,8 +6,10 @@ import json
 import pytest
 
 from ringleader.core.health import CheckResult, LinkSpeed
+from ringleader.core.progress import RankStep
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import Frame, ProcessStacks, RankStacks, ThreadStack
+from ringleader.core.straggler import WaitCount
 from ringleader.core.timeline import Mark
 from ringleader.launch.spawn import SpawnSpec
 from ringleader.wire.messages import (
@@ -132,6 +134,8 @@ EVERY_KIND: list[Message] = [
     Sigterm("algo-2"),
     Ack(),
     Progress("algo-2", (2, 3)),
+    Progress("algo-2", (2,), (RankStep(2, 40, 100),), (WaitCount(2, 12, 3),)),
+    Progress("algo-2", (), (), (WaitCount(3, 5, 0),)),
     DumpStacks(HANG),
     DumpStacks(ON_DEMAND),
     Stacks(HANG, STACKS),
@@ -216,6 +220,9 @@ def test_unknown_kind_is_a_protocol_error():
         (b'{"type":"join","host":"algo-2","job":"j","link":"pulse","nonce":7}', "nonce"),
         (b'{"type":"progress","host":"algo-2","ranks":[2,"3"]}', "ranks"),
         (b'{"type":"progress","host":"algo-2","ranks":{"2":1}}', "ranks"),
+        (b'{"type":"progress","host":"algo-2","ranks":[2],"steps":[[2,"x",null]]}', "steps"),
+        (b'{"type":"progress","host":"algo-2","ranks":[],"waits":[[2,3,4]]}', "waits"),
+        (b'{"type":"progress","host":"algo-2","ranks":[],"waits":[[2,3]]}', "waits"),
         (b'{"type":"dump-stacks"}', "reason"),
         (b'{"type":"stacks","reason":"hang","stacks":{"rank":4}}', "stacks"),
         (b'{"type":"launched","spawn":[]}', "spawn"),

@@ -59,6 +59,10 @@ PS_FRAMEWORKS = (PS_FRAMEWORK_AUTO, "tensorflow", "mxnet")
 PAIRS_TO_LEADER = "leader"  # every worker to the leader
 PAIRS_ALL = "all"  # and every pair of workers
 HEALTH_PAIRS = (PAIRS_TO_LEADER, PAIRS_ALL)
+# ringleader_straggler_action: what naming a straggler does
+STRAGGLER_WARN = "warn"  # a warning line, and it is in job.json
+STRAGGLER_OFF = "off"  # no stack samples, no straggler watch
+STRAGGLER_ACTIONS = (STRAGGLER_WARN, STRAGGLER_OFF)
 
 
 def _output_uri(field: str, value: Any) -> OutputUri:
@@ -110,6 +114,17 @@ _SETTING_KEYS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "ringleader_step_metric": ("progress", "step_metric", lambda field, value: _name(field, value)),
     "ringleader_total_steps": ("progress", "total_steps", hp.as_positive_int),
     "ringleader_status_interval": ("progress", "status_interval", hp.as_seconds),
+    "ringleader_straggler_threshold": (
+        "progress",
+        "straggler_threshold",
+        lambda field, value: _share(field, value),
+    ),
+    "ringleader_straggler_window": ("progress", "straggler_window", hp.as_positive_int),
+    "ringleader_straggler_action": (
+        "progress",
+        "straggler_action",
+        lambda field, value: _choice(field, value, STRAGGLER_ACTIONS),
+    ),
     "ringleader_health_pairs": (
         "health",
         "pairs",
@@ -142,6 +157,17 @@ def _step_regex(field: str, value: Any) -> str:
     if pattern.groups < 1:
         raise ConfigError(field, f"{value!r} has no group: put ( ) around the step number")
     return value
+
+
+def _share(field: str, value: Any) -> float:
+    """A share strictly between 0 and 1 (0.2: twenty percent)."""
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        share = float("nan")
+    if not 0 < share < 1:
+        raise ConfigError(field, f"expected a share between 0 and 1 (0.2 for 20%), got {value!r}")
+    return share
 
 
 def _name(field: str, value: Any) -> str:
@@ -271,6 +297,20 @@ class ProgressConfig:
     step_metric: str | None = None  # ringleader_step_metric: a metric definition's name
     total_steps: int | None = None  # ringleader_total_steps (else a rank's total=)
     status_interval: float = 60.0  # ringleader_status_interval; 0: no status line
+    # The straggler watch (core/straggler.py), judged at each status line: a rank whose wait
+    # share over the last `straggler_window` intervals is below the median rank's by
+    # `straggler_threshold` or more.
+    straggler_threshold: float = 0.15
+    straggler_window: int = 3
+    straggler_action: str = STRAGGLER_WARN
+
+    @property
+    def sample_interval(self) -> float | None:
+        """How often each rank's stacks are sampled for the straggler watch (12 times per
+        status interval, at most every second and at least every 5 s); None without it."""
+        if self.status_interval <= 0 or self.straggler_action == STRAGGLER_OFF:
+            return None
+        return min(max(self.status_interval / 12, 1.0), 5.0)
 
     def step_pattern(self, definitions: Sequence[MetricDefinition]) -> str | None:
         """The regex the ranks' output is matched with for their step: ringleader_step_regex,

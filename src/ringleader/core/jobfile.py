@@ -7,6 +7,8 @@
                    "cause": str|null, "hosts": [str], "progressed": bool}],
      "progress": [{"at": float, "step": int, "total": int|null, "rate": float|null,
                    "eta": float|null, "steps": {rank: int}}],
+     "stragglers": [{"rank": int, "host": str, "share": float, "median": float,
+                     "since": float, "until": float|null}],
      "health": {host: [{"name": str, "status": str, "detail": str,
                         "link": {"source": str, "target": str, "round_trip": float,
                                  "bandwidth": float}  (a reachability probe's, when through)}]}}
@@ -14,7 +16,9 @@
 `ranks` are the last attempt's; `attempts` has every start of the ranks (restarts in place:
 ringleader_max_restarts), in order, the last one included; `health` every host's checks at
 the last health gate (ringleader.core.health); `progress` the job's step at each status line
-(ringleader.core.progress), with every reporting rank's.
+(ringleader.core.progress), with every reporting rank's; `stragglers` every rank the straggler
+watch named, its wait share against the median rank's, from when until when
+(ringleader.core.straggler).
 
 A rank record is what ringleader.core.records.RankRecord writes (times in epoch seconds).
 The leader writes the file once, at the end of the job (`write_job_file`, called by
@@ -36,6 +40,7 @@ from ringleader.core.files import write_atomically
 from ringleader.core.health import CheckResult, Report
 from ringleader.core.progress import StatusSample
 from ringleader.core.records import RankRecord
+from ringleader.core.straggler import Straggler
 from ringleader.core.timeline import Mark
 
 
@@ -56,6 +61,7 @@ class JobSummary:
     attempts: tuple[AttemptRecord, ...] = ()  # every start of the ranks (ringleader.core.attempts)
     health: Mapping[str, Report] = field(default_factory=dict)  # the last health gate's
     progress: tuple[StatusSample, ...] = ()  # every status line's numbers (core/progress.py)
+    stragglers: tuple[Straggler, ...] = ()  # every straggler episode (core/straggler.py)
 
     @property
     def unhealthy(self) -> tuple[str, ...]:
@@ -77,6 +83,7 @@ class JobSummary:
                 for host, report in self.health.items()
             },
             "progress": [each.to_json() for each in self.progress],
+            "stragglers": [each.to_json() for each in self.stragglers],
         }
 
 
@@ -153,6 +160,13 @@ def parse_job_file(text: str) -> JobSummary:
             progress.append(StatusSample.from_json(item))
         except (KeyError, TypeError, ValueError, AttributeError):
             problems.append(f"a status cannot be read: {item!r:.80}")
+    stragglers = []
+    raw_stragglers = data.get("stragglers") or []
+    for item in raw_stragglers if isinstance(raw_stragglers, list) else ():
+        try:
+            stragglers.append(Straggler.from_json(item))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            problems.append(f"a straggler episode cannot be read: {item!r:.80}")
     return JobSummary(
         exit_code=exit_code,
         failure=failure if isinstance(failure, str) and failure else None,
@@ -165,6 +179,7 @@ def parse_job_file(text: str) -> JobSummary:
         attempts=tuple(attempts),
         health=health,
         progress=tuple(progress),
+        stragglers=tuple(stragglers),
     )
 
 

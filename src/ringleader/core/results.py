@@ -13,6 +13,7 @@ from ringleader.core.jobfile import JobSummary, write_job_file
 from ringleader.core.outcome import Outcome
 from ringleader.core.progress import StatusSample
 from ringleader.core.records import RankRecord
+from ringleader.core.straggler import Straggler
 from ringleader.core.timeline import Mark, chrome_trace
 
 TRACE_FILE = "launcher_trace.json"  # beside job.json: opens in Perfetto / chrome://tracing
@@ -42,6 +43,7 @@ def write_job_summary(
     attempts: Sequence[AttemptRecord] = (),
     health: Mapping[str, Report] | None = None,
     progress: Sequence[StatusSample] = (),
+    stragglers: Sequence[Straggler] = (),
 ) -> None:
     """job.json on the leader: the outcome, every rank's record and every host's launcher
     phases, for reports and tools; beside it the phases as a Chrome trace."""
@@ -56,6 +58,7 @@ def write_job_summary(
         attempts=tuple(attempts),
         health=dict(health or {}),
         progress=tuple(progress),
+        stragglers=tuple(stragglers),
     )
     write_job_file(path, summary)
     if timeline:

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from ringleader.core.progress import RankStep
 from ringleader.rank.steps import Seen, StepFinder, heartbeat_step, moved
+from ringleader.rank.waits import WaitSampler
 from ringleader.wire.messages import Progress
 from ringleader.wire.protocol import Channel, ChannelClosed
 
@@ -35,13 +36,21 @@ class ProgressWatch:
             self.heartbeat.touch()
 
     def report_to(
-        self, channel: Channel, host: str, rank: int, output: Counted, interval: float
+        self,
+        channel: Channel,
+        host: str,
+        rank: int,
+        output: Counted,
+        interval: float,
+        sampler: WaitSampler | None = None,
     ) -> None:
-        """From now on, every `interval` s in which the rank made progress: one Progress."""
+        """From now on, every `interval` s in which the rank made progress: one Progress, with
+        its step and its wait samples so far (`sampler`: the straggler watch's); one with no
+        rank in it when only its wait samples changed."""
         seen = self._look(rank, output, None)  # now, not when the thread gets to run
         threading.Thread(
             target=self._report,
-            args=(channel, host, rank, output, interval, seen),
+            args=(channel, host, rank, output, interval, seen, sampler),
             name="progress",
             daemon=True,
         ).start()
@@ -50,16 +59,31 @@ class ProgressWatch:
         self._stopped.set()
 
     def _report(
-        self, channel: Channel, host: str, rank: int, output: Counted, interval: float, seen: Seen
+        self,
+        channel: Channel,
+        host: str,
+        rank: int,
+        output: Counted,
+        interval: float,
+        seen: Seen,
+        sampler: WaitSampler | None,
     ) -> None:
+        counted = None if sampler is None else sampler.count()
         while not self._stopped.wait(interval):
             now = self._look(rank, output, seen)
-            if not moved(seen, now):
+            count = None if sampler is None else sampler.count()
+            if moved(seen, now):
+                seen = now
+                ranks: tuple[int, ...] = (rank,)
+            elif count == counted:
                 continue
-            seen = now
+            else:
+                ranks = ()
+            counted = count
             steps = () if now.step is None else (now.step,)
+            waits = () if count is None or not count.samples else (count,)
             try:
-                channel.send(Progress(host, (rank,), steps))
+                channel.send(Progress(host, ranks, steps, waits))
             except ChannelClosed:
                 return
 

@@ -30,9 +30,10 @@ from ringleader.core.records import STDERR_TAIL_LINES, RankRecord
 from ringleader.rank.capture import Pump, RankOutput
 from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
 from ringleader.rank.progress import ProgressWatch
-from ringleader.rank.stacks import stack_environment, take_stacks
+from ringleader.rank.stacks import py_spy_path, stack_environment, take_stacks
 from ringleader.rank.steps import StepFinder
 from ringleader.rank.tree import become_subreaper, end_descendants
+from ringleader.rank.waits import WaitSampler
 from ringleader.wire.messages import (
     Ack,
     DumpStacks,
@@ -327,6 +328,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(ringleader_step_regex, ringleader_step_metric)",
     )
     parser.add_argument(
+        "--wait-samples",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="sample the rank's stacks this often and report how many wait in a collective "
+        "(the straggler watch); none: not sampled",
+    )
+    parser.add_argument(
         "--stack-timeout",
         type=float,
         default=timeouts.DEFAULTS.stack_dump,
@@ -397,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_path = Path(args.log_dir) / host / f"rank-{rank}.log"
     output = RankOutput(host, rank, log_path, relayed, steps)
     pid: list[int] = []  # the user process's, once it runs
+    sampler = _wait_sampler(rank, args.wait_samples)
 
     def dump(reason: str) -> None:
         if channel is None or not pid:
@@ -420,11 +430,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 note = str(note_path(rank_dir / "exits", started))
                 channel.send(RankStart(rank, host, started, args.attempt, note))
             if args.progress_interval is not None:
-                watch.report_to(channel, host, rank, output, args.progress_interval)
+                if sampler is not None:
+                    sampler.start(started)
+                watch.report_to(channel, host, rank, output, args.progress_interval, sampler)
 
     output.start(channel)
     record = supervisor.run(output, announce)
     watch.stop()
+    if sampler is not None:
+        sampler.stop()
     if channel is not None:
         with contextlib.suppress(ChannelClosed):
             channel.send(RankEnd(record))
@@ -433,6 +447,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # before it leaves the exit note to the agent.
     _remove_rank_dir(rank_dir)
     return record.exit_code
+
+
+def _wait_sampler(rank: int, interval: float | None) -> WaitSampler | None:
+    """The straggler watch's sampler of the rank's stacks, when asked for and py-spy is here."""
+    if interval is None:
+        return None
+    path = py_spy_path()
+    return None if path is None else WaitSampler(rank, path, interval)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from ringleader.core.health import Report
 from ringleader.core.outcome import Outcome
 from ringleader.core.progress import StatusSample
 from ringleader.core.records import RankRecord
+from ringleader.core.straggler import Straggler
 from ringleader.core.timeline import Timeline
 from ringleader.launch.strategy import LaunchStrategy, SshCheck
 from ringleader.supervise.common import (
@@ -181,6 +182,11 @@ class Leader:
     def progress(self) -> tuple[StatusSample, ...]:
         """The job's progress at every status line said."""
         return self._state.progress
+
+    @property
+    def stragglers(self) -> tuple[Straggler, ...]:
+        """Every straggler episode, in the order they ended."""
+        return self._state.stragglers
 
     @property
     def attempts(self) -> list[AttemptRecord]:

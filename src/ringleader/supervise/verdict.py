@@ -19,6 +19,7 @@ from ringleader.core.outcome import Outcome
 from ringleader.core.progress import StatusSample
 from ringleader.core.records import RankRecord
 from ringleader.core.results import write_job_summary, write_result
+from ringleader.core.straggler import Straggler
 from ringleader.core.timeline import Timeline
 
 Logger = Callable[[str], None]
@@ -48,6 +49,9 @@ class ConcludingLeader(Protocol):
 
     @property
     def progress(self) -> tuple[StatusSample, ...]: ...
+
+    @property
+    def stragglers(self) -> tuple[Straggler, ...]: ...
 
     def announce(self, outcome: Outcome) -> None: ...
 
@@ -101,6 +105,7 @@ def conclude(
                 leader.attempts,
                 leader.health,
                 leader.progress,
+                leader.stragglers,
             ),
             log,
         )

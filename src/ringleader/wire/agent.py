@@ -164,7 +164,9 @@ class HostAgent:
                     self._events.put(RankEnded(message.record))
                     channel.send(Ack())
                 elif isinstance(message, Progress):
-                    progressed = RanksProgressed(message.host, message.ranks, message.steps)
+                    progressed = RanksProgressed(
+                        message.host, message.ranks, message.steps, message.waits
+                    )
                     self._events.put(progressed)
                 elif isinstance(message, Stacks):
                     self._events.put(StacksTaken(message.reason, message.stacks))

@@ -530,7 +530,7 @@ class ControlServer:
             self._events.put(WorkerProbed(self._own(host, message.host), message.health))
         elif isinstance(message, Progress):
             own = self._own(host, message.host)
-            self._events.put(RanksProgressed(own, message.ranks, message.steps))
+            self._events.put(RanksProgressed(own, message.ranks, message.steps, message.waits))
         elif isinstance(message, Stacks):
             self._own(host, message.stacks.host)
             self._events.put(StacksTaken(message.reason, message.stacks))

@@ -6,6 +6,7 @@ from ringleader.core.health import CheckResult
 from ringleader.core.progress import RankStep
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
+from ringleader.core.straggler import WaitCount
 from ringleader.core.timeline import Mark
 from ringleader.wire.messages import Message
 
@@ -109,8 +110,9 @@ class RanksProgressed:
     each of them that has a step source."""
 
     host: str
-    ranks: tuple[int, ...]
+    ranks: tuple[int, ...]  # those that moved (none: only `waits` changed)
     steps: tuple[RankStep, ...] = ()
+    waits: tuple[WaitCount, ...] = ()  # each rank's stack samples so far, and those waiting
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from ringleader.core.health import CheckResult
 from ringleader.core.progress import RankStep
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
+from ringleader.core.straggler import WaitCount
 from ringleader.core.timeline import Mark
 from ringleader.wire import frames
 from ringleader.wire.frames import JsonObject, ProtocolError
@@ -255,8 +256,9 @@ class Progress:
 
     kind: ClassVar[str] = "progress"
     host: str
-    ranks: tuple[int, ...]
+    ranks: tuple[int, ...]  # those that moved (none: only `waits` changed)
     steps: tuple[RankStep, ...] = ()
+    waits: tuple[WaitCount, ...] = ()  # stack samples so far, and those waiting (stragglers)
 
 
 # Why stacks are taken: the job hung (the verdict follows), or someone asked (SIGQUIT).
@@ -393,7 +395,7 @@ def decode(frame: bytes) -> Message:
     if kind == Ack.kind:
         return Ack()
     if kind == Progress.kind:
-        return Progress(read.text("host"), read.integers("ranks"), _steps(read))
+        return Progress(read.text("host"), read.integers("ranks"), _steps(read), _waits(read))
     if kind == DumpStacks.kind:
         return DumpStacks(read.text("reason"))
     if kind == Stacks.kind:
@@ -464,6 +466,8 @@ def _fields(message: Message) -> JsonObject:
         fields = {"host": message.host, "ranks": list(message.ranks)}
         if message.steps:
             fields["steps"] = [step.to_json() for step in message.steps]
+        if message.waits:
+            fields["waits"] = [count.to_json() for count in message.waits]
         return fields
     if isinstance(message, DumpStacks):
         return {"reason": message.reason}
@@ -504,6 +508,16 @@ def _steps(read: "_Fields") -> tuple[RankStep, ...]:
         except (TypeError, ValueError) as error:
             raise ProtocolError(f"malformed {read.label}: 'steps' ({error})") from error
     return tuple(steps)
+
+
+def _waits(read: "_Fields") -> tuple[WaitCount, ...]:
+    counts = []
+    for item in read.optional_list("waits"):
+        try:
+            counts.append(WaitCount.from_json(item))
+        except (TypeError, ValueError) as error:
+            raise ProtocolError(f"malformed {read.label}: 'waits' ({error})") from error
+    return tuple(counts)
 
 
 def _peer(read: "_Fields", item: Any) -> tuple[str, str]:

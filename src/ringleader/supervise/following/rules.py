@@ -107,7 +107,7 @@ def launcher_exited(state: WorkerState, event: LauncherExited, now: Now) -> Step
 
 
 def progressed(state: WorkerState, event: RanksProgressed, now: Now) -> Step:
-    return state, (Send(Progress(event.host, event.ranks, event.steps)),)
+    return state, (Send(Progress(event.host, event.ranks, event.steps, event.waits)),)
 
 
 def stacks_taken(state: WorkerState, event: StacksTaken, now: Now) -> Step:

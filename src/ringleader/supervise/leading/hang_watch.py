@@ -49,9 +49,14 @@ def _quiet_deadline(attempt: Attempt, hang: float, now: Now) -> float:
 
 def progressed(state: LeaderState, event: RanksProgressed, now: Now) -> Step:
     """Progress moves the hang deadline; each rank's latest progress is kept for the report,
-    and its step for the status line. The start-up window closes once every rank made
+    its step for the status line, its wait samples for the straggler watch (a report of only
+    those is no progress). The start-up window closes once every rank made
     progress, or when it ends."""
     attempt = state.current
+    if event.waits:
+        attempt = evolve(attempt, waits=attempt.waits.update((c.rank, c) for c in event.waits))
+    if not event.ranks:  # only wait samples: no rank moved
+        return evolve(state, attempt=attempt), ()
     progress = attempt.progress.update(
         (rank, LastProgress(rank, event.host, now.wall)) for rank in event.ranks
     )

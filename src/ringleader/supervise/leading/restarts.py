@@ -40,6 +40,7 @@ from ringleader.supervise.leading.effects import (
     MarkTimeline,
 )
 from ringleader.supervise.leading.state import Attempt, BetweenAttempts, LeaderState, Phase
+from ringleader.supervise.leading.status import close_episode
 from ringleader.supervise.leading.steps import Step, prepare, stay, stopped_facts, verdict
 from ringleader.wire.events import SigtermReceived, WorkerLost, WorkerReady
 from ringleader.wire.messages import Restart
@@ -85,6 +86,7 @@ def attempt_facts(
 def attempt_reaped(state: LeaderState, event: AttemptReaped, now: Now) -> Step:
     """The attempt's outcome; then either the verdict, or the next attempt after the backoff
     (refusal() says when not: the failure-model's restart rows)."""
+    state = close_episode(state, now)  # a straggler still named ends with its attempt
     attempt = state.attempt
     assert attempt is not None
     records = tuple(attempt.records[rank] for rank in sorted(attempt.records))

@@ -22,6 +22,7 @@ from ringleader.core.pmap import PMap, PSet
 from ringleader.core.progress import RankStep, StatusSample
 from ringleader.core.records import RankRecord
 from ringleader.core.stacks import RankStacks
+from ringleader.core.straggler import Straggler, WaitCount
 from ringleader.core.timeline import Mark
 from ringleader.launch.strategy import EndPolicy, LaunchPlan
 from ringleader.supervise.decisions import Phases
@@ -116,6 +117,11 @@ class Attempt:
     steps: PMap[int, RankStep] = field(default_factory=PMap)
     status_deadline: float | None = None
     last_status: StatusSample | None = None
+    # The straggler watch: each rank's wait samples so far, their counts at each of the last
+    # status lines (oldest first), and the rank named now.
+    waits: PMap[int, WaitCount] = field(default_factory=PMap)
+    wait_history: tuple[PMap[int, WaitCount], ...] = ()
+    straggler: Straggler | None = None
     dump: StackDump | None = None
     hang: Hang | None = None
     # Settling: the launcher's code as every launcher had exited, and the records' wait.
@@ -215,6 +221,7 @@ class LeaderState:
     telling: Telling | None = None
     health: PMap[str, Report] = field(default_factory=PMap)  # every host's, at the last gate
     progress: tuple[StatusSample, ...] = ()  # every status said (job.json), attempts together
+    stragglers: tuple[Straggler, ...] = ()  # every straggler episode that ended (job.json)
 
     @property
     def current(self) -> Attempt:

@@ -1,11 +1,21 @@
-"""The status line: every ringleader_status_interval while the ranks run, the job's progress
-in steps (its lowest rank's), its rate since the last status and its ETA (core/progress.py);
-said in the leader's log, as a metric line, and into metrics.jsonl. A job whose ranks have no
-step source says nothing.
+"""The status line and the straggler watch, every ringleader_status_interval while the ranks
+run.
+
+The status: the job's progress in steps (its lowest rank's), its rate since the last status
+and its ETA (core/progress.py); said in the leader's log, as a metric line, and into
+metrics.jsonl; a job whose ranks have no step source says none.
+
+The straggler watch (core/straggler.py): each rank's wait samples at every status; once
+ringleader_straggler_window intervals have passed, the rank that waits least by
+ringleader_straggler_threshold below the median rank is named in a warning, with its numbers
+in the status line from then on, until it no longer is (said too). Every episode goes into
+job.json.
 """
 
+from ringleader.config.job import STRAGGLER_OFF
 from ringleader.core.frozen import evolve
 from ringleader.core.progress import kept, metric_line, sample, status_line
+from ringleader.core.straggler import Shares, Straggler, shares, straggler, window_counts
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import Effect, Log, RecordStatus
 from ringleader.supervise.leading.state import Attempt, LeaderState
@@ -25,18 +35,76 @@ def status_due(attempt: Attempt, now: Now) -> bool:
 
 
 def say_status(state: LeaderState, now: Now) -> Step:
-    """The status now, when some rank has a step; the next one an interval later (none once
-    the job is being stopped)."""
+    """The straggler watch's verdict and the status now; the next one an interval later (none
+    once the job is being stopped)."""
     attempt = state.current
-    interval = state.setup.progress.status_interval
-    due = None if attempt.ending else now.monotonic + interval
-    found = sample(attempt.steps, now.wall, state.setup.progress.total_steps, attempt.last_status)
-    attempt = evolve(attempt, status_deadline=due, last_status=found or attempt.last_status)
+    settings = state.setup.progress
+    due = None if attempt.ending else now.monotonic + settings.status_interval
+    attempt = evolve(attempt, status_deadline=due)
+    effects: list[Effect] = []
+    if settings.straggler_action != STRAGGLER_OFF:
+        state, attempt, effects = _judge_stragglers(state, attempt, now)
+    found = sample(attempt.steps, now.wall, settings.total_steps, attempt.last_status)
     if found is None:
-        return evolve(state, attempt=attempt), ()
-    effects: tuple[Effect, ...] = (
-        Log(status_line(found)),
-        Log(metric_line(found)),
-        RecordStatus(found),
+        return evolve(state, attempt=attempt), tuple(effects)
+    attempt = evolve(attempt, last_status=found)
+    line = status_line(found)
+    if attempt.straggler is not None:
+        line += f"; straggler: {attempt.straggler.describe()}"
+    effects += [Log(line), Log(metric_line(found)), RecordStatus(found)]
+    return evolve(state, attempt=attempt, progress=kept(state.progress, found)), tuple(effects)
+
+
+def _judge_stragglers(
+    state: LeaderState, attempt: Attempt, now: Now
+) -> tuple[LeaderState, Attempt, list[Effect]]:
+    settings = state.setup.progress
+    window = settings.straggler_window
+    history = (*attempt.wait_history, attempt.waits)[-(window + 1) :]
+    attempt = evolve(attempt, wait_history=history)
+    judged = shares(window_counts(history, window)) if len(history) > window else None
+    named = straggler(judged, settings.straggler_threshold) if judged is not None else None
+    current = attempt.straggler
+    effects: list[Effect] = []
+    if current is not None and (named is None or named != current.rank):
+        share = None if judged is None else judged.by_rank.get(current.rank)
+        effects.append(Log(_cleared(current, share, judged)))
+        state = _close(state, current, now)
+        attempt, current = evolve(attempt, straggler=None), None
+    if named is None or judged is None:
+        return state, attempt, effects
+    host = attempt.started.get(named, "an unknown host")
+    found = Straggler(named, host, judged.by_rank[named], judged.median, now.wall)
+    if current is not None:  # the same rank still: its latest numbers, since when it was named
+        return state, evolve(attempt, straggler=evolve(found, since=current.since)), effects
+    effects.append(
+        Log(
+            f"warning: straggler: {found.describe()} over the last {window} status intervals "
+            f"(ringleader_straggler_window), {settings.straggler_threshold:.0%} or more below "
+            "(ringleader_straggler_threshold); the other ranks wait for it"
+        )
     )
-    return evolve(state, attempt=attempt, progress=kept(state.progress, found)), effects
+    return state, evolve(attempt, straggler=found), effects
+
+
+def _cleared(current: Straggler, share: float | None, judged: Shares | None) -> str:
+    now = (
+        ""
+        if share is None or judged is None
+        else (f": it waits {share:.0%} of the time, the median rank {judged.median:.0%}")
+    )
+    return f"straggler cleared: rank {current.rank} on {current.host}{now}"
+
+
+def _close(state: LeaderState, episode: Straggler, now: Now) -> LeaderState:
+    """The episode ends now: into the job's list (job.json)."""
+    return evolve(state, stragglers=(*state.stragglers, evolve(episode, until=now.wall)))
+
+
+def close_episode(state: LeaderState, now: Now) -> LeaderState:
+    """The attempt ends: a straggler still named ends with it."""
+    attempt = state.attempt
+    if attempt is None or attempt.straggler is None:
+        return state
+    state = _close(state, attempt.straggler, now)
+    return evolve(state, attempt=evolve(attempt, straggler=None))

@@ -1,0 +1,222 @@
+"""The straggler watch: a rank's wait samples (which stacks wait in a collective), the shares
+over a window, the verdict, and the leader's warning, status line and episodes."""
+
+import threading
+from typing import Any
+
+import pytest
+
+from ringleader.config.job import parse_job_config
+from ringleader.config.topology import parse_topology
+from ringleader.core.errors import ConfigError
+from ringleader.core.frozen import evolve
+from ringleader.core.pmap import PMap
+from ringleader.core.progress import RankStep
+from ringleader.core.stacks import Frame, ThreadStack
+from ringleader.core.straggler import (
+    Shares,
+    Straggler,
+    WaitCount,
+    shares,
+    straggler,
+    window_counts,
+)
+from ringleader.launch.strategy import rank_command
+from ringleader.rank.waits import WaitSampler, waits
+from ringleader.supervise.eventloop import Now
+from ringleader.supervise.leading.effects import Log
+from ringleader.supervise.leading.state import Attempt, LeaderSetup, LeaderState, Phase
+from ringleader.supervise.leading.status import close_episode, say_status, status_from_launch
+
+HOSTS = ["algo-1", "algo-2", "algo-3"]
+
+
+def config(**settings: Any):  # type: ignore[no-untyped-def]
+    topology = parse_topology({}, {"hosts": HOSTS, "current_host": "algo-1"})
+    values = {
+        "sagemaker_program": "train.py",
+        "sagemaker_mpi_enabled": "true",
+        **{f"ringleader_{key}": value for key, value in settings.items()},
+    }
+    return parse_job_config(topology, values, {})
+
+
+# ------------------------------------------------------------------------ which stacks wait
+def stack(*names: str, files: tuple[str, ...] = ()) -> ThreadStack:
+    frames = [Frame(name, "libmpi.so.40", native=True) for name in names]
+    frames += [Frame("step", file) for file in files]
+    return ThreadStack("MainThread", tuple(frames), main=True)
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        ("opal_progress", "ompi_request_default_wait_all", "PMPI_Allreduce"),
+        ("mca_coll_tuned_allreduce_intra_dispatch",),
+        ("gloo::transport::tcp::UnboundBuffer::waitRecv",),
+        ("c10d::ProcessGroupGloo::AsyncWork::wait",),
+        ("horovod::common::WaitAndClear",),
+    ],
+)
+def test_a_stack_in_a_collective_waits(frames: tuple[str, ...]) -> None:
+    assert waits(stack(*frames))
+
+
+def test_torch_distributeds_python_waits_and_the_users_code_does_not() -> None:
+    assert waits(stack(files=("/usr/lib/python3/site-packages/torch/distributed/c10d.py",)))
+    assert not waits(stack("clock_nanosleep", "time_sleep", files=("/opt/ml/code/train.py",)))
+    assert not waits(stack("dgemm_kernel", files=("/opt/ml/code/train.py",)))
+
+
+def test_the_sampler_counts_its_samples_and_stops_at_the_first_it_cannot_take() -> None:
+    taken: list[ThreadStack | str] = [stack("PMPI_Allreduce"), stack("dgemm"), "Permission denied"]
+    done = threading.Event()
+
+    def sample(path: str, pid: int, timeout: float) -> ThreadStack | str:
+        found = taken.pop(0)
+        if not taken:
+            done.set()
+        return found
+
+    sampler = WaitSampler(5, "/usr/bin/py-spy", 0.01, sample)
+    sampler.start(1234)
+    assert done.wait(10)
+    sampler.stop()
+    assert sampler.count() == WaitCount(5, 2, 1)
+    assert sampler.problem == "Permission denied"
+
+
+# -------------------------------------------------------------------------------- the verdict
+def counts(**by_rank: tuple[int, int]) -> PMap[int, WaitCount]:
+    return PMap({int(r[1:]): WaitCount(int(r[1:]), s, w) for r, (s, w) in by_rank.items()})
+
+
+def test_the_rank_that_waits_least_by_the_threshold_is_the_straggler() -> None:
+    history = (
+        counts(r0=(0, 0), r1=(0, 0), r2=(0, 0), r5=(0, 0)),
+        counts(r0=(36, 11), r1=(36, 10), r2=(36, 12), r5=(36, 1)),
+    )
+    found = shares(window_counts(history, 1))
+    assert found is not None and found.by_rank[5] == pytest.approx(1 / 36)
+    assert found.median == pytest.approx(10.5 / 36)
+    assert straggler(found, 0.15) == 5
+    assert straggler(found, 0.30) is None  # not by that margin
+
+
+def test_a_job_that_slows_down_as_a_whole_has_no_straggler() -> None:
+    even = Shares({0: 0.30, 1: 0.28, 2: 0.31, 3: 0.29}, 0.295)
+    assert straggler(even, 0.15) is None
+
+
+def test_only_the_window_counts_and_too_few_samples_are_not_judged() -> None:
+    history = (
+        counts(r0=(10, 9), r1=(10, 9), r2=(10, 0)),  # long ago: rank 2 was slow then
+        counts(r0=(20, 12), r1=(20, 12), r2=(20, 3)),
+        counts(r0=(30, 15), r1=(30, 15), r2=(30, 6)),
+    )
+    assert window_counts(history, 2) == {0: (20, 6), 1: (20, 6), 2: (20, 6)}
+    assert shares({0: (2, 1), 1: (2, 0), 2: (9, 3)}) is None  # two ranks too few samples
+    assert shares({0: (5, 1), 1: (5, 2)}) is None  # two ranks: no median to judge by
+
+
+# ------------------------------------------------------------------------------ on the leader
+def running(window: int = 2, action: str = "warn") -> LeaderState:
+    progress = evolve(
+        config().progress,
+        status_interval=10.0,
+        straggler_window=window,
+        straggler_action=action,
+    )
+    setup = evolve(
+        LeaderSetup("algo-1", ("algo-2", "algo-3"), config().timeouts), progress=progress
+    )
+    started = PMap({rank: HOSTS[rank // 2] for rank in range(6)})
+    attempt = status_from_launch(
+        LeaderState(setup), Attempt(0, 1000.0, started=started), Now(0.0, 1000.0)
+    )
+    return LeaderState(setup, phase=Phase.RUNNING, world_size=6, attempt=attempt)
+
+
+def tick(
+    state: LeaderState, at: float, waiting: dict[int, int], samples: int
+) -> tuple[LeaderState, tuple[Any, ...]]:
+    waits_now = PMap({rank: WaitCount(rank, samples, w) for rank, w in waiting.items()})
+    steps = PMap({rank: RankStep(rank, int(at)) for rank in waiting})
+    state = evolve(state, attempt=evolve(state.current, waits=waits_now, steps=steps))
+    return say_status(state, Now(at, 1000.0 + at))
+
+
+def test_a_straggler_is_named_after_the_window_then_cleared_when_it_recovers() -> None:
+    state = running(window=2)
+    slow = {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 0}
+    state, effects = tick(state, 10.0, slow, 0)
+    for at, total in ((20.0, 12), (30.0, 24)):  # rank 5 waits in none of its samples
+        state, effects = tick(
+            state, at, {r: (total // 3 if r != 5 else 0) for r in range(6)}, total
+        )
+    warnings = [e.text for e in effects if isinstance(e, Log) and "straggler" in e.text]
+    assert warnings[0] == (
+        "warning: straggler: rank 5 on algo-3 waits 0% of the time, the median rank 33% over "
+        "the last 2 status intervals (ringleader_straggler_window), 15% or more below "
+        "(ringleader_straggler_threshold); the other ranks wait for it"
+    )
+    assert warnings[1].endswith(
+        "; straggler: rank 5 on algo-3 waits 0% of the time, the median rank 33%"
+    )
+    assert state.current.straggler is not None and state.current.straggler.since == 1030.0
+    # it recovers: from now on it waits like the others
+    for at, total in ((40.0, 36), (50.0, 48), (60.0, 60)):
+        waiting = {r: total // 3 if r != 5 else 8 + (total - 24) // 3 for r in range(6)}
+        state, effects = tick(state, at, waiting, total)
+        if state.current.straggler is None:
+            break
+    cleared = [
+        e.text for e in effects if isinstance(e, Log) and e.text.startswith("straggler cleared")
+    ]
+    assert cleared and cleared[0].startswith("straggler cleared: rank 5 on algo-3: it waits ")
+    (episode,) = state.stragglers
+    assert episode.rank == 5 and episode.since == 1030.0 and episode.until is not None
+
+
+def test_an_episode_still_open_ends_with_its_attempt() -> None:
+    named = Straggler(5, "algo-3", 0.01, 0.3, 1030.0)
+    state = running()
+    state = evolve(state, attempt=evolve(state.current, straggler=named))
+    state = close_episode(state, Now(50.0, 1050.0))
+    assert state.stragglers == (evolve(named, until=1050.0),)
+    assert state.current.straggler is None
+
+
+def test_with_the_watch_off_nothing_is_sampled_or_judged() -> None:
+    job = config(straggler_action="off", status_interval="60")
+    assert job.progress.sample_interval is None
+    assert "--wait-samples" not in rank_command(job, ["python", "train.py"], [])
+    state = running(window=1, action="off")
+    for at in (10.0, 20.0, 30.0):
+        state, effects = tick(state, at, {0: 9, 1: 9, 5: 0}, 30)
+    assert not any("straggler" in e.text for e in effects if isinstance(e, Log))
+
+
+def test_each_rank_is_sampled_twelve_times_a_status_interval_at_most_every_second() -> None:
+    command = rank_command(config(status_interval="60"), ["python", "train.py"], [])
+    assert command[command.index("--wait-samples") + 1] == "5"
+    assert config(status_interval="6").progress.sample_interval == 1.0
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("straggler_threshold", "0", "expected a share between 0 and 1 (0.2 for 20%), got 0"),
+        ("straggler_threshold", "1.5", "expected a share between 0 and 1"),
+        ("straggler_threshold", "many", "expected a share between 0 and 1"),
+        ("straggler_window", "0", "expected a whole number of at least 1"),
+        ("straggler_action", "kill", "expected one of warn, off, got 'kill'"),
+    ],
+)
+def test_bad_straggler_settings_are_configuration_errors_naming_the_setting(
+    key: str, value: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        config(**{key: value})
+    assert str(raised.value).startswith(f"Configuration error in ringleader_{key}: ")
+    assert problem in str(raised.value)
