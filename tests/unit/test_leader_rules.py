@@ -32,6 +32,7 @@ from ringleader.core.progress import RankStep
 from ringleader.core.records import RankRecord
 from ringleader.core.restart_policy import RestartPolicy, parse_restart_on
 from ringleader.core.stacks import RankStacks
+from ringleader.core.straggler import WaitCount
 from ringleader.launch.strategy import LaunchPlan
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import (
@@ -355,7 +356,12 @@ def act(driver: Driver, kind: str, data: st.DataObject) -> None:
             stepped = data.draw(st.sampled_from([None, None, job.output]), label="step")
             said = () if stepped is None else (RankStep(rank, stepped, 100),)
             job.stepped = job.stepped or bool(said)
-            event = RanksProgressed(HOSTS[rank // 2], (rank,), said)
+            counted = (WaitCount(rank, job.output, job.output // 3),)
+            if data.draw(st.booleans(), label="only wait samples"):
+                job.output -= 1  # no rank moved: only its wait samples came
+                event = RanksProgressed(HOSTS[rank // 2], (), (), counted)
+            else:
+                event = RanksProgressed(HOSTS[rank // 2], (rank,), said, counted)
         case "stacks":
             if data.draw(st.booleans(), label="asked"):
                 event = StacksRequested(data.draw(st.sampled_from(HOSTS)))

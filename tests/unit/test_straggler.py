@@ -25,8 +25,10 @@ from ringleader.launch.strategy import rank_command
 from ringleader.rank.waits import WaitSampler, waits
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import Log
+from ringleader.supervise.leading.hang_watch import progressed
 from ringleader.supervise.leading.state import Attempt, LeaderSetup, LeaderState, Phase
 from ringleader.supervise.leading.status import close_episode, say_status, status_from_launch
+from ringleader.wire.events import RanksProgressed
 
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 
@@ -220,3 +222,14 @@ def test_bad_straggler_settings_are_configuration_errors_naming_the_setting(
         config(**{key: value})
     assert str(raised.value).startswith(f"Configuration error in ringleader_{key}: ")
     assert problem in str(raised.value)
+
+
+def test_a_report_of_only_wait_samples_is_kept_and_is_no_progress() -> None:
+    """A hung rank's wrapper still samples its stacks: those reports must not keep the job
+    alive for the hang watch."""
+    state = running()
+    state = evolve(state, attempt=evolve(state.current, hang_deadline=50.0))
+    only_waits = RanksProgressed("algo-3", (), (), (WaitCount(5, 12, 0),))
+    state, _ = progressed(state, only_waits, Now(40.0, 1040.0))
+    assert state.current.hang_deadline == 50.0
+    assert state.current.waits[5] == WaitCount(5, 12, 0) and 5 not in state.current.progress
