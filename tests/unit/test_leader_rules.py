@@ -356,7 +356,10 @@ def act(driver: Driver, kind: str, data: st.DataObject) -> None:
             stepped = data.draw(st.sampled_from([None, None, job.output]), label="step")
             said = () if stepped is None else (RankStep(rank, stepped, 100),)
             job.stepped = job.stepped or bool(said)
-            counted = (WaitCount(rank, job.output, job.output // 3),)
+            # every report of a rank's wait samples: 10 more samples per output batch so far
+            samples = 10 * job.output
+            waited = data.draw(st.sampled_from([samples // 3, 0]), label="waited")
+            counted = (WaitCount(rank, samples, waited),)
             if data.draw(st.booleans(), label="only wait samples"):
                 job.output -= 1  # no rank moved: only its wait samples came
                 event = RanksProgressed(HOSTS[rank // 2], (), (), counted)
@@ -503,7 +506,11 @@ def run_job(data: st.DataObject, calm: bool = False) -> Run:
         timeouts,
         restart,
         health=HealthConfig(pairs=pairs),
-        progress=ProgressConfig(status_interval=status),
+        progress=ProgressConfig(
+            status_interval=status,
+            straggler_window=1,
+            straggler_action=data.draw(st.sampled_from(["warn", "stop", "off"]), label="action"),
+        ),
     )
     job = Job()
     fail_prepare = not calm and data.draw(st.sampled_from([False] * 9 + [True]), label="prep")
@@ -560,7 +567,10 @@ def test_every_interleaving_keeps_the_failure_models_invariants(data: st.DataObj
     # the cause is one the failure model names
     named = {0, exitcodes.SIGTERM_EXIT, exitcodes.HUNG, exitcodes.HOST_UNREACHABLE}
     named |= {exitcodes.HOST_LOST, exitcodes.INTERNAL_ERROR, CONFIG_ERROR, *RANK_CODES}
-    named |= {exitcodes.DO_NOT_RETRY, exitcodes.HEALTH_CHECK_FAILED}
+    named |= {exitcodes.DO_NOT_RETRY, exitcodes.HEALTH_CHECK_FAILED, exitcodes.STRAGGLER}
+    # a straggler's stop only with the action stop
+    if outcome.exit_code == exitcodes.STRAGGLER:
+        assert run.state.setup.progress.straggler_action == "stop", story
     # a failed health check is the verdict only when some host reported one
     if outcome.exit_code == exitcodes.HEALTH_CHECK_FAILED:
         assert job.sick_at is not None, story

@@ -589,14 +589,17 @@ def test_the_policy_names_what_it_refuses(
 
 def test_the_default_policy_refuses_nothing_a_restart_can_cure() -> None:
     policy = RestartPolicy()
-    assert policy.describe() == "rank-failure,hang,lost-host,health"
+    assert policy.describe() == "rank-failure,hang,lost-host,health,straggler"
     assert all(policy.refuses(cause, code) is None for cause in CAUSES for code in (1, 139))
 
 
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
-        ("segfault", "unknown cause 'segfault': expected rank-failure, hang, lost-host, health"),
+        (
+            "segfault",
+            "unknown cause 'segfault': expected rank-failure, hang, lost-host, health, straggler",
+        ),
         ("rank-failure,,hang", "unknown cause ''"),
         ("codes:", "'codes:': expected exit codes from 1 to 255"),
         ("codes:1,x", "unknown cause 'x'"),

@@ -8,8 +8,11 @@ import pytest
 
 from ringleader.config.job import parse_job_config
 from ringleader.config.topology import parse_topology
+from ringleader.core import exitcodes
+from ringleader.core.attempts import failure_cause
 from ringleader.core.errors import ConfigError
 from ringleader.core.frozen import evolve
+from ringleader.core.outcome import JobFacts, decide
 from ringleader.core.pmap import PMap
 from ringleader.core.progress import RankStep
 from ringleader.core.stacks import Frame, ThreadStack
@@ -24,7 +27,7 @@ from ringleader.core.straggler import (
 from ringleader.launch.strategy import rank_command
 from ringleader.rank.waits import WaitSampler, waits
 from ringleader.supervise.eventloop import Now
-from ringleader.supervise.leading.effects import Log
+from ringleader.supervise.leading.effects import Log, TerminateEverywhere
 from ringleader.supervise.leading.hang_watch import progressed
 from ringleader.supervise.leading.state import Attempt, LeaderSetup, LeaderState, Phase
 from ringleader.supervise.leading.status import close_episode, say_status, status_from_launch
@@ -212,7 +215,7 @@ def test_each_rank_is_sampled_twelve_times_a_status_interval_at_most_every_secon
         ("straggler_threshold", "1.5", "expected a share between 0 and 1"),
         ("straggler_threshold", "many", "expected a share between 0 and 1"),
         ("straggler_window", "0", "expected a whole number of at least 1"),
-        ("straggler_action", "kill", "expected one of warn, off, got 'kill'"),
+        ("straggler_action", "kill", "expected one of warn, stop, off, got 'kill'"),
     ],
 )
 def test_bad_straggler_settings_are_configuration_errors_naming_the_setting(
@@ -233,3 +236,28 @@ def test_a_report_of_only_wait_samples_is_kept_and_is_no_progress() -> None:
     state, _ = progressed(state, only_waits, Now(40.0, 1040.0))
     assert state.current.hang_deadline == 50.0
     assert state.current.waits[5] == WaitCount(5, 12, 0) and 5 not in state.current.progress
+
+
+def test_with_stop_a_named_straggler_stops_every_rank_and_the_verdict_names_its_host() -> None:
+    state = running(window=2, action="stop")
+    state, _ = tick(state, 10.0, dict.fromkeys(range(6), 0), 0)
+    for at, total in ((20.0, 12), (30.0, 24)):
+        waiting = {r: (total // 3 if r != 5 else 0) for r in range(6)}
+        state, effects = tick(state, at, waiting, total)
+    assert state.phase is Phase.STOPPING
+    assert TerminateEverywhere(state.setup.timeouts.sigterm_grace) in effects
+    straggled = state.current.straggled
+    assert straggled is not None and straggled.at == 1030.0
+    facts = JobFacts(straggled=straggled)
+    outcome = decide(facts)
+    assert outcome.exit_code == exitcodes.STRAGGLER == 72
+    assert (outcome.failure or "").startswith(
+        "Rank 5 on host algo-3 is a straggler: it waits 0% of the time, the median rank 33%, "
+        "over the last 2 status intervals (ringleader_straggler_window)"
+    )
+    assert "(ringleader_straggler_action=stop) so that algo-3 can be replaced." in (
+        outcome.failure or ""
+    )
+    assert failure_cause(facts) == "straggler"
+    # a SIGTERM that came first is the verdict
+    assert decide(evolve(facts, stopped_on="algo-2", stopped_at=1020.0)).exit_code == 143

@@ -61,8 +61,9 @@ PAIRS_ALL = "all"  # and every pair of workers
 HEALTH_PAIRS = (PAIRS_TO_LEADER, PAIRS_ALL)
 # ringleader_straggler_action: what naming a straggler does
 STRAGGLER_WARN = "warn"  # a warning line, and it is in job.json
+STRAGGLER_STOP = "stop"  # and the job ends (exitcodes.STRAGGLER), its host named
 STRAGGLER_OFF = "off"  # no stack samples, no straggler watch
-STRAGGLER_ACTIONS = (STRAGGLER_WARN, STRAGGLER_OFF)
+STRAGGLER_ACTIONS = (STRAGGLER_WARN, STRAGGLER_STOP, STRAGGLER_OFF)
 
 
 def _output_uri(field: str, value: Any) -> OutputUri:

@@ -17,6 +17,7 @@ from ringleader.core.restart_policy import (
     HANG,
     LOST_HOST,
     RANK_FAILURE,
+    STRAGGLER,
     RestartPolicy,
 )
 
@@ -117,6 +118,8 @@ def failure_cause(facts: JobFacts) -> str | None:
         return None
     if facts.lost_hosts:
         return LOST_HOST
+    if facts.straggled is not None:
+        return STRAGGLER
     if facts.hang is not None:
         return HANG
     return RANK_FAILURE if any(record.failed for record in facts.records) else None

@@ -14,6 +14,9 @@ INTERNAL_ERROR = 70  # EX_SOFTWARE: the launcher itself failed (mpirun crashed, 
 HOST_LOST = 75  # EX_TEMPFAIL: a host (leader or worker) vanished or went silent mid-job
 HEALTH_CHECK_FAILED = 71  # EX_OSERR: a host failed its health check; no rank was started
 PROTOCOL_ERROR = 76  # EX_PROTOCOL: a host sent messages that are not ringleader's protocol
+# The straggler watch named a rank and ringleader_straggler_action=stop ended the job: replace
+# its host (EX_OSFILE's number, unused by ringleader otherwise).
+STRAGGLER = 72
 # Restarts cannot help (ringleader_restart_on refuses the cause, or attempts in a row made no
 # progress): whatever runs the job should not run it again. Just past sysexits' range.
 DO_NOT_RETRY = 79

@@ -45,6 +45,15 @@ class Hang:
 
 
 @dataclass(frozen=True)
+class Straggled:
+    """The straggler watch named a rank and the job was stopped for it
+    (ringleader_straggler_action=stop)."""
+
+    headline: str  # names the rank, its host and its numbers
+    at: float  # time.time() it was named
+
+
+@dataclass(frozen=True)
 class JobFacts:
     records: tuple[RankRecord, ...] = ()
     world_size: int = 0
@@ -57,6 +66,7 @@ class JobFacts:
     sigterm_grace: float = 0.0
     lost_hosts: tuple[HostLoss, ...] = ()  # hosts lost while the job ran, in order
     hang: Hang | None = None
+    straggled: Straggled | None = None
     error_code: int | None = None  # a toolkit error before or around the launch
     error_message: str | None = None
 
@@ -178,12 +188,21 @@ def abort_bystanders(records: Sequence[RankRecord], aborts: dict[int, int]) -> f
 
 def decide(facts: JobFacts) -> Outcome:
     """The job's exit code and failure text. The first cause wins: a toolkit error, then a
-    stop from outside, a hang or a lost host (whichever came first), then the root-cause rank;
+    stop from outside, a straggler stopped, a hang or a lost host (whichever came first), then
+    the root-cause rank;
     ranks taken down after the cause (by ringleader, mpirun or Horovod) are never blamed."""
     if facts.error_code is not None:
         return Outcome(facts.error_code, truncate(facts.error_message or "toolkit error"))
     first_loss = min((loss.last_heard for loss in facts.lost_hosts), default=None)
     hang = facts.hang
+    straggled = facts.straggled
+    if (
+        straggled is not None
+        and (facts.stopped_on is None or straggled.at < facts.stopped_at)
+        and (first_loss is None or straggled.at < first_loss)
+        and (hang is None or straggled.at < hang.at)
+    ):
+        return Outcome(exitcodes.STRAGGLER, truncate(straggled.headline))
     if (
         hang is not None
         and (facts.stopped_on is None or hang.at < facts.stopped_at)

@@ -11,7 +11,7 @@ The setting is a comma-separated list of causes and at most one exit-code filter
     codes:137,139         a rank failure only with one of these codes
     not-codes:1,2         a rank failure except with one of these codes
 
-A code filter alone implies rank-failure. The default, rank-failure,hang,lost-host,health,
+A code filter alone implies rank-failure. The default, rank-failure,hang,lost-host,health,straggler,
 restarts whatever a restart can cure. Pure: parsed into a RestartPolicy, asked by core/attempts.py.
 """
 
@@ -24,7 +24,8 @@ RANK_FAILURE = "rank-failure"
 HANG = "hang"
 LOST_HOST = "lost-host"
 HEALTH = "health"
-CAUSES = (RANK_FAILURE, HANG, LOST_HOST, HEALTH)
+STRAGGLER = "straggler"
+CAUSES = (RANK_FAILURE, HANG, LOST_HOST, HEALTH, STRAGGLER)
 DEFAULT = ",".join(CAUSES)
 CODES = "codes:"
 NOT_CODES = "not-codes:"

@@ -78,6 +78,7 @@ def attempt_facts(
         sigterm_grace=timeouts.sigterm_grace,
         lost_hosts=losses,
         hang=attempt.hang,
+        straggled=attempt.straggled,
         error_code=exitcodes.HOST_UNREACHABLE if attempt.startup_error else None,
         error_message=attempt.startup_error,
     )

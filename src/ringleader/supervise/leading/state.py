@@ -17,7 +17,7 @@ from ringleader.core.attempts import AttemptRecord
 from ringleader.core.frozen import evolve
 from ringleader.core.hang import LastProgress
 from ringleader.core.health import Report
-from ringleader.core.outcome import Hang, Outcome
+from ringleader.core.outcome import Hang, Outcome, Straggled
 from ringleader.core.pmap import PMap, PSet
 from ringleader.core.progress import RankStep, StatusSample
 from ringleader.core.records import RankRecord
@@ -122,6 +122,7 @@ class Attempt:
     waits: PMap[int, WaitCount] = field(default_factory=PMap)
     wait_history: tuple[PMap[int, WaitCount], ...] = ()
     straggler: Straggler | None = None
+    straggled: Straggled | None = None  # the job was stopped for it (action stop)
     dump: StackDump | None = None
     hang: Hang | None = None
     # Settling: the launcher's code as every launcher had exited, and the records' wait.
@@ -146,7 +147,14 @@ class Attempt:
     @property
     def ending(self) -> bool:
         """The job is being stopped, or ended: no hang to watch for."""
-        return bool(self.stopped_on or self.aborted or self.lost or self.released or self.hang)
+        return bool(
+            self.stopped_on
+            or self.aborted
+            or self.lost
+            or self.released
+            or self.hang
+            or self.straggled
+        )
 
     @property
     def lost_hosts(self) -> frozenset[str]:

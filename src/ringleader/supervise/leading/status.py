@@ -9,17 +9,19 @@ The straggler watch (core/straggler.py): each rank's wait samples at every statu
 ringleader_straggler_window intervals have passed, the rank that waits least by
 ringleader_straggler_threshold below the median rank is named in a warning, with its numbers
 in the status line from then on, until it no longer is (said too). Every episode goes into
-job.json.
+job.json. With ringleader_straggler_action=stop, naming one stops every rank: the verdict is
+exitcodes.STRAGGLER, naming the rank and its host.
 """
 
-from ringleader.config.job import STRAGGLER_OFF
+from ringleader.config.job import STRAGGLER_OFF, STRAGGLER_STOP
 from ringleader.core.frozen import evolve
+from ringleader.core.outcome import Straggled
 from ringleader.core.progress import kept, metric_line, sample, status_line
 from ringleader.core.straggler import Shares, Straggler, shares, straggler, window_counts
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import Effect, Log, RecordStatus
 from ringleader.supervise.leading.state import Attempt, LeaderState
-from ringleader.supervise.leading.steps import Step
+from ringleader.supervise.leading.steps import STOP_KILL_MARGIN_SECONDS, Step, terminate_everywhere
 
 
 def status_from_launch(state: LeaderState, attempt: Attempt, now: Now) -> Attempt:
@@ -77,14 +79,40 @@ def _judge_stragglers(
     found = Straggler(named, host, judged.by_rank[named], judged.median, now.wall)
     if current is not None:  # the same rank still: its latest numbers, since when it was named
         return state, evolve(attempt, straggler=evolve(found, since=current.since)), effects
-    effects.append(
-        Log(
-            f"warning: straggler: {found.describe()} over the last {window} status intervals "
-            f"(ringleader_straggler_window), {settings.straggler_threshold:.0%} or more below "
-            "(ringleader_straggler_threshold); the other ranks wait for it"
-        )
+    evidence = (
+        f"over the last {window} status intervals (ringleader_straggler_window), "
+        f"{settings.straggler_threshold:.0%} or more below (ringleader_straggler_threshold)"
     )
-    return state, evolve(attempt, straggler=found), effects
+    effects.append(
+        Log(f"warning: straggler: {found.describe()} {evidence}; the other ranks wait for it")
+    )
+    attempt = evolve(attempt, straggler=found)
+    if settings.straggler_action == STRAGGLER_STOP and not attempt.ending:
+        return _stop_for(state, attempt, found, evidence, now, effects)
+    return state, attempt, effects
+
+
+def _stop_for(
+    state: LeaderState,
+    attempt: Attempt,
+    found: Straggler,
+    evidence: str,
+    now: Now,
+    effects: list[Effect],
+) -> tuple[LeaderState, Attempt, list[Effect]]:
+    """ringleader_straggler_action=stop: every rank gets SIGTERM and its grace (a checkpoint
+    on SIGTERM still gets written); the verdict names the rank and its host."""
+    headline = (
+        f"Rank {found.rank} on host {found.host} is a straggler: it waits {found.share:.0%} of "
+        f"the time, the median rank {found.median:.0%}, {evidence}. The job was stopped "
+        f"(ringleader_straggler_action=stop) so that {found.host} can be replaced."
+    )
+    grace = state.setup.timeouts.sigterm_grace
+    attempt = evolve(attempt, straggled=Straggled(headline, now.wall))
+    attempt = attempt.stop_launcher_by(now.monotonic + grace + STOP_KILL_MARGIN_SECONDS)
+    effects.append(Log(f"stopping every rank: {headline}"))
+    stopped, stopping = terminate_everywhere(state, attempt, grace)
+    return stopped, stopped.current, [*effects, *stopping]
 
 
 def _cleared(current: Straggler, share: float | None, judged: Shares | None) -> str:

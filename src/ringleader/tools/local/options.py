@@ -244,8 +244,8 @@ def add_restart_options(parser: argparse.ArgumentParser) -> None:
         "--restart-on",
         type=_argument(_checked_restart_on),
         metavar="CAUSES",
-        help="what a restart may cure: rank-failure, hang, lost-host, health, codes:N,... or "
-        "not-codes:N,... (ringleader_restart_on; default: rank-failure,hang,lost-host,health); a "
+        help="what a restart may cure: rank-failure, hang, lost-host, health, straggler, "
+        "codes:N,... or not-codes:N,... (ringleader_restart_on; default: all five causes); a "
         f"failure it refuses ends the job with {exitcodes.DO_NOT_RETRY} (do not retry)",
     )
 
