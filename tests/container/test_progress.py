@@ -64,15 +64,22 @@ def test_a_job_without_a_step_source_says_no_progress(run_job: Callable[..., Job
     assert summary.progress == ()
 
 
-def run_slow_rank(run_job: Callable[..., JobRun], **hyperparameters: str) -> JobRun:
+def run_slow_rank(
+    run_job: Callable[..., JobRun], code: int = 0, action: str = "warn", **hyperparameters: str
+) -> JobRun:
     """3 x 2 ranks, 60 steps of 0.25 s; a status every 3 s, each rank sampled every second."""
     run = run_job(
         source_dir=JOBS,
         entry_point="slow_rank.py",
         hyperparameters={"steps": "60", "seconds": "0.25", **hyperparameters},
-        settings={"startup_timeout": "60", "status_interval": "3", "straggler_window": "3"},
+        settings={
+            "startup_timeout": "60",
+            "status_interval": "3",
+            "straggler_window": "3",
+            "straggler_action": action,
+        },
     )
-    assert run.codes() == dict.fromkeys(HOSTS, 0), run.output
+    assert run.codes() == dict.fromkeys(HOSTS, code), run.output
     return run
 
 
@@ -102,3 +109,13 @@ def test_a_job_that_slows_down_as_a_whole_has_no_straggler(
     assert "straggler" not in run.output, run.output
     summary = read_job_file(run.job.output_dir / "algo-1" / "output" / "data" / "job.json")
     assert summary.stragglers == () and summary.progress
+
+
+def test_with_stop_the_straggler_ends_the_job_with_its_code_and_host(
+    run_job: Callable[..., JobRun],
+) -> None:
+    run = run_slow_rank(run_job, 72, "stop", **{"slow-rank": "5", "slower": "1.4"})
+    failure = run.failure("algo-2")
+    assert failure.startswith("Rank 5 on host algo-3 is a straggler: it waits "), failure
+    assert "(ringleader_straggler_action=stop) so that algo-3 can be replaced." in failure
+    assert all(run.failure(host) == failure for host in HOSTS)
