@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -84,6 +85,8 @@ def render_all(report: Report, out_dir: Path) -> list[Chart]:
         charts.append(_launcher(job.timeline, out_dir, job.attempts))
     if job is not None and job.ranks:
         charts.append(_ranks(report, out_dir))
+    if job is not None and job.progress:
+        charts.extend(_progress(report, out_dir))
     used: set[str] = set()
     attempt_starts = metric_attempt_starts(report)
     for metric in report.metrics.metrics[:MAX_METRIC_CHARTS]:
@@ -217,6 +220,55 @@ def _ranks(report: Report, out_dir: Path) -> Chart:
         frameon=False,
     )
     return _save(figure, out_dir, Chart("ranks", "ranks.png", "Ranks"))
+
+
+def _progress(report: Report, out_dir: Path) -> list[Chart]:
+    """The job's step over time (a shaded span where a straggler was named), and each rank's
+    speed between two status lines (a heatmap: rank x time)."""
+    assert report.job is not None
+    samples, episodes = report.job.progress, report.job.stragglers
+    start = report.start_time or samples[0].at
+    figure = _figure(3.2)
+    axes = figure.add_subplot()
+    axes.plot([s.at - start for s in samples], [s.step for s in samples], marker=".", color=OK)
+    total = samples[-1].total
+    if total:
+        axes.axhline(total, linestyle="--", color="#888888", linewidth=1)
+    for episode in episodes:
+        end = episode.until if episode.until is not None else samples[-1].at
+        axes.axvspan(episode.since - start, end - start, color=FAILED, alpha=0.15)
+    axes.set_xlabel(report.time_axis)
+    axes.set_ylabel("step")
+    axes.set_title("Progress: the job's step (its lowest rank's)")
+    charts = [_save(figure, out_dir, Chart("progress", "progress.png", "Progress"))]
+    ranks = sorted({rank for sample in samples for rank in sample.steps})
+    pairs = list(itertools.pairwise(samples))
+    if not ranks or not pairs:
+        return charts
+    speeds = [
+        [
+            (later.steps[rank] - earlier.steps[rank]) / (later.at - earlier.at)
+            if rank in later.steps and rank in earlier.steps and later.at > earlier.at
+            else float("nan")
+            for earlier, later in pairs
+        ]
+        for rank in ranks
+    ]
+    figure = _figure(_label_height(len(ranks), 0.25, 2.6))
+    axes = figure.add_subplot()
+    shown = axes.imshow(
+        speeds,
+        aspect="auto",
+        interpolation="nearest",
+        cmap="viridis",
+        extent=(pairs[0][0].at - start, pairs[-1][1].at - start, len(ranks) - 0.5, -0.5),
+    )
+    axes.set_yticks(range(len(ranks)), [f"rank {rank}" for rank in ranks])
+    axes.set_xlabel(report.time_axis)
+    axes.set_title("Each rank's speed between two status lines")
+    figure.colorbar(shown, ax=axes, label="steps/s")
+    charts.append(_save(figure, out_dir, Chart("speed", "speed.png", "Each rank's speed")))
+    return charts
 
 
 def metric_figure(

@@ -302,6 +302,35 @@ def _ranks(report: Report, charts: Mapping[str, Chart]) -> str:
     return f'<section id="ranks"><h2>Ranks</h2>{note}{_img(charts, "ranks")}{table}</section>'
 
 
+def _progress(report: Report, charts: Mapping[str, Chart]) -> str:
+    """The status lines' numbers (the job's step, each rank's speed) and every straggler."""
+    job = report.job
+    if job is None or not (job.progress or job.stragglers):
+        return ""
+    last = job.progress[-1] if job.progress else None
+    said = ""
+    if last is not None:
+        total = f" of {last.total}" if last.total else ""
+        said = f"<p>The last status: step {last.step}{total}, {len(job.progress)} status lines.</p>"
+    rows = "".join(
+        "<tr>"
+        f"<td>{episode.rank}</td><td>{_e(episode.host)}</td>"
+        f"<td>{episode.share:.0%}</td><td>{episode.median:.0%}</td>"
+        f"<td>{_utc(episode.since)}</td>"
+        f"<td>{'-' if episode.until is None else _utc(episode.until)}</td>"
+        "</tr>"
+        for episode in job.stragglers
+    )
+    table = (
+        "<table><tr><th>straggler</th><th>host</th><th>waits</th><th>the median rank</th>"
+        f"<th>named (UTC)</th><th>cleared (UTC)</th></tr>{rows}</table>"
+        if rows
+        else "<p>No straggler was named.</p>"
+    )
+    images = _img(charts, "progress") + _img(charts, "speed")
+    return f'<section id="progress"><h2>Progress</h2>{said}{images}{table}</section>'
+
+
 def _metrics(report: Report, charts: Mapping[str, Chart]) -> str:
     metrics = report.metrics.metrics
     if not metrics:
@@ -502,6 +531,7 @@ def render_page(report: Report, charts: Sequence[Chart]) -> str:
         _hang(report),
         _launcher(report, by_key),
         _ranks(report, by_key),
+        _progress(report, by_key),
         _metrics(report, by_key),
         *(_timeline(t.path, t.value, i, by_key) for i, t in enumerate(report.timelines, 1)),
         *(_autotune(a.path, a.value, i, by_key) for i, a in enumerate(report.autotune, 1)),
@@ -513,6 +543,7 @@ def render_page(report: Report, charts: Sequence[Chart]) -> str:
         ("hang", "Stacks", report.hang is not None),
         ("launcher", "Launcher", report.job is not None and bool(report.job.timeline)),
         ("ranks", "Ranks", report.job is not None and bool(report.job.ranks)),
+        ("progress", "Progress", report.job is not None and bool(report.job.progress)),
         ("metrics", "Metrics", bool(report.metrics.metrics)),
         ("timeline-1", "Timeline", bool(report.timelines)),
         ("autotune-1", "Autotune", bool(report.autotune)),
