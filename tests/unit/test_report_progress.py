@@ -10,8 +10,11 @@ from ringleader.core.progress import StatusSample
 from ringleader.core.records import RankRecord
 from ringleader.core.straggler import Straggler
 from ringleader.tools.report.charts import render_all
+from ringleader.tools.report.compare_model import RunFacts, compare
+from ringleader.tools.report.compare_table import table
 from ringleader.tools.report.model import Inputs, TextFile, build_report
 from ringleader.tools.report.page import render_page
+from ringleader.tools.report.runfacts import slowest_rank
 
 T0 = 1_700_000_000.0
 HOSTS = ("algo-1", "algo-2")
@@ -89,3 +92,17 @@ def test_a_job_without_status_lines_has_no_progress_section(tmp_path: Path) -> N
     report = report_of(())
     assert "progress" not in {chart.key for chart in render_all(report, tmp_path)}
     assert 'id="progress"' not in render_page(report, [])
+
+
+def test_compare_names_the_rank_named_straggler_longest() -> None:
+    episodes = (
+        Straggler(3, "algo-2", 0.02, 0.3, T0, T0 + 5.0),
+        Straggler(1, "algo-1", 0.05, 0.3, T0 + 10.0, T0 + 40.0),
+        Straggler(3, "algo-2", 0.02, 0.3, T0 + 50.0, T0 + 60.0),
+    )
+    assert slowest_rank(episodes) == "rank 1 on algo-1 (30 s)"
+    assert slowest_rank(()) is None
+    run = RunFacts("run-a", 2, 4, True, "succeeded", slowest_rank=slowest_rank(episodes))
+    comparison = compare([run], metric=None, prices={})
+    header, rows = table(comparison)
+    assert rows[0][header.index("slowest rank")] == "rank 1 on algo-1 (30 s)"

@@ -41,6 +41,7 @@ class RunFacts:
     throughput: Throughput | None = None  # None: the metric is not there (or none was asked)
     epochs: int = 0  # epochs marked
     epoch_seconds: float | None = None
+    slowest_rank: str | None = None  # the straggler named longest ("rank 5 on algo-3"), if any
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ def columns(comparison: Comparison) -> tuple[Column, ...]:
         Column("USD per hour", lambda row: usd(row.price.usd_per_hour if row.price else None)),
         Column("cost (USD)", lambda row: usd(row.cost)),
         Column("cost per epoch (USD)", lambda row: usd(row.cost_per_epoch)),
+        Column("slowest rank", lambda row: row.run.slowest_rank or MISSING, numeric=False),
         Column("status", _status, numeric=False),
         Column("note", _note, numeric=False),
     )

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from ringleader.core import timeline as phases
 from ringleader.core.jobfile import JobSummary
 from ringleader.core.runfile import RunInfo
+from ringleader.core.straggler import Straggler
 from ringleader.tools.report.compare_model import RunFacts, Throughput
 from ringleader.tools.report.metrics import Metric, Metrics
 from ringleader.tools.report.model import Report
@@ -126,4 +127,18 @@ def run_facts(
         throughput=measured,
         epochs=len(marks),
         epoch_seconds=epoch_seconds(marks, report.start_time),
+        slowest_rank=slowest_rank(job.stragglers) if job is not None else None,
     )
+
+
+def slowest_rank(episodes: Sequence[Straggler]) -> str | None:
+    """The rank the straggler watch named for the longest time in all, with its host."""
+    named: dict[tuple[int, str], float] = {}
+    for episode in episodes:
+        end = episode.until if episode.until is not None else episode.since
+        key = (episode.rank, episode.host)
+        named[key] = named.get(key, 0.0) + max(end - episode.since, 0.0)
+    if not named:
+        return None
+    (rank, host), seconds = max(named.items(), key=lambda item: (item[1], -item[0][0]))
+    return f"rank {rank} on {host} ({seconds:.0f} s)"
