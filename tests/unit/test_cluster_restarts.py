@@ -2,6 +2,8 @@
 whether the job ends or starts again on spares, over random chains of runs (hosts lost or
 not, the leader's job.json fetched or not, connections failed, Ctrl-C, any budget)."""
 
+from dataclasses import replace
+
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -10,12 +12,14 @@ from ringleader.core import exitcodes
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.health import FAILED, OK, CheckResult
 from ringleader.core.jobfile import JobSummary
+from ringleader.core.straggler import Straggler
 from ringleader.tools.cluster import run
 from tests.properties import examples
 from tests.unit.test_cluster import spare_job
 
 HOST_LOST = exitcodes.HOST_LOST
 SICK = exitcodes.HEALTH_CHECK_FAILED
+STRAGGLED = exitcodes.STRAGGLER
 
 
 @st.composite
@@ -111,10 +115,25 @@ def test_a_policy_without_health_leaves_a_sick_host_in_place() -> None:
     decision = run.after_run(job, (), "cluster-1-r1", ended)
     assert isinstance(decision, run.EndJob) and decision.exit_code == SICK
     assert decision.lines[1] == (
-        "==> no spare replaces a sick host: ringleader_restart_on does not name health; the job "
-        "ends with exit code 71"
+        "==> no spare replaces a host that failed its health check: ringleader_restart_on does not "
+        "name health; the job ends with exit code 71"
     )
     allowed = spare_job(spares=("d",), settings={"max_restarts": "1"})
     again = run.after_run(allowed, (), "cluster-1-r1", ended)
     assert isinstance(again, run.RunAgain) and "d" in again.job.names and "b" not in again.job.names
     assert again.lines[1].startswith("==> b failed its health check: starting the job again on ")
+
+
+def test_a_straggler_the_job_was_stopped_for_is_replaced_by_a_spare() -> None:
+    job = spare_job(spares=("d",), settings={"max_restarts": "1"})
+    episode = Straggler(5, "c", 0.02, 0.3, 10.0, 20.0)
+    summary = JobSummary(STRAGGLED, None, job.names, 6, None, (), stragglers=(episode,))
+    ended = run.RunEnded(STRAGGLED, dict.fromkeys(job.names, STRAGGLED), summary, 1.0, 2.0)
+    again = run.after_run(job, (), "cluster-1-r1", ended)
+    assert isinstance(again, run.RunAgain) and "d" in again.job.names and "c" not in again.job.names
+    assert again.lines[1].startswith("==> c was a straggler: starting the job again on ")
+    refusing = spare_job(spares=("d",), settings={"max_restarts": "1", "restart_on": "hang"})
+    ended_for_good = run.after_run(refusing, (), "cluster-1-r1", ended)
+    assert isinstance(ended_for_good, run.EndJob) and ended_for_good.exit_code == STRAGGLED
+    unread = replace(ended, summary=None)
+    assert isinstance(run.after_run(job, (), "cluster-1-r1", unread), run.EndJob)

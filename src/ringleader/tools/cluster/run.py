@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
@@ -35,6 +35,7 @@ from ringleader.core.restart_policy import (
     DEFAULT,
     DEFAULT_POLICY,
     HEALTH,
+    STRAGGLER,
     RestartPolicy,
     parse_restart_on,
 )
@@ -381,8 +382,8 @@ def after_run(
     `next_id`, its attempts continuing these)."""
     code = ended.exit_code
     said = f"==> job {job.job_id} ended: exit code {code}"
-    if code == exitcodes.HEALTH_CHECK_FAILED and job.spares and not ended.interrupted:
-        return _replace_sick(job, earlier, next_id, ended, said)
+    if code in REPLACED and job.spares and not ended.interrupted:
+        return _replace_named(job, earlier, next_id, ended, said)
     if code != exitcodes.HOST_LOST or not job.spares:
         return EndJob(code, (said,))
     lost = lost_in_run(ended.summary, len(earlier), job.names, ended.codes)
@@ -397,32 +398,56 @@ def after_run(
     return RunAgain(code, next_run(job, next_id, swap, amended), amended, (said, again))
 
 
-def _replace_sick(
+@dataclass(frozen=True)
+class Replaced:
+    """A run's end whose hosts the leader's job.json names, for a spare to replace."""
+
+    cause: str  # the restart policy's cause, which must allow it
+    what: str  # "failed its health check"
+    hosts: Callable[[JobSummary], tuple[str, ...]]
+
+
+REPLACED = {
+    exitcodes.HEALTH_CHECK_FAILED: Replaced(
+        HEALTH, "failed its health check", lambda summary: summary.unhealthy
+    ),
+    exitcodes.STRAGGLER: Replaced(
+        STRAGGLER,
+        "was a straggler",
+        lambda summary: tuple(dict.fromkeys(e.host for e in summary.stragglers[-1:])),
+    ),
+}
+
+
+def _replace_named(
     job: ClusterJob, earlier: tuple[AttemptRecord, ...], next_id: str, ended: RunEnded, said: str
 ) -> EndJob | RunAgain:
-    """Hosts that failed their health checks (the leader's job.json names them): a spare in
-    each one's place, the job again as a new run; no rank of the refused attempt ran, so no
-    restart is spent. With a spare missing, job.json not fetched, or `health` not among
-    ringleader_restart_on's causes, the job ends with 71."""
+    """Hosts the leader's job.json names (that failed their health checks, or the straggler
+    the job was stopped for): a spare in each one's place, the job again as a new run; no
+    restart is spent (each replacement takes a spare). With a spare missing, job.json not
+    fetched, or the cause not among ringleader_restart_on's, the job ends with the run's
+    code."""
     code = ended.exit_code
-    sick = ended.summary.unhealthy if ended.summary is not None else ()
-    swap = swap_in_spares(job.hosts, job.spares, sick)
+    replaced = REPLACED[code]
+    named = replaced.hosts(ended.summary) if ended.summary is not None else ()
+    swap = swap_in_spares(job.hosts, job.spares, named)
     ends = f"the job ends with exit code {code}"
-    refused = restart_policy(job.settings).refuses(HEALTH, code)
+    refused = restart_policy(job.settings).refuses(replaced.cause, code)
     if refused is not None:
-        return EndJob(code, (said, f"==> no spare replaces a sick host: {refused}; {ends}"))
-    if not sick:
-        why = "the leader's job.json, which names them, was not fetched: no spare replaces them"
-        return EndJob(code, (said, f"==> hosts failed their health checks, but {why}; {ends}"))
+        line = f"==> no spare replaces a host that {replaced.what}: {refused}; {ends}"
+        return EndJob(code, (said, line))
+    if not named:
+        why = "the leader's job.json, which names it, was not fetched: no spare replaces it"
+        return EndJob(code, (said, f"==> a host {replaced.what}, but {why}; {ends}"))
     if swap.unreplaced:
         missing = ", ".join(host.name for host in swap.unreplaced)
-        line = f"==> {', '.join(sick)} failed its health check: no spare left for {missing}"
+        line = f"==> {', '.join(named)} {replaced.what}: no spare left for {missing}"
         return EndJob(code, (said, f"{line}; {ends}"))
     attempts = ended.summary.attempts if ended.summary is not None else ()
     attempts = attempts or earlier
     names = " ".join(host.name for host in swap.hosts)
     line = (
-        f"==> {', '.join(sick)} failed its health check: starting the job again on {names} "
+        f"==> {', '.join(named)} {replaced.what}: starting the job again on {names} "
         f"({replacement_note(swap)})"
     )
     return RunAgain(code, next_run(job, next_id, swap, attempts), tuple(attempts), (said, line))
@@ -479,7 +504,9 @@ class ClusterRun:
             leader = elect_leader(job.names)
             exit_code = job_exit_code(codes[leader], [codes[name] for name in job.names])
             fetched = self._fetch_all()
-            summary = self._job_summary(leader) if exit_code == exitcodes.HOST_LOST else None
+            # job.json names the lost, sick or straggling hosts a spare may replace
+            named = exit_code == exitcodes.HOST_LOST or exit_code in REPLACED
+            summary = self._job_summary(leader) if named else None
             ended = RunEnded(
                 exit_code, codes, summary, started, time.time(), bool(self._interrupts)
             )
