@@ -266,3 +266,10 @@ def test_bad_progress_settings_are_configuration_errors_naming_the_setting(
         config(**{key: value})
     assert str(raised.value).startswith(f"Configuration error in ringleader_{key}: ")
     assert problem in str(raised.value)
+
+
+def test_a_rank_reporting_late_does_not_take_the_jobs_step_back() -> None:
+    first = sample(steps(5, 5), 10.0, None, None)
+    late = sample(steps(6, 6, 2), 20.0, None, first)  # a third rank's first report: step 2
+    assert first is not None and late is not None
+    assert late.step == 5 and late.rate == 0.0 and late.steps[2] == 2

@@ -5,7 +5,7 @@ A rank's step comes from its own source (ringleader.rank.steps): `ringleader.pro
 total=M)` or a number in its heartbeat file, else its output matched by the step regex
 (ringleader_step_regex, or the regex of the metric definition ringleader_step_metric names).
 The job's step is the lowest of its ranks' (in a synchronous job they move together; the one
-behind holds the others). Its rate is taken over the last status interval, and the ETA from it.
+behind holds the others), never below the last status's. Its rate is taken over the last status interval, and the ETA from it.
 """
 
 from collections.abc import Iterable, Mapping
@@ -102,6 +102,10 @@ def sample(
     if not steps:
         return None
     step = min(each.step for each in steps.values())
+    if last is not None:
+        # a rank whose first report comes late (behind, on a busy host) does not take the job
+        # back: the job had reached the last status's step
+        step = max(step, last.step)
     totals = [each.total for each in steps.values() if each.total is not None]
     total = configured_total if configured_total is not None else (max(totals) if totals else None)
     rate = None
