@@ -119,20 +119,3 @@ def test_with_stop_the_straggler_ends_the_job_with_its_code_and_host(
     assert failure.startswith("Rank 5 on host algo-3 is a straggler: it waits "), failure
     assert "(ringleader_straggler_action=stop) so that algo-3 can be replaced." in failure
     assert all(run.failure(host) == failure for host in HOSTS)
-
-
-def test_a_ddp_rank_that_computes_longer_is_named_as_the_straggler(
-    run_job: Callable[..., JobRun], horovod_image: str
-) -> None:
-    """The same with PyTorch DDP (gloo): the others wait in the gradients' allreduce."""
-    run = run_job(
-        source_dir=JOBS,
-        entry_point="slow_ddp.py",
-        image=horovod_image,
-        distribution="torch_distributed",
-        hyperparameters={"steps": "60", "seconds": "0.25", "slow-rank": "5"},
-        settings={"startup_timeout": "60", "status_interval": "3", "straggler_window": "3"},
-    )
-    assert run.codes() == dict.fromkeys(HOSTS, 0), run.output
-    warning = re.search(r"warning: straggler: rank (\d) on (algo-\d) waits", run.output)
-    assert warning is not None and warning.groups() == ("5", "algo-3"), run.output

@@ -5,7 +5,8 @@ A rank's step comes from its own source (ringleader.rank.steps): `ringleader.pro
 total=M)` or a number in its heartbeat file, else its output matched by the step regex
 (ringleader_step_regex, or the regex of the metric definition ringleader_step_metric names).
 The job's step is the lowest of its ranks' (in a synchronous job they move together; the one
-behind holds the others), never below the last status's. Its rate is taken over the last status interval, and the ETA from it.
+behind holds the others), never below the last status's. Its rate is taken over the last status
+interval, and the ETA from it.
 """
 
 from collections.abc import Iterable, Mapping

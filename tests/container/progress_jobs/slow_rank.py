@@ -1,5 +1,6 @@
-"""A synchronous mpi4py job: every step each rank computes --seconds (busy, on its CPU), then
-all ranks meet in an allreduce. --slow-rank computes --slower times as long (1.4: 40% longer);
+"""A synchronous mpi4py job: every step each rank computes --seconds (a sleep stands in for
+the work, so that ranks on the same few cores are slowed by nothing else), then all ranks meet
+in an allreduce. --slow-rank computes --slower times as long (1.4: 40% longer);
 with --all-slower-after N every rank computes --slower times as long from step N on (the whole
 job slows down: no straggler)."""
 
@@ -12,11 +13,8 @@ import ringleader
 
 
 def compute(seconds: float) -> None:
-    """Busy for `seconds` (a rank that computes, not one that waits)."""
-    end = time.perf_counter() + seconds
-    total = 0
-    while time.perf_counter() < end:
-        total += sum(range(1000))
+    """The rank's own work: `seconds` outside any collective."""
+    time.sleep(seconds)
 
 
 def main() -> None:
