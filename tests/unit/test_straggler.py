@@ -74,7 +74,12 @@ def test_torch_distributeds_python_waits_and_the_users_code_does_not() -> None:
 
 
 def test_the_sampler_counts_its_samples_and_stops_at_the_first_it_cannot_take() -> None:
-    taken: list[ThreadStack | str] = [stack("PMPI_Allreduce"), stack("dgemm"), "Permission denied"]
+    taken: list[ThreadStack | str] = [
+        stack("PMPI_Allreduce"),
+        "no answer in 60% of the time given (py-spy)",  # skipped: a busy host
+        stack("dgemm"),
+        "Permission denied",
+    ]
     done = threading.Event()
 
     def sample(path: str, pid: int, timeout: float) -> ThreadStack | str:

@@ -59,6 +59,7 @@ _POLL = 0.005
 # A dump is complete once its file stopped growing for this long: CPython writes it from the
 # signal handler in microseconds, but on a busy host the process can lose the CPU midway.
 _DUMP_QUIET = 0.03
+NO_ANSWER = "no answer"  # how a py-spy that did not finish in time is reported
 _REAP_TIMEOUT = 1.0  # for a py-spy killed at its deadline to exit
 _NOT_PYTHON = "Failed to find python version"  # py-spy's message for a process without Python
 
@@ -273,7 +274,7 @@ def _worth_retrying(reason: str) -> bool:
     """Without --native py-spy may still read a process that native unwinding failed on, not
     one it may not read at all, one without Python, one that is gone or a py-spy that hangs."""
     return not any(
-        word in reason for word in ("Permission", _NOT_PYTHON, "ended", "no answer", "cannot run")
+        word in reason for word in ("Permission", _NOT_PYTHON, "ended", NO_ANSWER, "cannot run")
     )
 
 
@@ -320,7 +321,7 @@ def _py_spy_outcome(
         process.kill()  # the kernel detaches a dying tracer: the target runs on
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.communicate(timeout=_REAP_TIMEOUT)
-        return f"no answer in {_PY_SPY_SHARE:.0%} of the time given ({path})"
+        return f"{NO_ANSWER} in {_PY_SPY_SHARE:.0%} of the time given ({path})"
     if process.returncode == 0:
         try:
             threads = parse_py_spy_json(out).get(pid, ())

@@ -7,7 +7,8 @@ progress loop (`PMPI_*`, `ompi_coll*`, `mca_coll*`, `opal_progress`, `ompi_reque
 and c10d (`gloo::`, `c10d::`, `ProcessGroup*`, a `Work::wait`), Horovod (`horovod*`,
 `WaitAndClear`, its Python `synchronize`), torch.distributed's Python code, NCCL, TensorFlow's
 collectives and rendezvous. A
-sample py-spy cannot take (no py-spy, no ptrace rights) stops the sampling, once, said why.
+sample py-spy cannot take (no ptrace rights, the process ended) stops the sampling, said why; one
+that does not come in time (a busy host) is only skipped.
 """
 
 import re
@@ -16,7 +17,7 @@ from collections.abc import Callable
 
 from ringleader.core.stacks import ThreadStack
 from ringleader.core.straggler import WaitCount
-from ringleader.rank.stacks import main_thread
+from ringleader.rank.stacks import NO_ANSWER, main_thread
 
 WAITING = re.compile(
     r"^P?MPI_|ompi_coll|mca_coll|opal_progress|ompi_request|ompi_sync|"
@@ -70,6 +71,8 @@ class WaitSampler:
     def _run(self, pid: int) -> None:
         while not self._stopped.wait(self._interval):
             taken = self._sample(self._py_spy, pid, SAMPLE_TIMEOUT)
+            if isinstance(taken, str) and taken.startswith(NO_ANSWER):
+                continue  # a busy host: this sample is lost, not the next ones
             if isinstance(taken, str):
                 if not self._stopped.is_set():
                     self.problem = taken
