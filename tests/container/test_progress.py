@@ -67,11 +67,12 @@ def test_a_job_without_a_step_source_says_no_progress(run_job: Callable[..., Job
 def run_slow_rank(
     run_job: Callable[..., JobRun], code: int = 0, action: str = "warn", **hyperparameters: str
 ) -> JobRun:
-    """3 x 2 ranks, 60 steps of 0.25 s; a status every 3 s, each rank sampled every second."""
+    """3 x 2 ranks, 40 steps of 0.5 s of work (long beside an allreduce on a busy 2-core
+    machine, where it can take 0.3 s); a status every 3 s, each rank sampled every second."""
     run = run_job(
         source_dir=JOBS,
         entry_point="slow_rank.py",
-        hyperparameters={"steps": "60", "seconds": "0.25", **hyperparameters},
+        hyperparameters={"steps": "40", "seconds": "0.5", **hyperparameters},
         settings={
             "startup_timeout": "60",
             "status_interval": "3",
@@ -105,7 +106,7 @@ def test_a_rank_that_computes_longer_is_named_as_the_straggler(
 def test_a_job_that_slows_down_as_a_whole_has_no_straggler(
     run_job: Callable[..., JobRun],
 ) -> None:
-    run = run_slow_rank(run_job, **{"all-slower-after": "30", "slower": "1.4"})
+    run = run_slow_rank(run_job, **{"all-slower-after": "20", "slower": "1.4"})
     assert "straggler" not in run.output, run.output
     summary = read_job_file(run.job.output_dir / "algo-1" / "output" / "data" / "job.json")
     assert summary.stragglers == () and summary.progress
