@@ -257,9 +257,14 @@ def test_a_step_metric_names_one_of_the_jobs_metric_definitions() -> None:
         ("step_metric", "iteration", "no metric definition is named 'iteration' (the job's: none)"),
         ("total_steps", "0", "expected a whole number of at least 1, got 0"),
         ("status_interval", "-1", "expected a number of seconds"),
+        ("straggler_threshold", "0", "expected a share between 0 and 1 (0.2 for 20%), got 0"),
+        ("straggler_threshold", "1.5", "expected a share between 0 and 1"),
+        ("straggler_threshold", "many", "expected a share between 0 and 1"),
+        ("straggler_window", "0", "expected a whole number of at least 1"),
+        ("straggler_action", "kill", "expected one of warn, stop, off, got 'kill'"),
     ],
 )
-def test_bad_progress_settings_are_configuration_errors_naming_the_setting(
+def test_bad_progress_and_straggler_settings_are_configuration_errors_naming_the_setting(
     key: str, value: str, problem: str
 ) -> None:
     with pytest.raises(ConfigError) as raised:

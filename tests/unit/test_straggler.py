@@ -10,7 +10,6 @@ from ringleader.config.job import parse_job_config
 from ringleader.config.topology import parse_topology
 from ringleader.core import exitcodes
 from ringleader.core.attempts import failure_cause
-from ringleader.core.errors import ConfigError
 from ringleader.core.frozen import evolve
 from ringleader.core.outcome import JobFacts, decide
 from ringleader.core.pmap import PMap
@@ -212,25 +211,6 @@ def test_each_rank_is_sampled_six_times_a_status_interval_at_most_every_second()
     assert command[command.index("--wait-samples") + 1] == "10"
     assert config(status_interval="3").progress.sample_interval == 1.0
     assert config(status_interval="600").progress.sample_interval == 10.0
-
-
-@pytest.mark.parametrize(
-    ("key", "value", "problem"),
-    [
-        ("straggler_threshold", "0", "expected a share between 0 and 1 (0.2 for 20%), got 0"),
-        ("straggler_threshold", "1.5", "expected a share between 0 and 1"),
-        ("straggler_threshold", "many", "expected a share between 0 and 1"),
-        ("straggler_window", "0", "expected a whole number of at least 1"),
-        ("straggler_action", "kill", "expected one of warn, stop, off, got 'kill'"),
-    ],
-)
-def test_bad_straggler_settings_are_configuration_errors_naming_the_setting(
-    key: str, value: str, problem: str
-) -> None:
-    with pytest.raises(ConfigError) as raised:
-        config(**{key: value})
-    assert str(raised.value).startswith(f"Configuration error in ringleader_{key}: ")
-    assert problem in str(raised.value)
 
 
 def test_a_report_of_only_wait_samples_is_kept_and_is_no_progress() -> None:

@@ -30,10 +30,10 @@ what is there.
 """
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ringleader.core.attempts import AttemptRecord
 from ringleader.core.files import write_atomically
@@ -46,6 +46,9 @@ from ringleader.core.timeline import Mark
 
 class JobFileError(ValueError):
     """job.json is not a JSON object of the expected shape; the message names the field."""
+
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -132,20 +135,8 @@ def parse_job_file(text: str) -> JobSummary:
             problems.append(f"root_cause: {error}")
     hosts = data.get("hosts") or []
     world_size = data.get("world_size")
-    timeline = []
-    raw_timeline = data.get("timeline") or []
-    for item in raw_timeline if isinstance(raw_timeline, list) else ():
-        try:
-            timeline.append(Mark.from_json(item))
-        except (KeyError, TypeError, ValueError):
-            problems.append(f"a timeline entry cannot be read: {item!r:.80}")
-    attempts = []
-    raw_attempts = data.get("attempts") or []
-    for item in raw_attempts if isinstance(raw_attempts, list) else ():
-        try:
-            attempts.append(AttemptRecord.from_json(item))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            problems.append(f"an attempt cannot be read: {item!r:.80}")
+    timeline = _each(data, "timeline", Mark.from_json, "a timeline entry", problems)
+    attempts = _each(data, "attempts", AttemptRecord.from_json, "an attempt", problems)
     health: dict[str, Report] = {}
     raw_health = data.get("health") or {}
     for host, items in raw_health.items() if isinstance(raw_health, dict) else ():
@@ -153,20 +144,8 @@ def parse_job_file(text: str) -> JobSummary:
             health[str(host)] = tuple(CheckResult.from_json(item) for item in items)
         except (KeyError, TypeError, ValueError, AttributeError):
             problems.append(f"a host's health checks cannot be read: {host!r:.80}")
-    progress = []
-    raw_progress = data.get("progress") or []
-    for item in raw_progress if isinstance(raw_progress, list) else ():
-        try:
-            progress.append(StatusSample.from_json(item))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            problems.append(f"a status cannot be read: {item!r:.80}")
-    stragglers = []
-    raw_stragglers = data.get("stragglers") or []
-    for item in raw_stragglers if isinstance(raw_stragglers, list) else ():
-        try:
-            stragglers.append(Straggler.from_json(item))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            problems.append(f"a straggler episode cannot be read: {item!r:.80}")
+    progress = _each(data, "progress", StatusSample.from_json, "a status", problems)
+    stragglers = _each(data, "stragglers", Straggler.from_json, "a straggler episode", problems)
     return JobSummary(
         exit_code=exit_code,
         failure=failure if isinstance(failure, str) and failure else None,
@@ -181,6 +160,24 @@ def parse_job_file(text: str) -> JobSummary:
         progress=tuple(progress),
         stragglers=tuple(stragglers),
     )
+
+
+def _each(
+    data: dict[str, Any],
+    key: str,
+    parse: Callable[[Any], _T],
+    what: str,
+    problems: list[str],
+) -> list[_T]:
+    """Every item of the list `key` that can be read; each that cannot is a problem, named."""
+    found = []
+    raw = data.get(key) or []
+    for item in raw if isinstance(raw, list) else ():
+        try:
+            found.append(parse(item))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            problems.append(f"{what} cannot be read: {item!r:.80}")
+    return found
 
 
 def _rank_record(data: Any) -> RankRecord:

@@ -501,23 +501,22 @@ def _health(read: "_Fields") -> tuple[CheckResult, ...]:
 
 
 def _steps(read: "_Fields") -> tuple[RankStep, ...]:
-    steps = []
-    for item in read.optional_list("steps"):
-        try:
-            steps.append(RankStep.from_json(item))
-        except (TypeError, ValueError) as error:
-            raise ProtocolError(f"malformed {read.label}: 'steps' ({error})") from error
-    return tuple(steps)
+    return _each(read, "steps", RankStep.from_json)
 
 
 def _waits(read: "_Fields") -> tuple[WaitCount, ...]:
-    counts = []
-    for item in read.optional_list("waits"):
+    return _each(read, "waits", WaitCount.from_json)
+
+
+def _each(read: "_Fields", name: str, parse: Callable[[Any], _T]) -> tuple[_T, ...]:
+    """Every item of the optional list `name`, parsed; one that is not is a protocol error."""
+    found = []
+    for item in read.optional_list(name):
         try:
-            counts.append(WaitCount.from_json(item))
+            found.append(parse(item))
         except (TypeError, ValueError) as error:
-            raise ProtocolError(f"malformed {read.label}: 'waits' ({error})") from error
-    return tuple(counts)
+            raise ProtocolError(f"malformed {read.label}: {name!r} ({error})") from error
+    return tuple(found)
 
 
 def _peer(read: "_Fields", item: Any) -> tuple[str, str]:
