@@ -7,8 +7,8 @@ progress loop (`PMPI_*`, `ompi_coll*`, `mca_coll*`, `opal_progress`, `ompi_reque
 and c10d (`gloo::`, `c10d::`, `ProcessGroup*`, a `Work::wait`), Horovod (`horovod*`,
 `WaitAndClear`, its Python `synchronize`), torch.distributed's Python code, NCCL, TensorFlow's
 collectives and rendezvous. A
-sample py-spy cannot take (no ptrace rights, the process ended) stops the sampling, said why; one
-that does not come in time (a busy host) is only skipped.
+sample py-spy cannot take three times in a row (no ptrace rights, the process ended) stops the
+sampling, said why; one that does not come in time (a busy host) is only skipped.
 """
 
 import re
@@ -27,6 +27,7 @@ WAITING = re.compile(
 )
 _TORCH_DISTRIBUTED = re.compile(r"/torch/distributed/")
 SAMPLE_TIMEOUT = 2.0  # one sample's bound: py-spy that hangs gives none
+FAILURES_TO_STOP = 3
 
 
 def waits(stack: ThreadStack) -> bool:
@@ -69,14 +70,20 @@ class WaitSampler:
             return WaitCount(self._rank, self._samples, self._waiting)
 
     def _run(self, pid: int) -> None:
+        failed = 0  # samples in a row py-spy could not take
         while not self._stopped.wait(self._interval):
             taken = self._sample(self._py_spy, pid, SAMPLE_TIMEOUT)
             if isinstance(taken, str) and taken.startswith(NO_ANSWER):
                 continue  # a busy host: this sample is lost, not the next ones
             if isinstance(taken, str):
-                if not self._stopped.is_set():
+                failed += 1
+                # one failure may be another tracer at the same moment (the hang watch's
+                # stacks): only FAILURES_TO_STOP in a row stop the sampling
+                if failed >= FAILURES_TO_STOP and not self._stopped.is_set():
                     self.problem = taken
-                return
+                    return
+                continue
+            failed = 0
             with self._lock:
                 self._samples += 1
                 self._waiting += waits(taken)
