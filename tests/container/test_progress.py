@@ -68,7 +68,8 @@ def run_slow_rank(
     run_job: Callable[..., JobRun], code: int = 0, action: str = "warn", **hyperparameters: str
 ) -> JobRun:
     """3 x 2 ranks, 40 steps of 0.5 s of work (long beside an allreduce on a busy 2-core
-    machine, where it can take 0.3 s); a status every 3 s, each rank sampled every second."""
+    machine, where it can take 0.3 s); a status every 3 s, each rank sampled every second,
+    judged over 4 intervals (12 samples)."""
     run = run_job(
         source_dir=JOBS,
         entry_point="slow_rank.py",
@@ -76,7 +77,7 @@ def run_slow_rank(
         settings={
             "startup_timeout": "60",
             "status_interval": "3",
-            "straggler_window": "3",
+            "straggler_window": "4",
             "straggler_action": action,
         },
     )

@@ -119,6 +119,14 @@ def test_a_job_that_slows_down_as_a_whole_has_no_straggler() -> None:
     assert straggler(even, 0.15) is None
 
 
+def test_two_ranks_that_hardly_wait_name_neither() -> None:
+    """One of them by chance of its few samples: no clear margin, no straggler."""
+    two = Shares({0: 0.30, 1: 0.28, 2: 0.31, 4: 0.0, 5: 0.02}, 0.28)
+    assert straggler(two, 0.15) is None
+    apart = Shares({0: 0.30, 1: 0.28, 2: 0.31, 4: 0.09, 5: 0.0}, 0.28)
+    assert straggler(apart, 0.15) == 5
+
+
 def test_only_the_window_counts_and_too_few_samples_are_not_judged() -> None:
     history = (
         counts(r0=(10, 9), r1=(10, 9), r2=(10, 0)),  # long ago: rank 2 was slow then

@@ -123,8 +123,11 @@ def shares(counts: Mapping[int, tuple[int, int]]) -> Shares | None:
 
 def straggler(found: Shares, threshold: float) -> int | None:
     """The rank that waits least, when it waits less than the median rank by `threshold` or
-    more; None otherwise."""
-    rank = min(found.by_rank, key=lambda each: (found.by_rank[each], each))
-    if found.median - found.by_rank[rank] >= threshold:
-        return rank
-    return None
+    more and less than every other rank by half of that (a clear margin: two ranks that
+    hardly wait, one by chance of its samples, name neither); None otherwise."""
+    ordered = sorted(found.by_rank, key=lambda each: (found.by_rank[each], each))
+    rank, runner_up = ordered[0], ordered[1]
+    least = found.by_rank[rank]
+    if found.median - least < threshold or found.by_rank[runner_up] - least < threshold / 2:
+        return None
+    return rank
