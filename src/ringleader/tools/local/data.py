@@ -173,9 +173,16 @@ class PipeFeeder:
             self._epoch += 1
 
     def stop(self) -> None:
-        """Release a writer waiting for a reader that will never come (the job ended)."""
+        """Release a writer waiting for a reader that will never come (the job ended). The
+        read end stays open until the writer has seen the stop: a writer that reaches its
+        open() only after a reader came and went would wait there for good (ci22: the thread,
+        just started on a busy machine, was still alive after the stop)."""
         self._stopped.set()
+        reader = None
         with contextlib.suppress(OSError):
             reader = os.open(self._fifo(self._epoch), os.O_RDONLY | os.O_NONBLOCK)
-            os.close(reader)
-        self._thread.join(timeout=5)
+        try:
+            self._thread.join(timeout=5)
+        finally:
+            if reader is not None:
+                os.close(reader)
