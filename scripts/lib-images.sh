@@ -250,7 +250,21 @@ SOURCES
     log "Base image $image built in $((SECONDS - start))s"
 }
 
+# registry_answers: whether a pull can reach a registry: the daemon has a mirror configured, or
+# Docker Hub takes a TCP connection within REGISTRY_PROBE_TIMEOUT (5 s). Where it does not answer,
+# a pull would wait its whole bound before the fallback.
+registry_answers() {
+    local mirrors
+    mirrors=$(docker info --format '{{json .RegistryConfig.Mirrors}}' 2>/dev/null || true)
+    [[ -n $mirrors && $mirrors != "[]" && $mirrors != "null" ]] && return 0
+    timeout "${REGISTRY_PROBE_TIMEOUT:-5}" bash -c ': </dev/tcp/registry-1.docker.io/443' 2>/dev/null
+}
+
 try_pull() {
+    if ! registry_answers; then
+        log "No registry answers (no mirror configured, registry-1.docker.io:443 not within ${REGISTRY_PROBE_TIMEOUT:-5}s): not pulling $1"
+        return 1
+    fi
     log "Pulling $1 (at most ${PULL_TIMEOUT:-60}s)"
     if timeout "${PULL_TIMEOUT:-60}" docker pull -q "$1" >/dev/null 2>&1; then
         return 0

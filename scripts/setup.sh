@@ -19,12 +19,14 @@
 #                                  pullable, a base is built from Debian packages with debootstrap
 #                                  and imported as ringleader/base:bookworm. An explicitly set
 #                                  BASE_IMAGE must be present or pullable.
+#   VENV_EXTRAS=dev                ringleader's extras in .venv: dev (tests and tools) or tools
 #   PYTHON=python3                 host CPython 3.11 (same ABI as the image's Debian python3)
 #                                  used to build the wheelhouse and the venv
 #   REBUILD_WHEELS=1               rebuild the dependency wheels even if they look up to date
 #   DEBIAN_MIRROR=http://deb.debian.org/debian
 #   DEBIAN_SECURITY_MIRROR=http://deb.debian.org/debian-security
-#   DOCKER_WAIT=60 PULL_TIMEOUT=60 DEBOOTSTRAP_TIMEOUT=900   bounds, in seconds
+#   DOCKER_WAIT=60 PULL_TIMEOUT=60 REGISTRY_PROBE_TIMEOUT=5 DEBOOTSTRAP_TIMEOUT=900
+#                                  bounds, in seconds
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -197,17 +199,20 @@ step_sdk3() {
 }
 
 # ----------------------------------------------------------------------------------------- venv
+# .venv with ringleader's VENV_EXTRAS: `dev` (the default: tests, lint, every host tool) or
+# `tools` (`make demo`: the host tools alone). A .venv with `dev` also serves `tools`.
 step_venv() {
     have "$PYTHON" || die "$PYTHON not found (set PYTHON)"
-    local stamp=$VENV/.ringleader-setup.key key start=$SECONDS
-    key=$(venv_key "$PYTHON")
-    if [[ -x $VENV/bin/python ]] && "$VENV/bin/python" -c '' 2>/dev/null &&
-        [[ -f $stamp && $(<"$stamp") == "$key" ]]; then
+    local stamp=$VENV/.ringleader-setup.key key start=$SECONDS extras=${VENV_EXTRAS:-dev}
+    key=$(venv_key "$PYTHON" "$extras")
+    if [[ -x $VENV/bin/python ]] && "$VENV/bin/python" -c '' 2>/dev/null && [[ -f $stamp ]] &&
+        [[ $(<"$stamp") == "$key" || ($extras == tools && $(<"$stamp") == $(venv_key "$PYTHON" dev)) ]]; then
         log "Virtualenv $VENV is up to date"
         return 0
     fi
-    log "Making $VENV: ringleader (editable) with the dev extras ($("$PYTHON" -V 2>&1))"
-    venv_from_cache "$PYTHON" "$VENV" build/pip-venv.log || die "the virtualenv $VENV failed"
+    log "Making $VENV: ringleader (editable) with its [$extras] extras ($("$PYTHON" -V 2>&1))"
+    venv_from_cache "$PYTHON" "$VENV" build/pip-venv.log 900 "$extras" ||
+        die "the virtualenv $VENV failed"
     printf '%s\n' "$key" >"$stamp"
     log "Virtualenv $VENV ready in $((SECONDS - start))s"
 }

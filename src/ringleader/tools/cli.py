@@ -11,6 +11,7 @@ from ringleader import __version__
 from ringleader.config.job import DISTRIBUTIONS, MPI, NO_DISTRIBUTION
 from ringleader.tools import doctor
 from ringleader.tools.cluster import cli as cluster_cli
+from ringleader.tools.extras import missing_extra_message
 from ringleader.tools.image import cli as image_cli
 from ringleader.tools.job_options import add_job_options, job_settings
 from ringleader.tools.local.errors import UsageError
@@ -324,7 +325,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except ModuleNotFoundError as error:
+        message = missing_extra_message(error, args.command)
+        if message is None:
+            raise
+        print(f"ringleader: error: {message}", file=sys.stderr)
+        return USAGE_ERROR
     return code
 
 

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 TEMPLATE_FILE_NAME = "training-vpc.yaml"
 # CreateStack takes a TemplateBody of at most 51,200 bytes; larger ones need TemplateURL.
 MAX_TEMPLATE_BODY_BYTES = 51_200
@@ -46,6 +44,8 @@ def parse_template(body: str, path: Path) -> Template:
             f"{path} has {len(body.encode())} bytes; CreateStack accepts at most "
             f"{MAX_TEMPLATE_BODY_BYTES}"
         )
+    import yaml  # PyYAML comes with ringleader[tools]; the training image goes without it
+
     try:
         document = yaml.safe_load(body)
     except yaml.YAMLError as error:
