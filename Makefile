@@ -75,5 +75,5 @@ lint: venv  ## ruff lint, format check and mypy
 docs: venv  ## the docs site, served at http://127.0.0.1:8000 (mkdocs serve)
 	$(BIN)/mkdocs serve -a 127.0.0.1:8000
 
-docs-build: venv  ## the docs site in build/site, strict: every link and anchor (a step of make test)
+docs-build: venv  ## the docs site in build/site, strict: every link and anchor (what make test's docs step runs)
 	$(BIN)/mkdocs build --strict --site-dir build/site
