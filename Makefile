@@ -58,7 +58,7 @@ image-trixie: image  ## ringleader:trixie = Debian trixie, Python 3.13, Open MPI
 image-tf-horovod: image  ## ringleader:tf-horovod = the image + TensorFlow 2.21 (CPU) + tf-keras + Horovod 0.28.1 for TensorFlow (cold ~4 min)
 	FRAMEWORK=tensorflow scripts/build-horovod.sh
 
-test:  ## everything CI runs: set-up, images, lint, types, unit tests (every Python), container tests; steps in parallel where independent, each one's time at the end (scripts/ci.py)
+test:  ## everything CI runs: set-up, images, lint, types, docs, unit tests (every Python), container tests; steps in parallel where independent, each one's time at the end (scripts/ci.py)
 	python3 scripts/ci.py
 
 test-unit: venv  ## unit tests only: no Docker, no browser, no network
@@ -70,3 +70,10 @@ test-pythons: venv  ## unit tests under every other CPython 3.10-3.13 found (pye
 
 lint: venv  ## ruff lint, format check and mypy
 	scripts/lint.sh
+
+.PHONY: docs docs-build
+docs: venv  ## the docs site, served at http://127.0.0.1:8000 (mkdocs serve)
+	$(BIN)/mkdocs serve -a 127.0.0.1:8000
+
+docs-build: venv  ## the docs site in build/site, strict: every link and anchor (what make test's docs step runs)
+	$(BIN)/mkdocs build --strict --site-dir build/site

@@ -127,6 +127,12 @@ def all_steps(container_workers: int) -> list[Step]:
             about="ruff check, ruff format --check, mypy",
         ),
         Step(
+            "docs",
+            (str(VENV_BIN / "mkdocs"), "build", "--strict", "--site-dir", "build/site"),
+            needs=("venv",),
+            about="the docs site, mkdocs --strict: every link and anchor",
+        ),
+        Step(
             "unit",
             pytest_command("-m", "not container", "--durations=15"),
             needs=("venv", "host-tools"),

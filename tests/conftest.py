@@ -1,6 +1,7 @@
-"""The suite's time budget (README, Development): a test that takes longer than SLOW_SECONDS says
-why in its docstring, in a paragraph that starts with "Slow:". The ones that do not are listed at
-the end of the run, with their times (under pytest-xdist too: the mark travels with the report).
+"""The suite's time budget (docs/testing.md, "The time budget"): a test that takes longer than
+SLOW_SECONDS says why in its docstring, in a paragraph that starts with "Slow:". The ones that do
+not are listed at the end of the run, with their times (under pytest-xdist too: the mark travels
+with the report).
 The longest units of the container tests are handed out first (LONGEST_FIRST).
 """
 

@@ -38,8 +38,8 @@ def test_worker_killed_mid_job_is_named_on_every_surviving_host(start_job, docke
 
 
 def test_worker_partitioned_every_host_exits_host_lost_within_the_bound(start_job, docker_client):
-    """README: every host, the partitioned one included, ends within ringleader_leader_timeout
-    plus 2 s of the partition."""
+    """docs/failure-model.md, "Bounds": every host, the partitioned one included, ends within
+    ringleader_leader_timeout plus 2 s of the partition."""
     timeout = 6
     run = start_long_job(start_job, leader_timeout=timeout)
     network = f"{run.job.job_id}-net"

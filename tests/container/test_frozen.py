@@ -2,10 +2,10 @@
 
 A worker frozen (every process stopped with SIGSTOP, as `docker pause` would stop them, its
 kernel still acknowledging TCP) is named on every other host, with the host-loss code, within
-the README's bound; run again, it exits with the verdict the leader had sent it. Hosts that are
-all starved at once (busy processes on every host, then every process of the cluster stopped
-for longer than three timeouts) blame nobody: each observer discounts the time its own timers
-ran late.
+the failure model's bound (docs/failure-model.md, "Bounds"); run again, it exits with the
+verdict the leader had sent it. Hosts that are all starved at once (busy processes on every
+host, then every process of the cluster stopped for longer than three timeouts) blame nobody:
+each observer discounts the time its own timers ran late.
 """
 
 import contextlib
@@ -27,8 +27,8 @@ pytestmark = [pytest.mark.container, pytest.mark.alone]
 
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 LEADER_TIMEOUT = 4.0  # ringleader_leader_timeout for the frozen-worker jobs
-# README, failure model: a frozen host is lost after 3 x ringleader_leader_timeout of silence;
-# every other host has ended at most 5 s after that.
+# docs/failure-model.md, "Bounds": a frozen host is lost after 3 x ringleader_leader_timeout of
+# silence; every other host has ended at most 5 s after that.
 FROZEN_BOUND = 3 * LEADER_TIMEOUT + 5.0
 ROOM = 60.0  # for what has no documented bound (start-up, a container's own end)
 FROZEN_LINE = re.compile(

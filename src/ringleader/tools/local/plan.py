@@ -93,7 +93,7 @@ def validate(spec: LocalJobSpec) -> None:
     if spec.distribution in _FIXED_TASKS and spec.processes_per_host is not None:
         raise UsageError(
             f"--processes-per-host: {spec.distribution} runs fixed tasks per host (TensorFlow's "
-            "or MXNet's, see the README), not a number of processes"
+            "or MXNet's, see docs/distributions/), not a number of processes"
         )
     _validate_groups(spec)
     if not spec.source_dir.is_dir():

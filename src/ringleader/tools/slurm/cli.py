@@ -137,7 +137,7 @@ def processes_per_host(args: argparse.Namespace, step: SlurmStep) -> int | None:
     if args.distribution in TF_DISTRIBUTIONS:
         raise UsageError(
             f"--processes-per-host: {args.distribution} runs fixed tasks per host "
-            "(TensorFlow's, see the README), not a number of processes"
+            "(TensorFlow's, see docs/distributions/tensorflow.md), not a number of processes"
         )
     if wanted < 1:
         raise UsageError(f"--processes-per-host: expected at least 1, got {wanted}")
