@@ -64,7 +64,7 @@ WIRE = str(Path(ringleader.wire.__file__).parent)
 PULSE_COUNT = "~lines"  # the host name under which the pulse process reports its count
 
 # Run as the leader's pulse process: counts its lines of ringleader.wire until its summaries,
-# reports them as one (the hub logs it at close() as "pulses from ~lines: N").
+# reports them as one (the hub's close() returns it as the summary of host "~lines": "N").
 PULSE_WRAPPER = """#!{python}
 import itertools, sys, threading
 WIRE, ticks = {wire!r}, itertools.count()
@@ -190,7 +190,7 @@ def measure(workers: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> di
                 told = counter.now()
                 work["verdict"] = told - accepted
             finally:
-                server.close()
+                summaries = server.close()
             events_until(events, WorkerLost, workers)  # each control connection's end
             work["close"] = counter.now() - told
         finally:
@@ -200,13 +200,12 @@ def measure(workers: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> di
                 if client.poll() is None:
                     client.kill()
                     client.wait()
-    counts = [line for line in logs if line.startswith(f"pulses from {PULSE_COUNT}: ")]
-    assert counts, "the pulse process ended before it reported its count: " + str(logs[-3:])
-    work["pulse process"] = int(counts[0].rpartition(" ")[2])
+    assert PULSE_COUNT in summaries, "the pulse process ended before it reported its count"
+    work["pulse process"] = int(summaries[PULSE_COUNT].rpartition(" ")[2])
     work["address look-ups"] = len(joins)
-    pulses = [line for line in logs if line.startswith("pulses from sim-")]
+    pulses = [summary for host, summary in summaries.items() if host.startswith("sim-")]
     assert len(pulses) == workers
-    assert all(f": {PULSES} pulses" in line for line in pulses), pulses[:3]
+    assert all(summary.startswith(f"{PULSES} pulses") for summary in pulses), pulses[:3]
     return work
 
 

@@ -102,8 +102,9 @@ class FakeServer:
             if host not in self.hello_errors:
                 self.events.put(WorkerBye(host))
 
-    def close(self) -> None:
+    def close(self) -> dict[str, str]:
         self.closed = True
+        return {host: "3 pulses" for host in self.workers}
 
 
 @dataclass
@@ -211,6 +212,7 @@ class Rig:
             {"ringleader_command": ["python", "train.py"], **QUICK, **hyperparameters},
         )
         self.logs: list[str] = []
+        self.details: list[str] = []
         self.connects: list[str] = []
         self.jobs: list[str] = []  # the job identity each server and connection was given
         self.channel = FakeChannel()
@@ -239,6 +241,7 @@ class Rig:
             health=self.health,
             results=ResultFiles(tmp_path / "job.json", self.output_dir),
             logger=self.logs.append,
+            detail_logger=self.details.append,
         )
         self.ml_root = tmp_path / "ml"
         for part in ("output", "model"):
@@ -342,6 +345,9 @@ def test_the_leader_launches_once_every_worker_said_hello_and_tells_them_the_ver
     assert rig.servers[0].final == (0, None)
     assert rig.servers[0].closed
     assert rig.result_file() == "success"
+    # Each worker's pulse statistics are a detail: the log file, not the job's stdout.
+    assert rig.details == ["pulses from algo-2: 3 pulses", "pulses from algo-3: 3 pulses"]
+    assert not any("pulses" in line for line in rig.logs)
     summary = json.loads((tmp_path / "job.json").read_text())
     assert summary["exit_code"] == 0 and len(summary["ranks"]) == 6
 

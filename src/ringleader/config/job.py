@@ -80,6 +80,7 @@ _SETTING_KEYS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "ringleader_log_ranks": ("output", "log_ranks", RankSelection.parse),
     "ringleader_metric_ranks": ("output", "metric_ranks", RankSelection.parse),
     "ringleader_metric_definitions": ("output", "metric_definitions", parse_definitions),
+    "ringleader_verbose": ("output", "verbose", hp.as_bool),
     "ringleader_master_port": ("spawn", "master_port", hp.as_port),
     "ringleader_tf_worker_port": ("spawn", "tf_worker_port", hp.as_port),
     "ringleader_tf_ps_port": ("spawn", "tf_ps_port", hp.as_port),
@@ -255,6 +256,7 @@ class OutputConfig:
     metric_ranks: RankSelection = RANK_ZERO  # so metrics are not multiplied by the ranks
     metric_definitions: tuple[MetricDefinition, ...] = ()
     kept_files: tuple[str, ...] = ()  # timeline/autotune log, copied into output/data
+    verbose: bool = False  # ringleader_verbose: details (pulse statistics) on stdout too
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,9 @@ class HostContext:
     def log(self, line: str) -> None:
         self.parts.logger(line)
 
+    def detail(self, line: str) -> None:
+        self.parts.detail_logger(line)
+
     def job(self, leader: str) -> str:
         """The job's identity, the same on every host (job_identity)."""
         return job_identity(self.parts.environ, leader)

@@ -19,7 +19,7 @@ from ringleader.config import sdk3
 from ringleader.config.job import load_job_config, load_topology, reporting_settings
 from ringleader.config.output_uri import OutputUri
 from ringleader.config.topology import Topology
-from ringleader.core import exitcodes
+from ringleader.core import exitcodes, paths
 from ringleader.core import timeline as phases
 from ringleader.core.background import BackgroundCall
 from ringleader.core.errors import ConfigError, JobError
@@ -70,6 +70,7 @@ class EntryPoint:
         context.timeline.mark(context.host, phases.ENTRY, process_started_at())
         try:
             config = load_job_config(topology, parts.environ, parts.files)
+            log.set_verbose(config.output.verbose)
             parts.prepare_code(config, context.stop)  # fetch, extract, pip install, check
             shape = command_shape(config)
         except ConfigError as error:
@@ -163,6 +164,7 @@ def main(argv: Sequence[str] | None = None, own_sshd: bool = True) -> int:
         log.log(message)
         write_result(exitcodes.CONFIG_ERROR, message + "\n")
         return exitcodes.CONFIG_ERROR
+    log.keep_under(paths.LOG_DIR)
     entry = EntryPoint(
         real_parts(sdk3.config_files(os.environ), own_sshd, socket.gethostname(), secret)
     )

@@ -111,7 +111,7 @@ def _follow(
         )
     finally:
         agent.close()
-        context.log(f"pulses from the leader: {link.close()}")
+        context.detail(f"pulses from the leader: {link.close()}")
 
 
 def _connect(

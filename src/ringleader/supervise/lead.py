@@ -20,6 +20,7 @@ from ringleader.supervise.common import RunningLauncher
 from ringleader.supervise.context import HostContext
 from ringleader.supervise.health import checked
 from ringleader.supervise.leader import Leader, LeaderParts
+from ringleader.supervise.parts import Workers
 from ringleader.supervise.stack_files import keep_report
 from ringleader.supervise.verdict import conclude
 from ringleader.wire.control import ControlPortTaken, resolved_addresses
@@ -116,7 +117,7 @@ def lead(
     finally:
         agent.close()
         if server is not None:
-            server.close()  # the workers go first
+            close_server(context, server)  # the workers go first
     return outcome
 
 
@@ -177,7 +178,13 @@ def tell_workers(
     try:
         Leader(context.host, workers, settings.timeouts, parts).tell_workers(outcome)
     finally:
-        server.close()
+        close_server(context, server)
+
+
+def close_server(context: HostContext, server: Workers) -> None:
+    """The workers' links end; how regularly each one's pulses came goes to the details."""
+    for host, summary in sorted(server.close().items()):
+        context.detail(f"pulses from {host}: {summary}")
 
 
 def _let_workers_see_the_port(

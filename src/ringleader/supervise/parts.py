@@ -55,7 +55,9 @@ class HostRanks(LocalRanks, Protocol):
 class Workers(WorkerLink, Protocol):
     """The leader's control server."""
 
-    def close(self) -> None: ...
+    def close(self) -> dict[str, str]:
+        """Ends the links; each worker's pulse statistics."""
+        ...
 
 
 class Leader(LinkToLeader, Protocol):
@@ -183,6 +185,7 @@ class RootParts:
     clock: Clock = field(default_factory=SystemClock)
     results: ResultFiles = field(default_factory=ResultFiles)
     logger: Callable[[str], None] = log.log
+    detail_logger: Callable[[str], None] = log.detail  # the host's log file; stdout if verbose
 
 
 def real_parts(

@@ -36,6 +36,12 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
         help='SageMaker metric definitions: [{"Name": ..., "Regex": ...}], inline or a file',
     )
     parser.add_argument("--log-ranks", help='ranks whose output is shown: "all" (default), "0,3"')
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print the details every host keeps in logs/<host>/ringleader.log, such as "
+        "the pulse statistics at the end (ringleader_verbose)",
+    )
     horovod = parser.add_argument_group("Horovod (become HOROVOD_* for every rank)")
     horovod.add_argument(
         "--horovod-timeline",
@@ -62,6 +68,8 @@ def job_settings(args: argparse.Namespace) -> dict[str, str]:
         settings["log_ranks"] = args.log_ranks
     if args.hang_timeout is not None:
         settings["hang_timeout"] = args.hang_timeout
+    if args.verbose:
+        settings["verbose"] = "true"
     settings.update(restart_settings(args))
     for name in _HOROVOD_VALUES:
         if getattr(args, name) is not None:

@@ -252,7 +252,8 @@ class ControlServer:
             self._final = message
         self.broadcast(message)
 
-    def close(self) -> None:
+    def close(self) -> dict[str, str]:
+        """Ends every link; how regularly each worker's pulses came (PulseLink.summary)."""
         self._closing.set()
         # The workers leave once their pulse or control connection closes. Nothing of the
         # leader's waits once they go: their ends crowd a machine of fake hosts, where any
@@ -262,10 +263,10 @@ class ControlServer:
         # connection as it stops (a worker's channel is read by the loop until it ends). By
         # now every worker that could has confirmed the verdict; the others are gone, frozen
         # or cut off, and the leader's end must not wait on them: reset, no lingering.
-        for host, summary in sorted(self._pulses.stop().items()):
-            self._log(f"pulses from {host}: {summary}")
+        summaries = self._pulses.stop()
         self._loop.stop(wait=False)
         self._admitting.close()
+        return summaries
 
     # On the loop's thread: a new connection is greeted, its join read.
 
