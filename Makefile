@@ -27,7 +27,8 @@ venv:  ## only the host virtualenv .venv
 smoke: image  ## two containers, mpirun over ssh with mpi4py (no ringleader entry point)
 	scripts/smoke-image.sh
 
-demo: image venv  ## 3 fake hosts x 2 processes running examples/mpi_allreduce.py
+demo:  ## 3 fake hosts x 2 processes running examples/mpi_allreduce.py (sets up the image and .venv with the host tools first)
+	scripts/setup.sh demo
 	$(BIN)/ringleader local --hosts 3 --processes-per-host 2 \
 		--source-dir examples --entry-point mpi_allreduce.py -- --rounds 3
 

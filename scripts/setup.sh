@@ -5,6 +5,8 @@
 #                                 sdk3, venv
 #   scripts/setup.sh image        the image only (docker + base + wheelhouse + build)
 #   scripts/setup.sh venv         the host virtualenv .venv only
+#   scripts/setup.sh demo         what `make demo` needs: the image and .venv with the host
+#                                 tools (steps in parallel where they can be)
 #   scripts/setup.sh STEP...      any of: docker base wheelhouse wheel build browser sshkeygen
 #                                 sdk3 venv
 #                                 image all (wheel: only the ringleader wheel, in
@@ -215,6 +217,27 @@ step_venv() {
         die "the virtualenv $VENV failed"
     printf '%s\n' "$key" >"$stamp"
     log "Virtualenv $VENV ready in $((SECONDS - start))s"
+}
+
+# ----------------------------------------------------------------------------------------- demo
+# What `make demo` needs: Docker Engine; then the base image (a debootstrap, about a minute, when
+# no registry answers) beside the wheels and .venv with the host tools alone; then the image.
+step_demo() {
+    step_docker
+    local base_file pid
+    mkdir -p build
+    base_file=$(mktemp build/.demo-base.XXXXXX)
+    (
+        step_base
+        printf '%s\n' "$BASE_IMAGE" >"$base_file"
+    ) &
+    pid=$!
+    step_wheelhouse
+    VENV_EXTRAS=${VENV_EXTRAS:-tools} step_venv
+    wait "$pid" || die "the base image failed (above)"
+    BASE_IMAGE=$(<"$base_file")
+    rm -f "$base_file"
+    step_build
 }
 
 # ----------------------------------------------------------------------------------------- main
