@@ -4,24 +4,28 @@ Three measurements, each printed as a table:
   leader     the leader's rules alone (no containers): --ranks ranks each reporting its step
              and its wait samples --rate times a second for --seconds simulated seconds, a
              status every 10 s; the CPU the leader's step() takes per second of the job (cores)
-  cost       bench/../tests/container/progress_jobs/slow_rank.py on 2 fake hosts x 1 rank (one
-             rank per core: this machine has 2), 40 steps of 0.25 s of computing each, with the
-             watch on (a status every 12 s: each rank's stacks sampled every second, the most
-             often the watch samples) and off (ringleader_status_interval=0), alternating
-             rounds; the ranks' time from their start to their end, and the cost
+  cost       the Horovod and the DDP example (examples/horovod_train.py, examples/ddp_train.py
+             in ringleader:horovod) on 2 fake hosts x 1 rank (one rank per core: this machine
+             has 2), with a step source (`ringleader_step_regex`), three ways in alternating
+             rounds: the watch off (ringleader_status_interval=0), on by default (a status
+             every 60 s: each rank's stacks sampled every 10 s) and on at its most frequent (a
+             status every 6 s: sampled every second); the examples' own throughput and the cost
   latency    the same job on 3 x 2 with rank 5 computing 40% longer from its first step, a
              status every 3 s and a window of 3: from the first rank's start to the warning
 
 Usage: .venv/bin/python bench/progress.py [--rounds 3] [--ranks 256] [--rate 10]
+       [--only leader|cost|latency] [--steps-horovod 3000] [--steps-ddp 3000]
 """
 
 import argparse
 import io
+import re
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import docker
 
@@ -39,7 +43,9 @@ from ringleader.tools.local.plan import LocalJobSpec
 from ringleader.tools.local.run import LocalJob
 from ringleader.wire.events import RanksProgressed
 
-JOBS = Path(__file__).resolve().parent.parent / "tests" / "container" / "progress_jobs"
+REPO = Path(__file__).resolve().parent.parent
+JOBS = REPO / "tests" / "container" / "progress_jobs"
+EXAMPLES = REPO / "examples"
 
 
 def leader_cpu(ranks: int, rate: float, seconds: float) -> float:
@@ -73,18 +79,27 @@ def leader_cpu(ranks: int, rate: float, seconds: float) -> float:
     return used / seconds
 
 
-def run_job(hosts: int, per_host: int, settings: dict[str, str], **hyper: str) -> Path:
+def run_job(
+    hosts: int,
+    per_host: int,
+    settings: dict[str, str],
+    *,
+    source_dir: Path = JOBS,
+    entry_point: str = "slow_rank.py",
+    out: io.StringIO | None = None,
+    **spec: Any,
+) -> Path:
     folder = Path(tempfile.mkdtemp(prefix="bench-progress-"))
-    spec = LocalJobSpec(
+    job = LocalJobSpec(
         hosts=hosts,
         processes_per_host=per_host,
-        source_dir=JOBS,
-        entry_point="slow_rank.py",
-        hyperparameters=hyper,
+        source_dir=source_dir,
+        entry_point=entry_point,
         output_dir=folder,
         settings={"startup_timeout": "120", **settings},
+        **spec,
     )
-    result = LocalJob(spec, io.StringIO(), docker.from_env()).run()
+    result = LocalJob(job, out or io.StringIO(), docker.from_env()).run()
     if result.exit_code != 0:
         print(f"  the job failed with {result.exit_code}: {folder}", file=sys.stderr)
     found = sorted(folder.glob("*/algo-1/output/data/job.json"))
@@ -98,27 +113,72 @@ def ranks_time(job_file: Path) -> float:
     return max(r.ended_at for r in ranks) - min(r.started_at for r in ranks)
 
 
-def cost(rounds: int) -> None:
-    work = {"steps": "40", "seconds": "0.25"}
-    times: dict[str, list[float]] = {"on": [], "off": []}
-    modes = {"on": {"status_interval": "12"}, "off": {"status_interval": "0"}}
-    for number in range(rounds):
-        for mode in ("on", "off") if number % 2 == 0 else ("off", "on"):
-            took = ranks_time(run_job(2, 1, modes[mode], **work))
-            times[mode].append(took)
-            print(f"cost round {number + 1}, watch {mode}: ranks ran {took:.2f} s")
-    on, off = statistics.median(times["on"]), statistics.median(times["off"])
+# example -> (distribution, its throughput in the line it ends with, the unit)
+EXAMPLE_JOBS = {
+    "horovod_train.py": ("mpi", re.compile(r"done: .*\(([0-9.]+) samples/s\)"), "samples/s"),
+    "ddp_train.py": ("torch_distributed", re.compile(r"done: .*\(([0-9.]+) steps/s\)"), "steps/s"),
+}
+WATCH_MODES = {
+    "off": {"status_interval": "0"},
+    "default": {},  # a status every 60 s, stacks sampled every 10 s
+    "every 1 s": {"status_interval": "6"},  # the most often the watch samples
+}
+
+
+def example_throughput(example: str, steps: int, watch: dict[str, str]) -> float | None:
+    distribution, done, _ = EXAMPLE_JOBS[example]
+    out = io.StringIO()
+    settings = {"step_regex": r"^step (\d+)", "total_steps": str(steps), **watch}
+    run_job(
+        2,
+        1,
+        settings,
+        source_dir=EXAMPLES,
+        entry_point=example,
+        out=out,
+        image="ringleader:horovod",
+        distribution=distribution,
+        hyperparameters={"steps": str(steps), "log-interval": str(max(steps // 20, 1))},
+    )
+    found = done.search(out.getvalue())
+    return float(found.group(1)) if found else None
+
+
+def cost(rounds: int, steps: dict[str, int]) -> None:
+    modes = list(WATCH_MODES)
+    rows = []
+    for example, (_, _, unit) in EXAMPLE_JOBS.items():
+        rates: dict[str, list[float]] = {mode: [] for mode in modes}
+        for number in range(rounds):
+            order = modes[number % len(modes) :] + modes[: number % len(modes)]
+            for mode in order:
+                rate = example_throughput(example, steps[example], WATCH_MODES[mode])
+                print(f"cost round {number + 1}, {example}, watch {mode}: {rate} {unit}")
+                if rate is not None:
+                    rates[mode].append(rate)
+        medians = {mode: statistics.median(rates[mode]) for mode in modes if rates[mode]}
+        rows.append((example, unit, medians, {mode: len(rates[mode]) for mode in modes}))
     print()
-    print("| ranks' time, watch on | watch off | cost | rounds |")
-    print("|---|---|---|---|")
-    print(f"| {on:.2f} s | {off:.2f} s | {(on - off) / off:+.1%} | {rounds} + {rounds} |")
+    print("| example (2 x 1) | watch off | default (10 s) | cost | every 1 s | cost | runs |")
+    print("|---|---|---|---|---|---|---|")
+    for example, unit, medians, counts in rows:
+        off = medians.get("off")
+        cells = [f"{off:.1f} {unit}" if off else "-"]
+        for mode in ("default", "every 1 s"):
+            on = medians.get(mode)
+            cells.append(f"{on:.1f}" if on else "-")
+            cells.append(f"{(off - on) / off:+.1%}" if on and off else "-")
+        runs = " / ".join(str(counts[mode]) for mode in modes)
+        print(f"| {example} | {' | '.join(cells)} | {runs} |")
 
 
 def latency(rounds: int) -> None:
     found = []
     settings = {"status_interval": "3", "straggler_window": "3"}
     for number in range(rounds):
-        job_file = run_job(3, 2, settings, steps="80", seconds="0.25", **{"slow-rank": "5"})
+        job_file = run_job(
+            3, 2, settings, hyperparameters={"steps": "80", "seconds": "0.25", "slow-rank": "5"}
+        )
         summary = read_job_file(job_file)
         first = min(r.started_at for r in summary.ranks)
         named = [e for e in summary.stragglers if e.rank == 5]
@@ -140,6 +200,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--only", choices=("leader", "cost", "latency"))
+    parser.add_argument("--steps-horovod", type=int, default=3000)
+    parser.add_argument("--steps-ddp", type=int, default=3000)
     args = parser.parse_args()
     if args.only in (None, "leader"):
         cores = leader_cpu(args.ranks, args.rate, args.seconds)
@@ -147,7 +209,7 @@ def main() -> int:
         print("|---|---|---|")
         print(f"| {args.ranks} | {args.ranks * args.rate:.0f} | {cores:.3f} |")
     if args.only in (None, "cost"):
-        cost(args.rounds)
+        cost(args.rounds, {"horovod_train.py": args.steps_horovod, "ddp_train.py": args.steps_ddp})
     if args.only in (None, "latency"):
         latency(args.rounds)
     return 0
