@@ -69,14 +69,18 @@ def test_a_job_without_a_step_source_says_no_progress(run_job: Callable[..., Job
 
 
 def run_slow_rank(
-    run_job: Callable[..., JobRun], code: int = 0, action: str = "warn", **hyperparameters: str
+    run_job: Callable[..., JobRun],
+    code: int = 0,
+    action: str = "warn",
+    job: dict[str, str] | None = None,
+    **hyperparameters: str,
 ) -> JobRun:
     """3 x 2 ranks, 40 steps of 0.5 s of work (long beside an allreduce on a busy 2-core
     machine, where it can take 0.3 s); a status every 3 s, each rank sampled every second,
-    judged over 4 intervals (12 samples)."""
+    judged over 4 intervals (12 samples). `job`: another entry point, image, distribution."""
     run = run_job(
         source_dir=JOBS,
-        entry_point="slow_rank.py",
+        **({"entry_point": "slow_rank.py"} | (job or {})),
         hyperparameters={"steps": "40", "seconds": "0.5", **hyperparameters},
         settings={
             "startup_timeout": "60",
@@ -89,13 +93,7 @@ def run_slow_rank(
     return run
 
 
-@ALONE
-def test_a_rank_that_computes_longer_is_named_as_the_straggler(
-    run_job: Callable[..., JobRun],
-) -> None:
-    """Rank 5 (on algo-3) computes 40% longer each step: the others wait for it in every
-    allreduce, it hardly waits. Named within the window, with its share against the median's."""
-    run = run_slow_rank(run_job, **{"slow-rank": "5", "slower": "1.4"})
+def assert_rank_5_on_algo_3_named(run: JobRun) -> None:
     warning = re.search(
         r"warning: straggler: rank (\d) on (algo-\d) waits (\d+)% of the time, "
         r"the median rank (\d+)%",
@@ -107,6 +105,32 @@ def test_a_rank_that_computes_longer_is_named_as_the_straggler(
     assert int(median) - int(share) >= 15
     summary = read_job_file(run.job.output_dir / "algo-1" / "output" / "data" / "job.json")
     assert [(episode.rank, episode.host) for episode in summary.stragglers][:1] == [(5, "algo-3")]
+
+
+@ALONE
+def test_a_rank_that_computes_longer_is_named_as_the_straggler(
+    run_job: Callable[..., JobRun],
+) -> None:
+    """Rank 5 (on algo-3) computes 40% longer each step: the others wait for it in every
+    allreduce (Open MPI through mpi4py), it hardly waits. Named within the window, with its
+    share against the median's."""
+    assert_rank_5_on_algo_3_named(run_slow_rank(run_job, **{"slow-rank": "5", "slower": "1.4"}))
+
+
+@ALONE
+def test_a_ddp_rank_that_computes_longer_is_named_as_the_straggler(
+    run_job: Callable[..., JobRun], horovod_image: str
+) -> None:
+    """The same with PyTorch DDP (gloo, torch_distributed): the others wait in the backward's
+    gradient allreduce (c10d's Reducer) for rank 5."""
+    job = {
+        "entry_point": "slow_rank_ddp.py",
+        "image": horovod_image,
+        "distribution": "torch_distributed",
+    }
+    assert_rank_5_on_algo_3_named(
+        run_slow_rank(run_job, job=job, **{"slow-rank": "5", "slower": "1.4"})
+    )
 
 
 @ALONE
