@@ -121,7 +121,11 @@ def test_mpi_job_on_three_hosts(instances: Instances) -> None:
     assert instances.sh("node1", "ls /work/out/node2/output/data/logs/node2")[1].split() == [
         "rank-2.log",
         "rank-3.log",
+        "ringleader.log",  # the host's own lines and details (pulse statistics)
     ]
+    code, kept = instances.sh("node1", "cat /work/out/node2/output/data/logs/node2/ringleader.log")
+    assert code == 0 and "pulses from the leader: " in kept
+    assert "pulses from" not in output  # a detail: not on the console
     assert instances.wait_until_clean(NO_JOB_PROCESS_WITHIN) == {}
 
 
