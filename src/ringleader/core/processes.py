@@ -7,7 +7,7 @@ cluster host's leftovers (tools/cluster/agent.py).
 
 - `signal_group`: a signal to a whole process group; one that is gone already is no error.
 - `stop_processes`: SIGTERM each process, SIGKILL those alive `grace` seconds later, wait
-  for them (bounded).
+  until they are gone (bounded by KILLED_WITHIN).
 - `kill_processes`, `kill_tree`: SIGKILL at once (no grace) some processes, or a process's
   group and every descendant of it, also those in groups or sessions of their own (ssh
   clients, daemons); nothing is waited for.
@@ -27,6 +27,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import psutil
 
+# How long a SIGKILLed process may take to be gone: at once on an idle machine, but it must be
+# scheduled to die, and on 2 starved cores that took more than 0.5 s (ci25).
+KILLED_WITHIN = 5.0
+
 
 def signal_group(pgid: int, signum: int) -> None:
     """Send `signum` to process group `pgid`; a group that is gone (or not ours) is skipped."""
@@ -35,8 +39,9 @@ def signal_group(pgid: int, signum: int) -> None:
 
 
 def stop_processes(processes: Sequence["psutil.Process"], grace: float) -> None:
-    """SIGTERM every process, SIGKILL those still alive `grace` seconds later, then wait up to
-    `grace` more for them to go (waiting reaps those that are this process's children)."""
+    """SIGTERM every process, SIGKILL those still alive `grace` seconds later, then wait until
+    they are gone, at most KILLED_WITHIN (waiting reaps those that are this process's
+    children)."""
     import psutil
 
     for process in processes:
@@ -44,7 +49,7 @@ def stop_processes(processes: Sequence["psutil.Process"], grace: float) -> None:
             process.terminate()
     _, alive = psutil.wait_procs(processes, timeout=grace)
     kill_processes(alive)
-    psutil.wait_procs(alive, timeout=grace)
+    psutil.wait_procs(alive, timeout=KILLED_WITHIN)
 
 
 def kill_processes(processes: Iterable["psutil.Process"]) -> None:
