@@ -363,6 +363,34 @@ def test_sigterm_from_mpirun_uses_the_abort_grace(workdir, agent):
     assert (record.exit_code, record.signal, record.terminated) == (137, 9, True)
 
 
+def test_a_stop_of_the_job_during_an_abort_gives_the_rank_the_full_grace(workdir, agent):
+    """A rank on another host ended on the stop's SIGTERM and its mpi4py aborted the job: mpirun
+    signals this wrapper (the abort) before the stop reaches it. The stop outranks the abort:
+    no SIGKILL at the abort grace, no second SIGTERM; the rank ends its handler's work."""
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-3"})
+    code = (
+        "import os, signal, sys, time\n"
+        "def on_term(*_):\n"
+        "    os.write(1, b'got TERM\\n')\n"
+        "    time.sleep(2.5)\n"  # a checkpoint on SIGTERM: longer than the abort grace
+        "    os.write(1, b'checkpoint written\\n')\n"
+        "    sys.exit(7)\n"
+        "signal.signal(signal.SIGTERM, on_term)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    wrapper = Wrapper(workdir, python_command(code), rank=5, grace=20, abort_grace=2.0)
+    wrapper.wait_for_line(agent.stdout, b"ready")
+    wrapper.process.send_signal(signal.SIGTERM)  # the abort: SIGTERM after 1 s, SIGKILL at 2 s
+    wrapper.wait_for_line(agent.stdout, b"got TERM")
+    agent.terminate_all(20)  # the stop arrives during the abort
+    assert wrapper.wait() == 7
+    assert wrapper.wait_for_line(agent.stdout, b"checkpoint written")
+    record = ended_record(agent.events)
+    assert (record.exit_code, record.signal, record.terminated) == (7, None, True)
+    assert not any(b"got TERM" in line for line in agent.lines(agent.stdout))  # one SIGTERM
+
+
 def test_a_rank_ending_by_itself_within_the_abort_grace_keeps_its_own_code(workdir, agent):
     # A rank calling MPI_Abort is still exiting when mpirun's stop reaches its wrapper: it must
     # not be SIGTERMed into 143 in the meantime, or the root cause would lose its exit code.

@@ -21,8 +21,9 @@ class Timeouts:
     sigterm_grace: float = 30.0  # ringleader_sigterm_grace: SIGTERM to SIGKILL for the ranks
     leader_loss: float = 10.0  # ringleader_leader_timeout: silence before a host counts as lost
     finish: float = 30.0  # ringleader_finish_timeout: telling workers the exit code
-    # ringleader_abort_grace: SIGTERM to SIGKILL for bystanders of a failed rank; shorter than
-    # the 1 s after which mpirun's daemons kill the wrappers, so their records still arrive.
+    # ringleader_abort_grace: SIGTERM to SIGKILL for bystanders of a failed rank (when mpirun
+    # aborts the job, its daemons SIGTERM the wrappers); a stop of the whole job during the
+    # abort replaces it with ringleader_sigterm_grace (rank/wrapper.py: terminate).
     abort_grace: float = 0.5
     # ringleader_launcher_exit_timeout: how long the launcher (mpirun) may run on after every
     # rank has ended by itself before it is killed (a wedged MPI daemon must not hold the job)

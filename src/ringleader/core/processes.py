@@ -11,7 +11,8 @@ cluster host's leftovers (tools/cluster/agent.py).
 - `kill_processes`, `kill_tree`: SIGKILL at once (no grace) some processes, or a process's
   group and every descendant of it, also those in groups or sessions of their own (ssh
   clients, daemons); nothing is waited for.
-- `escalate`: the same steps on timers, for a caller that must not block (a signal handler).
+- `escalate`: the same steps on timers, for a caller that must not block (a signal handler);
+  what it has still to send can be cancelled.
 
 psutil is imported only where a process list is needed: every rank wrapper imports this
 module, and most ranks end without anything to stop.
@@ -74,7 +75,18 @@ def kill_tree(pid: int) -> None:
     kill_processes(descendants)
 
 
-def escalate(send: Callable[[int], None], term_after: float, kill_after: float) -> None:
+class Escalation:
+    """The signals an `escalate` still has to send; `cancel` drops them."""
+
+    def __init__(self, timers: Sequence[threading.Timer]) -> None:
+        self._timers = timers
+
+    def cancel(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+
+def escalate(send: Callable[[int], None], term_after: float, kill_after: float) -> Escalation:
     """SIGTERM through `send` after `term_after` seconds (at once, on this thread, when 0),
     SIGKILL after `kill_after` seconds, each later one from a timer thread. `send` decides
     what receives the signal and skips a process that has ended."""
@@ -83,7 +95,10 @@ def escalate(send: Callable[[int], None], term_after: float, kill_after: float) 
         later.insert(0, (term_after, signal.SIGTERM))
     else:
         send(signal.SIGTERM)
+    timers = []
     for delay, signum in later:
         timer = threading.Timer(delay, send, args=(signum,))
         timer.daemon = True
         timer.start()
+        timers.append(timer)
+    return Escalation(timers)

@@ -24,7 +24,7 @@ from ringleader.core import exitcodes, paths
 from ringleader.core.exiting import exit_at_once
 from ringleader.core.exitnote import EXIT_DIR_VARIABLE, note_path, read_exit_note
 from ringleader.core.hostenvfile import read_host_env
-from ringleader.core.processes import escalate, signal_group
+from ringleader.core.processes import Escalation, escalate, signal_group
 from ringleader.core.proctimes import process_name, process_started_at
 from ringleader.core.records import STDERR_TAIL_LINES, RankRecord
 from ringleader.rank.capture import Pump, RankOutput
@@ -100,32 +100,54 @@ class RankSupervisor:
         self._terminated = threading.Event()
         # Reentrant: the SIGTERM handler may run on the main thread while run() holds it.
         self._lock = threading.RLock()
+        self._escalation: Escalation | None = None  # the stop's signals still to come
+        self._stopped_whole_job = False  # a stop of the job (terminate), not an abort
+        self._sigterm_sent = False
 
     def terminate(self, grace: float | None = None) -> None:
-        """SIGTERM the rank now and SIGKILL it `grace` seconds later (the first call wins)."""
-        self._stop(0.0, self._grace if grace is None else grace)
+        """The whole job stops: SIGTERM the rank now and SIGKILL it `grace` seconds later.
+
+        It outranks an abort underway. The abort may be the stop's own echo: a rank on another
+        host ended on the stop's SIGTERM, its mpi4py called MPI_Abort, and mpirun's daemon
+        signalled this wrapper before the stop reached this host (ci25: rank 5 was killed
+        0.5 s after it, never saying it got SIGTERM). The rank keeps the stop's grace."""
+        with self._lock:
+            if self._stopped_whole_job:
+                return
+            self._stopped_whole_job = True
+            self._stop(0.0, self._grace if grace is None else grace)
 
     def abort(self, grace: float) -> None:
         """mpirun aborts the job because another rank failed: give the rank half of `grace` to
         end by itself (it may be the failing rank, still exiting with its own code), then
-        SIGTERM, then SIGKILL at `grace` (within the 1 s after which mpirun's daemon kills
-        this wrapper)."""
-        self._stop(grace / 2, grace)
+        SIGTERM, then SIGKILL at `grace`. Only the first stop of a rank counts."""
+        with self._lock:
+            if not self._terminated.is_set():
+                self._stop(grace / 2, grace)
 
     def _stop(self, term_after: float, kill_after: float) -> None:
-        """SIGTERM after `term_after` s (at once when 0), SIGKILL after `kill_after` s; only
-        the first stop of a rank counts."""
+        """SIGTERM after `term_after` s (at once when 0), SIGKILL after `kill_after` s, in
+        place of what an earlier stop had still to send; the rank gets one SIGTERM at most."""
         with self._lock:
-            if self._terminated.is_set():
-                return
+            if self._escalation is not None:
+                self._escalation.cancel()
             self._terminated.set()
-            escalate(self.forward, term_after, kill_after)
+            self._escalation = escalate(self._signal, term_after, kill_after)
 
-    def forward(self, signum: int) -> None:
-        """Send `signum` to the rank's whole process group."""
+    def _signal(self, signum: int) -> None:
+        with self._lock:
+            if signum == signal.SIGTERM and self._sigterm_sent:
+                return
+            if self.forward(signum) and signum == signal.SIGTERM:
+                self._sigterm_sent = True
+
+    def forward(self, signum: int) -> bool:
+        """Send `signum` to the rank's whole process group; whether there was one to send to."""
         child = self._child
-        if child is not None and child.returncode is None:
-            signal_group(child.pid, signum)
+        if child is None or child.returncode is not None:
+            return False
+        signal_group(child.pid, signum)
+        return True
 
     def run(self, output: RankOutput, on_started: Callable[[int], None]) -> RankRecord:
         """Run the command to its end; `on_started` gets the child's PID once it runs."""
@@ -157,7 +179,7 @@ class RankSupervisor:
                 return self._record(started, 127, None, (message,))
             if self._terminated.is_set():
                 # terminate() ran while the child was being spawned, when it had none to signal
-                self.forward(signal.SIGTERM)
+                self._signal(signal.SIGTERM)
         assert self._child.stdout is not None and self._child.stderr is not None
         on_started(self._child.pid)
         pumps = [
