@@ -11,9 +11,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ringleader.config.image import ImageSettings
 from ringleader.core.errors import ConfigError, StartupError
+from ringleader.core.processes import kill_processes
+
+if TYPE_CHECKING:
+    import psutil
 
 # OpenSSH's privilege separation directory on Debian and Ubuntu; sshd refuses to start without
 # it, and a /run emptied at container start may have lost the one the image made.
@@ -155,24 +160,40 @@ class SshMasters:
     def end_sessions(self) -> None:
         """SIGKILL every master now, as mpirun is killed: mpirun's ssh handed them its output
         pipes, which they would hold open until the remote daemons noticed mpirun was gone."""
-        import psutil  # the leader has it loaded already (it chose the job's interface)
-
         title = f"ssh: {self._dir}/"  # how an ssh master names itself
-        for process in psutil.process_iter(["cmdline"]):
-            with contextlib.suppress(psutil.Error):
-                if " ".join(process.info["cmdline"] or ()).startswith(title):
-                    process.kill()
+        kill_processes(
+            process
+            for process in self._ssh_processes()
+            if " ".join(process.info["cmdline"]).startswith(title)
+        )
         # Killed masters leave their sockets: a later mpirun (a restart in place) would try
         # each, warn "Connection refused", and then connect on its own anyway.
         for socket_file in self._dir.iterdir():
             with contextlib.suppress(OSError):
                 socket_file.unlink()
 
+    def _ssh_processes(self) -> list["psutil.Process"]:
+        """The masters and every ssh through them (mpirun's): their command lines name this
+        job's directory of sockets."""
+        import psutil  # the leader has it loaded already (it chose the job's interface)
+
+        found = []
+        for process in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if str(self._dir) in " ".join(process.info["cmdline"] or ()):
+                    found.append(process)
+        return found
+
     def close(self, log: Callable[[str], None]) -> None:
-        """Tell every master to exit (all at once, bounded) and remove their directory."""
+        """Tell every master to exit (all at once, bounded), wait for them and every ssh through
+        them to be gone (the host's sweep at the job's end then finds only what the user's job
+        left), and remove their directory."""
+        import psutil
+
         with self._lock:
             hosts = sorted(self._hosts)
             self._hosts.clear()
+        ours = self._ssh_processes() if hosts else []
         exits = [
             subprocess.Popen(
                 ["ssh", *self.config_options(), *self.reuse_options(), "-O", "exit", host],
@@ -191,10 +212,12 @@ class SshMasters:
                 process.kill()
                 process.wait()
                 late.append(host)
-        if late:
+        _, alive = psutil.wait_procs(ours, timeout=max(deadline - time.monotonic(), 0.0))
+        kill_processes(alive)
+        if late or alive:
+            hosts_named = ", ".join(late) or "the job's hosts"
             log(
-                f"ssh master connections to {', '.join(late)} did not exit within "
-                f"{MASTER_EXIT_SECONDS:g} s; they end {MASTER_PERSIST_SECONDS} s after their "
-                "last session"
+                f"ssh master connections to {hosts_named} did not exit within "
+                f"{MASTER_EXIT_SECONDS:g} s; killed {len(alive)} ssh process(es) still running"
             )
         shutil.rmtree(self._dir, ignore_errors=True)

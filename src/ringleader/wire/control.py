@@ -266,6 +266,7 @@ class ControlServer:
         summaries = self._pulses.stop()
         self._loop.stop(wait=False)
         self._admitting.close()
+        self._pulses.reap()  # after the loop was told to stop: the workers are not held up
         return summaries
 
     # On the loop's thread: a new connection is greeted, its join read.

@@ -83,6 +83,7 @@ class LeaderLink:
             close_at_once(self.channel)  # the leader does not read: nothing may wait on it
         else:
             self.channel.close()
+        self._pulse.reap()
         return summaries.get(self._leader, "no pulse summary")
 
     def _send_loop(self) -> None:

@@ -99,6 +99,16 @@ class PulseHub:
         with self._lock:
             return dict(self._summaries)
 
+    def reap(self) -> None:
+        """Once stopped: wait for the child to be gone (it closes its links and ends), at most
+        STOP_SECONDS, then kill it. A host's sweep at the job's end then finds nothing of
+        ringleader's own (a cluster host's agent named it a leftover of the job)."""
+        try:
+            self._child.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self._child.kill()
+            self._child.wait()
+
     def _read(self) -> None:
         assert self._child.stdout is not None
         for raw in self._child.stdout:
