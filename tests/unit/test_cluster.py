@@ -425,6 +425,33 @@ print("left", [pid for pid in adopted if psutil.pid_exists(pid)])
 """
 
 
+LEAVES_AN_ENDED_ORPHAN = """
+import os, subprocess, sys, psutil
+from ringleader.rank.tree import become_subreaper
+from ringleader.tools.cluster import agent
+assert become_subreaper()
+# an ssh client that mpirun leaves as it exits: adopted by the agent, then it ends by itself
+orphan = "import os, time; os.fork() and os._exit(0); time.sleep(0.2)"
+subprocess.run([sys.executable, "-c", orphan], check=True)
+(adopted,) = [p.pid for p in psutil.Process().children()]
+os.waitid(os.P_PID, adopted, os.WEXITED | os.WNOWAIT)  # it has ended; not reaped yet
+print("zombie", psutil.Process(adopted).status() == psutil.STATUS_ZOMBIE)
+print("swept", agent.sweep("no-such-mark", 0.5, descendants=True))
+print("reaped", not psutil.pid_exists(adopted))
+"""
+
+
+def test_the_sweep_reaps_an_ended_orphan_and_does_not_call_it_a_leftover():
+    result = subprocess.run(
+        [sys.executable, "-c", LEAVES_AN_ENDED_ORPHAN],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:3] == ["zombie True", "swept []", "reaped True"]
+
+
 def test_the_agent_adopts_the_jobs_daemons_and_sweeps_them_without_their_mark():
     result = subprocess.run(
         [sys.executable, "-c", ADOPTS_AND_SWEEPS],

@@ -106,9 +106,24 @@ def sweep(mark: str, grace: float, descendants: bool = False) -> list[str]:
                 for process in psutil.Process().children(recursive=True)
                 if process.pid not in known
             ]
-    names = [_described(process) for process in left]
-    stop_processes(left, grace)
+    running = [process for process in left if not _reaped_if_ended(process)]
+    names = [_described(process) for process in running]
+    stop_processes(running, grace)
     return names
+
+
+def _reaped_if_ended(process: psutil.Process) -> bool:
+    """Whether the process has ended already: gone, or a zombie, which is reaped when it is
+    this agent's (the subreaper adopts the ssh clients mpirun leaves as it exits; they end
+    soon after, and nothing else waits for them). Neither is a leftover of the job."""
+    try:
+        if process.status() != psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.Error:
+        return True
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(process.pid, os.WNOHANG)
+    return True
 
 
 def _described(process: psutil.Process) -> str:
