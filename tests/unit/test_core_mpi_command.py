@@ -1,7 +1,5 @@
 """The mpirun argv: our defaults, overridden (not duplicated) by custom_mpi_options."""
 
-from dataclasses import replace
-
 import pytest
 
 from ringleader.config.mpi_options import (
@@ -18,7 +16,6 @@ from ringleader.launch.mpirun import (
     parse_mpi_aborts,
     stops_all_on_rank_failure,
 )
-from ringleader.launch.openmpi import OpenMpiVersion
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 RANK_COMMAND = ("/usr/bin/python3", "-m", "ringleader.rank", "--", "python3", "train.py")
@@ -294,26 +291,3 @@ def test_the_users_nccl_values_win():
     )
     custom = ("-x", "NCCL_DEBUG=WARN", "-x", "NCCL_SOCKET_IFNAME")
     assert sagemaker_nccl_options(custom, "TRACE", "eth0", {}) == ()
-
-
-def test_the_daemons_wait_the_stop_grace_before_they_kill_a_rank_wrapper():
-    """Open MPI 4's daemons SIGKILL the wrappers 1 s after their SIGTERM when the job aborts;
-    ringleader gives them the stop's grace (and a second) instead, unless the user says."""
-    timed = MpiPlan(
-        hosts=HOSTS,
-        processes_per_host=2,
-        interface="eth0",
-        custom_options=(),
-        rank_command=RANK_COMMAND,
-        daemon_kill_after=31,
-    )
-    assert ("odls_base_sigkill_timeout", "31") in mca_values(build_mpirun_argv(timed))
-    assert "odls_base_sigkill_timeout" not in build_mpirun_argv(plan())
-    own = replace(timed, custom_options=("--mca", "odls_base_sigkill_timeout", "5"))
-    kill_after = [
-        v for n, v in mca_values(build_mpirun_argv(own)) if n == "odls_base_sigkill_timeout"
-    ]
-    assert kill_after == ["5"]
-    # PRRTE has no such parameter: nothing is set for Open MPI 5.
-    prrte = replace(timed, open_mpi=OpenMpiVersion(5, 0, 7))
-    assert "odls_base_sigkill_timeout" not in " ".join(build_mpirun_argv(prrte))

@@ -564,7 +564,8 @@ class WorkerRig:
         self.local = FakeLocal()
         self.link = FakeLink()
         self.written: list[Outcome] = []
-        parts = WorkerParts(self.events, self.clock, self.local, self.link, lambda line: None)
+        self.logs: list[str] = []
+        parts = WorkerParts(self.events, self.clock, self.local, self.link, self.logs.append)
         self.worker = Worker("algo-2", "algo-1", TIMEOUTS, parts)
 
     def run(self) -> Outcome:
@@ -627,13 +628,25 @@ def test_worker_terminate_uses_the_grace_the_leader_sent() -> None:
 
 
 def test_worker_sigterm_is_reported_and_the_leaders_verdict_wins() -> None:
+    """The ranks here stop when the leader's stop comes, as every other host's do."""
     rig = WorkerRig()
     rig.events.at(1.0, LeaderMessage(Launched()), SigtermReceived("algo-2"))
-    rig.events.at(2.0, LeaderMessage(Exit(143, "Job stopped\n")))
+    rig.events.at(1.3, LeaderMessage(Terminate(TIMEOUTS.sigterm_grace)))
+    rig.events.at(2.5, LeaderMessage(Exit(143, "Job stopped\n")))
     outcome = rig.run()
     assert outcome.exit_code == 143
     assert {"type": "sigterm", "host": "algo-2"} in rig.link.sent
     assert rig.local.terminated == [TIMEOUTS.sigterm_grace]
+
+
+def test_worker_sigterm_without_the_leaders_stop_stops_the_ranks_here_within_a_second() -> None:
+    rig = WorkerRig()
+    rig.events.at(1.0, LeaderMessage(Launched()), SigtermReceived("algo-2"))
+    rig.events.at(3.0, LeaderMessage(Exit(143, "Job stopped\n")))
+    outcome = rig.run()
+    assert outcome.exit_code == 143
+    assert rig.local.terminated == [TIMEOUTS.sigterm_grace]
+    assert any("no stop from the leader within 1 s of SIGTERM" in line for line in rig.logs)
 
 
 def test_worker_whose_ranks_never_start_gives_up_after_the_startup_timeout() -> None:

@@ -32,6 +32,7 @@ from ringleader.supervise.following.effects import (
     WorkerEvent,
     WriteOutcome,
 )
+from ringleader.supervise.following.rules import LOCAL_STOP_WITHIN
 from ringleader.supervise.following.state import TRANSIENT, Phase, WorkerSetup, WorkerState
 from ringleader.supervise.following.table import DECISIONS, step
 from ringleader.wire.events import (
@@ -53,6 +54,7 @@ from ringleader.wire.messages import (
     ProbePeers,
     Ready,
     Restart,
+    Sigterm,
     Terminate,
 )
 from tests.properties import examples
@@ -278,5 +280,24 @@ def test_a_worker_waits_without_a_deadline_only_for_the_launch_or_while_ranks_ru
     assert state.deadline is None and state.phase is Phase.WAITING
     launched, _ = step(state, LeaderMessage(Launched()), Now(1000.0, 1000.0))
     assert launched.deadline == 1000.0 + TIMEOUTS.startup
-    stopped, effects = step(launched, SigtermReceived("algo-2"), Now(1001.0, 1001.0))
+    told, effects = step(launched, SigtermReceived("algo-2"), Now(1001.0, 1001.0))
+    assert Send(Sigterm("algo-2")) in effects
+    assert not any(isinstance(effect, TerminateLocal) for effect in effects)
+    assert told.deadline == 1001.0 + LOCAL_STOP_WITHIN  # for the leader's stop
+    stopped, effects = step(told, Deadline(), Now(1002.0, 1002.0))
     assert stopped.deadline is not None and TerminateLocal(TIMEOUTS.sigterm_grace) in effects
+
+
+def test_after_sigterm_the_leaders_stop_stops_the_ranks_here_with_everyone_elses() -> None:
+    """SIGTERM on this host: the ranks here stop when the leader's stop comes (it reaches
+    every host at once), with its grace; no stop of their own follows."""
+    state = WorkerState(WorkerSetup("algo-2", "algo-1", TIMEOUTS))
+    launched, _ = step(state, LeaderMessage(Launched()), Now(1000.0, 1000.0))
+    told, _ = step(launched, SigtermReceived("algo-2"), Now(1001.0, 1001.0))
+    grace = TIMEOUTS.sigterm_grace
+    stopped, effects = step(told, LeaderMessage(Terminate(grace)), Now(1001.1, 1001.1))
+    assert effects == (TerminateLocal(grace),)
+    assert stopped.local_stop_deadline is None and stopped.phase is Phase.STOPPING
+    later, effects = step(stopped, Deadline(), Now(1002.5, 1002.5))
+    assert not any(isinstance(effect, TerminateLocal) for effect in effects)
+    assert later.phase is Phase.STOPPING

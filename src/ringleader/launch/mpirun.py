@@ -70,11 +70,6 @@ class MpiPlan:
     single_copy: bool = False
     # The interface's IPv4 networks (CIDR): how PRRTE's out-of-band channel is pinned to it.
     interface_networks: tuple[str, ...] = ()
-    # Open MPI 4: how long its daemons wait after their SIGTERM before they SIGKILL the rank
-    # wrappers when the job aborts (odls_base_sigkill_timeout, 1 s by default). A wrapper ends
-    # by itself after the abort grace; a stop of the whole job that comes during an abort
-    # gives its rank the full ringleader_sigterm_grace, which the daemons must not cut short.
-    daemon_kill_after: int | None = None
 
     @property
     def world_size(self) -> int:
@@ -126,8 +121,6 @@ def default_options(plan: MpiPlan) -> list[Option]:
         _mca(_ABORT_ON_FAILURE, "1"),
         *([] if plan.single_copy else [_mca("btl_vader_single_copy_mechanism", "none")]),
     ]
-    if plan.daemon_kill_after is not None:
-        defaults.append(_mca("odls_base_sigkill_timeout", str(plan.daemon_kill_after)))
     if plan.ssh_config or plan.ssh_options:
         defaults.append(_mca("plm_rsh_args", " ".join((*plan.ssh_config, *plan.ssh_options))))
     if plan.interface is not None:

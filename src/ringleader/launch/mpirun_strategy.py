@@ -1,7 +1,6 @@
 """mpirun on the leader starts every rank over ssh, pinned to the job's interface; every host
 runs sshd for it first, and the leader checks ssh to each worker as it says hello."""
 
-import math
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -158,7 +157,6 @@ class MpirunStrategy:
             open_mpi=open_mpi,
             single_copy=not self.setup.own_sshd,  # a container's own sshd: in a container
             interface_networks=choice.networks,
-            daemon_kill_after=math.ceil(self.config.timeouts.sigterm_grace) + 1,
         )
         stops_all = stops_all_on_rank_failure(self.config.mpi.custom_options, open_mpi)
         policy = EndPolicy(rank_failure_stops_all=stops_all)

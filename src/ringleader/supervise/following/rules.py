@@ -62,6 +62,10 @@ from ringleader.wire.messages import (
     Terminate,
 )
 
+# After SIGTERM, how long this host's ranks wait for the leader's stop (which reaches every
+# host at once) before they stop on their own: a round trip, seconds on a starved machine.
+LOCAL_STOP_WITHIN = 1.0
+
 Step = tuple[WorkerState, tuple[Effect, ...]]
 
 
@@ -128,26 +132,34 @@ def _stop_ranks(state: WorkerState, grace: float, now: Now) -> Step:
     kill = state.kill_deadline
     if state.own_launcher and kill is None:
         kill = now.monotonic + grace + KILL_MARGIN_SECONDS
-    stopped = evolve(state, phase=phase, kill_deadline=kill, rank_deadline=None)
+    stopped = evolve(
+        state, phase=phase, kill_deadline=kill, rank_deadline=None, local_stop_deadline=None
+    )
     return stopped, (TerminateLocal(grace),)
 
 
 def sigterm(state: WorkerState, event: SigtermReceived, now: Now) -> Step:
-    """Stop this host's ranks, tell the leader, and wait (bounded) for its verdict."""
+    """Tell the leader, whose stop reaches every host's ranks at once, and wait (bounded) for
+    its verdict. This host's ranks stop with the others: had they stopped first, a rank ending
+    on its SIGTERM could abort the MPI job (mpi4py's `-m mpi4py` does) and Open MPI would kill
+    the ranks elsewhere before the stop reached them (ci25). Without the leader's stop within
+    LOCAL_STOP_WITHIN they stop on their own."""
     if state.sigterm_deadline is not None:
         return stay(state)  # stopping already: Slurm signals both a step's task and children
     timeouts = state.setup.timeouts
-    said = Log("SIGTERM received: stopping local ranks and telling the leader")
-    state, stopping = _stop_ranks(state, timeouts.sigterm_grace, now)
+    said = Log("SIGTERM received: telling the leader, which stops every rank at once")
     deadline = now.monotonic + timeouts.sigterm_grace + timeouts.finish
-    state = evolve(state, sigterm_deadline=deadline)
-    return state, (said, *stopping, Send(Sigterm(state.setup.host)))
+    local_stop = None if state.phase is Phase.STOPPING else now.monotonic + LOCAL_STOP_WITHIN
+    state = evolve(state, sigterm_deadline=deadline, local_stop_deadline=local_stop)
+    return state, (said, Send(Sigterm(state.setup.host)))
 
 
 def leader_lost(state: WorkerState, event: LeaderLost, now: Now) -> Step:
     """The leader went away or silent: this host's ranks are stopped and reaped; 75, naming
     the leader (143 when a SIGTERM had stopped the job here first)."""
     grace = state.setup.timeouts.abort_grace
+    if state.local_stop_deadline is not None:  # SIGTERM came before the stop could
+        grace = state.setup.timeouts.sigterm_grace
     effects = (TerminateLocal(grace), ReapLocal(grace))
     if state.sigterm_deadline is not None:
         problem = f"stopped by SIGTERM; then lost the leader {state.setup.leader}: {event.reason}"
@@ -160,8 +172,16 @@ def leader_lost(state: WorkerState, event: LeaderLost, now: Now) -> Step:
 
 
 def deadline(state: WorkerState, event: object, now: Now) -> Step:
-    """No verdict in time after SIGTERM (143), or no rank after the launch (69)."""
+    """No stop from the leader soon after SIGTERM (the ranks here stop on their own), no
+    verdict in time after it (143), or no rank after the launch (69)."""
     at = now.monotonic
+    if state.local_stop_deadline is not None and at >= state.local_stop_deadline:
+        said = Log(
+            f"no stop from the leader within {LOCAL_STOP_WITHIN:g} s of SIGTERM: "
+            "stopping local ranks"
+        )
+        state, stopping = _stop_ranks(state, state.setup.timeouts.sigterm_grace, now)
+        return state, (said, *stopping)
     sigterm_due = state.sigterm_deadline is not None and at >= state.sigterm_deadline
     rank_due = state.rank_deadline is not None and at >= state.rank_deadline
     if not (sigterm_due or rank_due):

@@ -37,6 +37,9 @@ class WorkerState:
     own_launcher: bool = False  # this host's own launcher was started (spawned ranks)
     kill_deadline: float | None = None  # for it, once the ranks were told to stop
     sigterm_deadline: float | None = None  # for the leader's verdict after SIGTERM
+    # After SIGTERM: the ranks here stop with every other host's when the leader's stop comes,
+    # or on their own at this time (the leader is slow to answer, or not stopping any more).
+    local_stop_deadline: float | None = None
     rank_deadline: float | None = None  # for the first rank after the launch
     leave_deadline: float | None = None  # for the leader to leave, after the bye
     verdict_received: float = 0.0  # wall clock
@@ -47,4 +50,6 @@ class WorkerState:
     def deadline(self) -> float | None:
         if self.phase is Phase.TOLD:
             return self.leave_deadline
-        return earliest(self.sigterm_deadline, self.rank_deadline, self.kill_deadline)
+        return earliest(
+            self.sigterm_deadline, self.rank_deadline, self.kill_deadline, self.local_stop_deadline
+        )
