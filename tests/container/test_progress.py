@@ -73,6 +73,7 @@ def run_slow_rank(
     code: int = 0,
     action: str = "warn",
     job: dict[str, str] | None = None,
+    window: int = 4,
     **hyperparameters: str,
 ) -> JobRun:
     """3 x 2 ranks, 40 steps of 0.5 s of work (long beside an allreduce on a busy 2-core
@@ -85,7 +86,7 @@ def run_slow_rank(
         settings={
             "startup_timeout": "60",
             "status_interval": "3",
-            "straggler_window": "4",
+            "straggler_window": str(window),
             "straggler_action": action,
         },
     )
@@ -128,9 +129,10 @@ def test_a_ddp_rank_that_computes_longer_is_named_as_the_straggler(
         "image": horovod_image,
         "distribution": "torch_distributed",
     }
-    assert_rank_5_on_algo_3_named(
-        run_slow_rank(run_job, job=job, **{"slow-rank": "5", "slower": "1.4"})
+    run = run_slow_rank(
+        run_job, job=job, window=6, steps="50", seconds="1.0", **{"slow-rank": "5", "slower": "1.4"}
     )
+    assert_rank_5_on_algo_3_named(run)
 
 
 @ALONE
