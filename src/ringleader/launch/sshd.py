@@ -216,8 +216,9 @@ class SshMasters:
         kill_processes(alive)
         if late or alive:
             hosts_named = ", ".join(late) or "the job's hosts"
+            killed = f"; killed {len(alive)} ssh process(es) still running" if alive else ""
             log(
                 f"ssh master connections to {hosts_named} did not exit within "
-                f"{MASTER_EXIT_SECONDS:g} s; killed {len(alive)} ssh process(es) still running"
+                f"{MASTER_EXIT_SECONDS:g} s{killed}"
             )
         shutil.rmtree(self._dir, ignore_errors=True)
