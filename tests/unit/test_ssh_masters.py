@@ -5,6 +5,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,25 @@ def test_end_sessions_kills_this_jobs_masters_only(tmp_path):
         for process in (mine, theirs):
             process.kill()
             process.wait()
+
+
+def test_close_ends_every_ssh_still_running_through_the_masters(tmp_path, calls, monkeypatch):
+    """An ssh through a master (mpirun's) that outlives the masters' exit is killed by close,
+    not left for the host's sweep to call a leftover of the job."""
+    monkeypatch.setattr(sshd, "MASTER_EXIT_SECONDS", 0.5)
+    masters = SshMasters(tmp_path)
+    assert masters.check("algo-2", 10) is None
+    through = subprocess.Popen(  # its command line names the masters' directory, as ssh's does
+        [sys.executable, "-c", "import time; time.sleep(60)", f"ControlPath={masters.control_path}"]
+    )
+    try:
+        logged: list[str] = []
+        masters.close(logged.append)
+        assert through.wait(timeout=30) == -signal.SIGKILL
+        assert logged == [
+            "ssh master connections to the job's hosts did not exit within 0.5 s; "
+            "killed 1 ssh process(es) still running"
+        ]
+    finally:
+        through.kill()
+        through.wait()
