@@ -53,6 +53,11 @@ from ringleader.wire.messages import CONTROL_LINK, PULSE_LINK, Exit, decode
 
 WORKERS = 512  # and twice as many
 BOUND = 2.2  # the most a count may grow when the workers double
+# The pulse process's count also holds its loop's wake-ups, and how many of those there are
+# depends on how the links and pulses it is handed batch up, which is timing: 2.02x and 2.06x
+# here on an idle machine, 2.21x under CI's load (ci26, Python 3.13 beside the container tests).
+# A loop over every worker per worker would still make it about 4x.
+BOUNDS = {"pulse process": 2.5}
 PULSES = 2  # each worker's, on its pulse link
 JOINING = 32  # workers joining at once
 assert JOINING < MAX_UNIDENTIFIED
@@ -216,9 +221,10 @@ def test_the_control_plane_does_work_linear_in_its_workers(tmp_path, monkeypatch
     print(f"work at {WORKERS}: {small}; at {2 * WORKERS}: {large}; ratios {ratios}")
     assert large["address look-ups"] == 2 * 2 * WORKERS  # once per join, two joins per worker
     for path, ratio in ratios.items():
-        assert ratio <= BOUND, (
+        bound = BOUNDS.get(path, BOUND)
+        assert ratio <= bound, (
             f"{path}: {small[path]} lines for {WORKERS} workers, {large[path]} for "
-            f"{2 * WORKERS}: {ratio:.2f}x (at most {BOUND}x: linear)"
+            f"{2 * WORKERS}: {ratio:.2f}x (at most {bound}x: linear)"
         )
 
 
