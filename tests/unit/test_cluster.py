@@ -441,26 +441,21 @@ print("reaped", not psutil.pid_exists(adopted))
 """
 
 
-def test_the_sweep_reaps_an_ended_orphan_and_does_not_call_it_a_leftover():
+def printed_by(script: str) -> list[str]:
+    """The lines a script (run as a subreaper agent would be) prints; it must succeed."""
     result = subprocess.run(
-        [sys.executable, "-c", LEAVES_AN_ENDED_ORPHAN],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split("\n")[:3] == ["zombie True", "swept []", "reaped True"]
+    return result.stdout.splitlines()
+
+
+def test_the_sweep_reaps_an_ended_orphan_and_does_not_call_it_a_leftover():
+    assert printed_by(LEAVES_AN_ENDED_ORPHAN) == ["zombie True", "swept []", "reaped True"]
 
 
 def test_the_agent_adopts_the_jobs_daemons_and_sweeps_them_without_their_mark():
-    result = subprocess.run(
-        [sys.executable, "-c", ADOPTS_AND_SWEEPS],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert result.stdout.splitlines() == ["adopted 1", "swept 1", "left []"]
+    assert printed_by(ADOPTS_AND_SWEEPS) == ["adopted 1", "swept 1", "left []"]
 
 
 @pytest.mark.parametrize(
