@@ -1,7 +1,11 @@
 """The straggler watch: a rank's wait samples (which stacks wait in a collective), the shares
 over a window, the verdict, and the leader's warning, status line and episodes."""
 
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +18,7 @@ from ringleader.core.frozen import evolve
 from ringleader.core.outcome import JobFacts, decide
 from ringleader.core.pmap import PMap
 from ringleader.core.progress import RankStep
-from ringleader.core.stacks import Frame, ThreadStack
+from ringleader.core.stacks import Frame
 from ringleader.core.straggler import (
     Shares,
     Straggler,
@@ -24,7 +28,8 @@ from ringleader.core.straggler import (
     window_counts,
 )
 from ringleader.launch.strategy import rank_command
-from ringleader.rank.waits import WaitSampler, waits
+from ringleader.rank.stacks import py_spy_path
+from ringleader.rank.waits import WaitSampler, next_start, tally, waits
 from ringleader.supervise.eventloop import Now
 from ringleader.supervise.leading.effects import Log, TerminateEverywhere
 from ringleader.supervise.leading.hang_watch import progressed
@@ -46,10 +51,10 @@ def config(**settings: Any):  # type: ignore[no-untyped-def]
 
 
 # ------------------------------------------------------------------------ which stacks wait
-def stack(*names: str, files: tuple[str, ...] = ()) -> ThreadStack:
+def stack(*names: str, files: tuple[str, ...] = ()) -> tuple[Frame, ...]:
     frames = [Frame(name, "libmpi.so.40", native=True) for name in names]
     frames += [Frame("step", file) for file in files]
-    return ThreadStack("MainThread", tuple(frames), main=True)
+    return tuple(frames)
 
 
 @pytest.mark.parametrize(
@@ -72,29 +77,97 @@ def test_torch_distributeds_python_waits_and_the_users_code_does_not() -> None:
     assert not waits(stack("dgemm_kernel", files=("/opt/ml/code/train.py",)))
 
 
-def test_the_sampler_counts_its_samples_and_stops_at_the_first_it_cannot_take() -> None:
-    taken: list[ThreadStack | str] = [
-        stack("PMPI_Allreduce"),
-        "no answer in 60% of the time given (py-spy)",  # skipped: a busy host
-        stack("dgemm"),
-        "Operation not permitted",  # another tracer at that moment: once is not the end
-        stack("PMPI_Barrier"),
-        *["Permission denied"] * 3,
+MAIN = "thread (41): MainThread;<module> (/opt/ml/code/train.py);step (/opt/ml/code/train.py)"
+TORCH = "/usr/lib/python3/site-packages/torch"
+RAW = "\n".join(
+    [
+        f"{MAIN};PMPI_Allreduce (/usr/lib/libmpi.so.40);opal_progress (libopen-pal.so.40) 7",
+        f"{MAIN};all_reduce ({TORCH}/distributed/distributed_c10d.py) 2",
+        f"{MAIN};at::native::addmm ({TORCH}/lib/libtorch_cpu.so) 5",
+        f"thread (417): MainThread;gloo::transport::tcp::Loop::run ({TORCH}/lib/libtorch_cpu.so) 4",
+        "thread (43): Thread-1 (load);PMPI_Barrier (/usr/lib/libmpi.so.40) 9",
+        "thread (41): MainThread;c10d::ProcessGroupGloo::AsyncWork::wait(std::chrono::duration"
+        f"<long, std::ratio<1l, 1000l> >) ({TORCH}/lib/libtorch_cpu.so) 3",
     ]
-    done = threading.Event()
+)
 
-    def sample(path: str, pid: int, timeout: float) -> ThreadStack | str:
-        found = taken.pop(0)
-        if not taken:
-            done.set()
-        return found
 
-    sampler = WaitSampler(5, "/usr/bin/py-spy", 0.01, sample)
-    sampler.start(1234)
-    assert done.wait(10)
+def test_a_recording_counts_the_main_threads_samples_and_those_that_wait() -> None:
+    """Only the thread whose id is the PID counts (not thread 417, nor another thread)."""
+    assert tally(RAW, 41) == (17, 12)
+    assert tally("", 41) == (0, 0)
+    assert tally("thread (41): MainThread;partial line without a count\n", 41) == (0, 0)
+
+
+def test_every_ranks_periods_start_on_the_same_multiples_of_the_wall_clock() -> None:
+    assert next_start(1000.0, 60.0) == 1020.0
+    assert next_start(1020.0, 60.0) == 1080.0
+    assert next_start(7.2, 3.0) == 9.0
+
+
+CHILD = """\
+import threading, time
+def synchronize():  # the name of Horovod's wait: a wait
+    time.sleep(0.05)
+def compute():
+    deadline = time.monotonic() + 0.05
+    while time.monotonic() < deadline:
+        pass
+def forever(work):
+    while True:
+        work()
+waiter, worker = (synchronize, compute) if "{main}" == "waits" else (compute, synchronize)
+threading.Thread(target=forever, args=(worker,), daemon=True).start()
+print("ready", flush=True)
+forever(waiter)
+"""
+
+
+@pytest.mark.parametrize("main", ["waits", "computes"])
+def test_the_sampler_records_the_main_thread_with_py_spy_period_after_period(
+    main: str, tmp_path: Path
+) -> None:
+    found = py_spy_path()
+    assert found, "py-spy is in the dev extra: pip install -e '.[dev]'"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(main=main)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        problems: list[str] = []
+        sampler = WaitSampler(5, found, 1.0, tmp_path / "waits", problems.append)
+        sampler.start(child.pid)
+        assert sampler.wait_for_samples(3, timeout=60), sampler.count()
+        sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    count = sampler.count()
+    assert count.samples >= 3 and problems == []
+    # the other thread does the opposite: counting it would blur the share
+    assert count.waiting == (count.samples if main == "waits" else 0)
+    assert not list((tmp_path / "waits").iterdir())  # each period's file is read, then gone
+
+
+def test_the_sampler_stops_after_three_periods_py_spy_cannot_record_and_says_why(
+    tmp_path: Path,
+) -> None:
+    refusing = tmp_path / "py-spy"
+    refusing.write_text("#!/bin/sh\necho 'Error: Permission Denied' >&2\nexit 1\n")
+    refusing.chmod(0o755)
+    said = threading.Event()
+    problems: list[str] = []
+
+    def on_problem(problem: str) -> None:
+        problems.append(problem)
+        said.set()
+
+    sampler = WaitSampler(5, str(refusing), 0.05, tmp_path / "waits", on_problem)
+    sampler.start(os.getpid())
+    assert said.wait(30)
     sampler.stop()
-    assert sampler.count() == WaitCount(5, 3, 2)
-    assert sampler.problem == "Permission denied"
+    assert problems == ["Permission Denied"]
+    assert sampler.count() == WaitCount(5, 0, 0)
 
 
 # -------------------------------------------------------------------------------- the verdict
@@ -208,19 +281,18 @@ def test_an_episode_still_open_ends_with_its_attempt() -> None:
 
 def test_with_the_watch_off_nothing_is_sampled_or_judged() -> None:
     job = config(straggler_action="off", status_interval="60")
-    assert job.progress.sample_interval is None
-    assert "--wait-samples" not in rank_command(job, ["python", "train.py"], [])
+    assert job.progress.sample_period is None
+    assert "--wait-period" not in rank_command(job, ["python", "train.py"], [])
     state = running(window=1, action="off")
     for at in (10.0, 20.0, 30.0):
         state, effects = tick(state, at, {0: 9, 1: 9, 5: 0}, 30)
     assert not any("straggler" in e.text for e in effects if isinstance(e, Log))
 
 
-def test_each_rank_is_sampled_six_times_a_status_interval_at_most_every_second() -> None:
+def test_each_ranks_stacks_are_recorded_in_periods_of_one_status_interval() -> None:
     command = rank_command(config(status_interval="60"), ["python", "train.py"], [])
-    assert command[command.index("--wait-samples") + 1] == "10"
-    assert config(status_interval="3").progress.sample_interval == 1.0
-    assert config(status_interval="600").progress.sample_interval == 10.0
+    assert command[command.index("--wait-period") + 1] == "60"
+    assert config(status_interval="3").progress.sample_period == 3.0
 
 
 def test_a_report_of_only_wait_samples_is_kept_and_is_no_progress() -> None:

@@ -308,14 +308,12 @@ class ProgressConfig:
     straggler_action: str = STRAGGLER_WARN
 
     @property
-    def sample_interval(self) -> float | None:
-        """How often each rank's stacks are sampled for the straggler watch: 6 times per status
-        interval, at most every second and at least every 10 s (every 10 s by default: a
-        sample of a PyTorch rank with native frames takes about 90 ms of a core); None without
-        it."""
+    def sample_period(self) -> float | None:
+        """The straggler watch records each rank's stacks in periods of one status interval
+        (rank/waits.py: one py-spy a period, one sample a second); None without it."""
         if self.status_interval <= 0 or self.straggler_action == STRAGGLER_OFF:
             return None
-        return min(max(self.status_interval / 6, 1.0), 10.0)
+        return self.status_interval
 
     def step_pattern(self, definitions: Sequence[MetricDefinition]) -> str | None:
         """The regex the ranks' output is matched with for their step: ringleader_step_regex,

@@ -162,9 +162,9 @@ def rank_command(
         progress += ["--horovod-stall-check", f"{max(timeouts.progress_interval, 1):.0f}"]
     step_regex = config.progress.step_pattern(config.output.metric_definitions)
     steps = [] if step_regex is None else ["--step-regex", step_regex]
-    sampled = config.progress.sample_interval
-    if sampled is not None:  # the straggler watch: each rank's stacks, now and then
-        steps += ["--wait-samples", f"{sampled:g}"]
+    period = config.progress.sample_period
+    if period is not None:  # the straggler watch: each rank's stacks, sampled
+        steps += ["--wait-period", f"{period:g}"]
     restarts = ["--attempt", str(attempt)] if attempt else []
     return [
         paths.RANK_PYTHON,

@@ -235,17 +235,6 @@ def _command(pid: int) -> str:
 
 
 # ----------------------------------------------------------------------------------------- py-spy
-def main_thread(path: str, pid: int, timeout: float) -> ThreadStack | str:
-    """One py-spy sample (with native frames) of process `pid`'s main thread, or why none."""
-    dumps: dict[int, _Dump] = {}
-    deadline = time.monotonic() + timeout
-    refused = _run_py_spy(path, [pid], {pid: ""}, deadline, native=True, dumps=dumps)
-    if pid not in dumps:
-        return refused.get(pid, "no stack")
-    threads = dumps[pid].threads
-    return next((thread for thread in threads if thread.main), threads[0])
-
-
 def _py_spy_dumps(
     path: str, pids: list[int], commands: Mapping[int, str], deadline: float
 ) -> tuple[dict[int, _Dump], dict[int, str], list[str]]:

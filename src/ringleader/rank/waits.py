@@ -1,23 +1,35 @@
 """How much of its time a rank waits for the others (the straggler watch, core/straggler.py):
-its wrapper samples the main thread of the rank's process with py-spy (native frames) every
-`interval` seconds and counts the samples that stand in a collective or a wait for a peer.
+its wrapper records the main thread of the rank's process with py-spy (`py-spy record`, native
+frames, one sample a second at random intervals py-spy draws so as not to beat with the job's
+steps) in periods of `period` seconds, and counts the samples that stand in a collective or a
+wait for a peer.
+
+One py-spy per period, not one per sample: a py-spy's first native sample of a PyTorch rank
+reads libtorch's symbols with the rank paused (about 0.3 s); its later samples pause it for
+milliseconds. Every rank's periods start at the same multiples of `period` on the wall clock
+(NTP keeps hosts within milliseconds): in a synchronous job a pause of one rank holds back all,
+and pauses at the same moment cost the job one pause, not one per rank.
 
 What counts as waiting is a frame of the communication libraries: Open MPI's collectives and
 progress loop (`PMPI_*`, `ompi_coll*`, `mca_coll*`, `opal_progress`, `ompi_request*`), gloo
 and c10d (`gloo::`, `c10d::`, `ProcessGroup*`, a `Work::wait`), Horovod (`horovod*`,
 `WaitAndClear`, its Python `synchronize`), torch.distributed's Python code, NCCL, TensorFlow's
-collectives and rendezvous. A
-sample py-spy cannot take three times in a row (no ptrace rights, the process ended) stops the
-sampling, said why; one that does not come in time (a busy host) is only skipped.
+collectives and rendezvous. Three periods in a row that py-spy cannot record (no ptrace rights,
+the process ended) stop the sampling, said why to `on_problem`.
 """
 
+import contextlib
+import math
 import re
+import signal
+import subprocess
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
-from ringleader.core.stacks import ThreadStack
+from ringleader.core.stacks import Frame
 from ringleader.core.straggler import WaitCount
-from ringleader.rank.stacks import NO_ANSWER, main_thread
 
 WAITING = re.compile(
     r"^P?MPI_|ompi_coll|mca_coll|opal_progress|ompi_request|ompi_sync|"
@@ -26,64 +38,201 @@ WAITING = re.compile(
     r"nccl|Collective(?:Reduce|Gather|Bcast)|Rendezvous|RecvTensor"
 )
 _TORCH_DISTRIBUTED = re.compile(r"/torch/distributed/")
-SAMPLE_TIMEOUT = 2.0  # one sample's bound: py-spy that hangs gives none
+_FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
+RATE = 1  # samples a second: the fewest py-spy takes
+FINISH_TIMEOUT = 5.0  # for a py-spy asked to stop to write its samples and exit
 FAILURES_TO_STOP = 3
 
 
-def waits(stack: ThreadStack) -> bool:
+def waits(frames: Iterable[Frame]) -> bool:
     """The thread stands in a collective, or waits for a peer (also any Python frame of
     torch.distributed: its collectives and barriers)."""
     return any(
-        WAITING.search(frame.function) or _TORCH_DISTRIBUTED.search(frame.file)
-        for frame in stack.frames
+        WAITING.search(frame.function) or _TORCH_DISTRIBUTED.search(frame.file) for frame in frames
     )
 
 
+def tally(raw: str, pid: int) -> tuple[int, int]:
+    """The samples of process `pid`'s main thread (its thread id is the PID) in py-spy's raw
+    output (`--threads`: `thread (TID): NAME;frame;frame COUNT`, outermost first), and how many
+    of them wait."""
+    samples = waiting = 0
+    main = f"thread ({pid})"
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        thread, *frames = stack.split(";")
+        if not count.isdigit() or not (thread == main or thread.startswith(main + ":")):
+            continue
+        samples += int(count)
+        if waits(_frame(frame) for frame in frames):
+            waiting += int(count)
+    return samples, waiting
+
+
+def _frame(text: str) -> Frame:
+    found = _FRAME.match(text)
+    return Frame(found["function"], found["file"]) if found else Frame(text, "")
+
+
+def next_start(now: float, period: float) -> float:
+    """The first multiple of `period` (wall clock) after `now`: where every rank's period starts."""
+    return (math.floor(now / period) + 1) * period
+
+
+class _Recording:
+    """One py-spy recording a period of the rank into `output`."""
+
+    def __init__(self, argv: list[str], output: Path) -> None:
+        self.output = output
+        self.process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
+
+    def finish(self) -> tuple[str, str | None]:
+        """Asks py-spy to write what it has (SIGINT) and waits for it: its output, and why
+        there is none when there is none."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signal.SIGINT)
+        try:
+            _, err = self.process.communicate(timeout=FINISH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.abandon()
+            return "", f"py-spy did not stop within {FINISH_TIMEOUT:g} s"
+        try:
+            raw = self.output.read_text(errors="replace")
+        except OSError:
+            raw = ""
+        finally:
+            with contextlib.suppress(OSError):
+                self.output.unlink()
+        if self.process.returncode == 0:
+            return raw, None
+        return raw, _reason(err) or f"py-spy's exit status {self.process.returncode}"
+
+    def abandon(self) -> None:
+        """Ends py-spy without its samples (the kernel detaches a dying tracer: the rank runs
+        on)."""
+        self.process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.communicate(timeout=FINISH_TIMEOUT)
+        with contextlib.suppress(OSError):
+            self.output.unlink()
+
+
+def _reason(err: str) -> str:
+    lines = [line.strip() for line in err.splitlines() if line.strip()]
+    said = next((line for line in lines if line.startswith("Error:")), lines[0] if lines else "")
+    return said.removeprefix("Error:").strip()
+
+
 class WaitSampler:
-    """Samples a rank's main thread every `interval` s until stopped; `count` so far."""
+    """Records a rank's main thread period after period until stopped; `count` so far (the
+    periods recorded to their end)."""
 
     def __init__(
         self,
         rank: int,
         py_spy: str,
-        interval: float,
-        sample: Callable[[str, int, float], ThreadStack | str] = main_thread,
+        period: float,
+        directory: Path,
+        on_problem: Callable[[str], None],
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._rank = rank
         self._py_spy = py_spy
-        self._interval = interval
-        self._sample = sample
+        self._period = period
+        self._directory = directory
+        self._on_problem = on_problem
+        self._clock = clock
         self._stopped = threading.Event()
-        self._lock = threading.Lock()
+        self._counted = threading.Condition()
         self._samples = 0
         self._waiting = 0
-        self.problem: str | None = None  # why sampling stopped, when it did
+        self._thread: threading.Thread | None = None
 
     def start(self, pid: int) -> None:
-        threading.Thread(target=self._run, args=(pid,), name="wait-sampler", daemon=True).start()
+        self._thread = threading.Thread(
+            target=self._run, args=(pid,), name="wait-sampler", daemon=True
+        )
+        self._thread.start()
 
     def stop(self) -> None:
+        """Ends the recording under way without its samples, and waits for that (bounded)."""
         self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(2 * FINISH_TIMEOUT)
 
     def count(self) -> WaitCount:
-        with self._lock:
+        with self._counted:
             return WaitCount(self._rank, self._samples, self._waiting)
 
+    def wait_for_samples(self, samples: int, timeout: float) -> bool:
+        """Whether `samples` samples are counted within `timeout` s."""
+        with self._counted:
+            return self._counted.wait_for(lambda: self._samples >= samples, timeout)
+
     def _run(self, pid: int) -> None:
-        failed = 0  # samples in a row py-spy could not take
-        while not self._stopped.wait(self._interval):
-            taken = self._sample(self._py_spy, pid, SAMPLE_TIMEOUT)
-            if isinstance(taken, str) and taken.startswith(NO_ANSWER):
-                continue  # a busy host: this sample is lost, not the next ones
-            if isinstance(taken, str):
-                failed += 1
-                # one failure may be another tracer at the same moment (the hang watch's
-                # stacks): only FAILURES_TO_STOP in a row stop the sampling
-                if failed >= FAILURES_TO_STOP and not self._stopped.is_set():
-                    self.problem = taken
-                    return
-                continue
-            failed = 0
-            with self._lock:
-                self._samples += 1
-                self._waiting += waits(taken)
+        with contextlib.suppress(OSError):  # else py-spy says why it cannot write there
+            self._directory.mkdir(parents=True, exist_ok=True)
+        start = next_start(self._clock(), self._period)
+        if self._stopped.wait(start - self._clock()):
+            return
+        failed = 0  # periods in a row py-spy could not record
+        recording = self._record(pid, 0)
+        number = 0
+        while True:
+            number += 1
+            if self._stopped.wait(max(0.0, start + number * self._period - self._clock())):
+                if isinstance(recording, _Recording):
+                    recording.abandon()
+                return
+            # the next period's py-spy starts on time, before the last one has stopped
+            following = self._record(pid, number)
+            raw, problem = (
+                recording.finish() if isinstance(recording, _Recording) else ("", recording)
+            )
+            self._add(*tally(raw, pid))
+            failed = failed + 1 if problem else 0
+            if problem and failed >= FAILURES_TO_STOP:
+                if isinstance(following, _Recording):
+                    following.abandon()
+                self._on_problem(problem)
+                return
+            recording = following
+
+    def _record(self, pid: int, number: int) -> "_Recording | str":
+        """py-spy recording period `number` (two files in turn: periods overlap as one ends),
+        or why it could not start."""
+        output = self._directory / f"waits-{number % 2}.txt"
+        argv = [
+            self._py_spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--native",
+            "--idle",
+            "--threads",
+            "--full-filenames",
+            "--nolineno",
+            "--rate",
+            str(RATE),
+            "--format",
+            "raw",
+            "--output",
+            str(output),
+        ]
+        try:
+            return _Recording(argv, output)
+        except OSError as error:
+            return f"cannot run {self._py_spy}: {error.strerror or error}"
+
+    def _add(self, samples: int, waiting: int) -> None:
+        with self._counted:
+            self._samples += samples
+            self._waiting += waiting
+            self._counted.notify_all()

@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,13 +21,14 @@ from pathlib import Path
 
 from ringleader.config import timeouts
 from ringleader.config.selection import RankSelection
-from ringleader.core import exitcodes, paths
+from ringleader.core import console, exitcodes, paths
 from ringleader.core.exiting import exit_at_once
 from ringleader.core.exitnote import EXIT_DIR_VARIABLE, note_path, read_exit_note
 from ringleader.core.hostenvfile import read_host_env
 from ringleader.core.processes import Escalation, escalate, signal_group
 from ringleader.core.proctimes import process_name, process_started_at
 from ringleader.core.records import STDERR_TAIL_LINES, RankRecord
+from ringleader.output.printer import tag
 from ringleader.rank.capture import Pump, RankOutput
 from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
 from ringleader.rank.progress import ProgressWatch
@@ -350,12 +352,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(ringleader_step_regex, ringleader_step_metric)",
     )
     parser.add_argument(
-        "--wait-samples",
+        "--wait-period",
         type=float,
         default=None,
         metavar="SECONDS",
-        help="sample the rank's stacks this often and report how many wait in a collective "
-        "(the straggler watch); none: not sampled",
+        help="sample the rank's stacks in periods this long and report how many wait in a "
+        "collective (the straggler watch); none: not sampled",
     )
     parser.add_argument(
         "--stack-timeout",
@@ -428,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_path = Path(args.log_dir) / host / f"rank-{rank}.log"
     output = RankOutput(host, rank, log_path, relayed, steps)
     pid: list[int] = []  # the user process's, once it runs
-    sampler = _wait_sampler(rank, args.wait_samples)
+    sampler = _wait_sampler(host, rank, args.wait_period, rank_dir / "waits")
 
     def dump(reason: str) -> None:
         if channel is None or not pid:
@@ -459,24 +461,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     output.start(channel)
     record = supervisor.run(output, announce)
     watch.stop()
-    if sampler is not None:
-        sampler.stop()
     if channel is not None:
         with contextlib.suppress(ChannelClosed):
             channel.send(RankEnd(record))
             acked.wait(_REPORT_TIMEOUT)
+    if sampler is not None:  # after the report: its py-spy may take a moment to end
+        sampler.stop()
     # Its heartbeat, faulthandler files and exit note; after the report: a wrapper killed
     # before it leaves the exit note to the agent.
     _remove_rank_dir(rank_dir)
     return record.exit_code
 
 
-def _wait_sampler(rank: int, interval: float | None) -> WaitSampler | None:
-    """The straggler watch's sampler of the rank's stacks, when asked for and py-spy is here."""
-    if interval is None:
+def _wait_sampler(
+    host: str, rank: int, period: float | None, directory: Path
+) -> WaitSampler | None:
+    """The straggler watch's sampler of the rank's stacks, when asked for and py-spy is here;
+    one line on stderr if it has to stop."""
+
+    def say(problem: str) -> None:
+        note = f"{tag(host, rank)}[ringleader] the straggler watch stopped sampling: {problem}\n"
+        console.write(note.encode(errors="replace"), sys.stderr.buffer)
+
+    if period is None:
         return None
     path = py_spy_path()
-    return None if path is None else WaitSampler(rank, path, interval)
+    return None if path is None else WaitSampler(rank, path, period, directory, say)
 
 
 if __name__ == "__main__":
