@@ -77,8 +77,9 @@ def run_slow_rank(
     **hyperparameters: str,
 ) -> JobRun:
     """3 x 2 ranks, 40 steps of 0.5 s of work (long beside an allreduce on a busy 2-core
-    machine, where it can take 0.3 s); a status every 3 s, each rank sampled every second,
-    judged over 4 intervals (12 samples). `job`: another entry point, image, distribution."""
+    machine, where it can take 0.3 s); a status every 3 s, each rank's stacks recorded in
+    periods of 3 s (a sample a second), judged over 4 intervals. `job`: another entry point,
+    image, distribution."""
     run = run_job(
         source_dir=JOBS,
         **({"entry_point": "slow_rank.py"} | (job or {})),

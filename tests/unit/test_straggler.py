@@ -2,9 +2,11 @@
 over a window, the verdict, and the leader's warning, status line and episodes."""
 
 import os
+import select
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +170,29 @@ def test_the_sampler_stops_after_three_periods_py_spy_cannot_record_and_says_why
     sampler.stop()
     assert problems == ["Permission Denied"]
     assert sampler.count() == WaitCount(5, 0, 0)
+
+
+def test_stopping_the_sampler_ends_its_py_spy_at_once(tmp_path: Path) -> None:
+    """A py-spy that would record for ten minutes more is ended by stop(), not left behind."""
+    started = tmp_path / "started"
+    os.mkfifo(started)
+    lasting = tmp_path / "py-spy"
+    lasting.write_text(f"#!/bin/sh\necho $$ > {started}\nexec sleep 600\n")
+    lasting.chmod(0o755)
+    # a period of 10 min whose first starts now: its py-spy is recording when stop() comes
+    base = time.time() - 599.9
+    sampler = WaitSampler(
+        5, str(lasting), 600, tmp_path / "waits", lambda _: None, clock=lambda: time.time() - base
+    )
+    reader = os.open(started, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        sampler.start(os.getpid())
+        assert select.select([reader], [], [], 30)[0], "the fake py-spy never started"
+        pid = int(os.read(reader, 64).split()[0])
+    finally:
+        os.close(reader)
+    sampler.stop()
+    assert not Path(f"/proc/{pid}").exists()
 
 
 # -------------------------------------------------------------------------------- the verdict

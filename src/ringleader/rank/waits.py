@@ -154,6 +154,7 @@ class WaitSampler:
         self._samples = 0
         self._waiting = 0
         self._thread: threading.Thread | None = None
+        self._live: list[_Recording] = []  # py-spy processes not yet ended
 
     def start(self, pid: int) -> None:
         self._thread = threading.Thread(
@@ -162,8 +163,13 @@ class WaitSampler:
         self._thread.start()
 
     def stop(self) -> None:
-        """Ends the recording under way without its samples, and waits for that (bounded)."""
+        """Ends the recordings under way without their samples, and waits for that (bounded)."""
         self._stopped.set()
+        with self._counted:
+            live = list(self._live)
+        for recording in live:  # what the sampler's thread waits for ends now
+            with contextlib.suppress(ProcessLookupError):
+                recording.process.kill()
         if self._thread is not None:
             self._thread.join(2 * FINISH_TIMEOUT)
 
@@ -188,19 +194,18 @@ class WaitSampler:
         while True:
             number += 1
             if self._stopped.wait(max(0.0, start + number * self._period - self._clock())):
-                if isinstance(recording, _Recording):
-                    recording.abandon()
+                self._abandon(recording)
                 return
             # the next period's py-spy starts on time, before the last one has stopped
             following = self._record(pid, number)
-            raw, problem = (
-                recording.finish() if isinstance(recording, _Recording) else ("", recording)
-            )
+            raw, problem = self._finish(recording)
+            if self._stopped.is_set():  # stop() ended the recordings: nothing more to count
+                self._abandon(following)
+                return
             self._add(*tally(raw, pid))
             failed = failed + 1 if problem else 0
             if problem and failed >= FAILURES_TO_STOP:
-                if isinstance(following, _Recording):
-                    following.abandon()
+                self._abandon(following)
                 self._on_problem(problem)
                 return
             recording = following
@@ -227,9 +232,28 @@ class WaitSampler:
             str(output),
         ]
         try:
-            return _Recording(argv, output)
+            recording = _Recording(argv, output)
         except OSError as error:
             return f"cannot run {self._py_spy}: {error.strerror or error}"
+        with self._counted:
+            self._live.append(recording)
+        return recording
+
+    def _finish(self, recording: "_Recording | str") -> tuple[str, str | None]:
+        """Its samples and why there are none (`recording` is that reason when py-spy did not
+        start)."""
+        if isinstance(recording, str):
+            return "", recording
+        found = recording.finish()
+        with self._counted:
+            self._live.remove(recording)
+        return found
+
+    def _abandon(self, recording: "_Recording | str") -> None:
+        if isinstance(recording, _Recording):
+            recording.abandon()
+            with self._counted:
+                self._live.remove(recording)
 
     def _add(self, samples: int, waiting: int) -> None:
         with self._counted:
