@@ -1,8 +1,8 @@
 """How much of its time a rank waits for the others (the straggler watch, core/straggler.py):
 its wrapper records the main thread of the rank's process with py-spy (`py-spy record`, native
 frames, one sample a second at random intervals py-spy draws so as not to beat with the job's
-steps) in periods of `period` seconds, and counts the samples that stand in a collective or a
-wait for a peer.
+steps) in periods of `period` seconds (their first RECORD_SECONDS), and counts the samples that
+stand in a collective or a wait for a peer.
 
 One py-spy per period, not one per sample: a py-spy's first native sample of a PyTorch rank
 reads libtorch's symbols with the rank paused (about 0.3 s); its later samples pause it for
@@ -40,6 +40,9 @@ WAITING = re.compile(
 _TORCH_DISTRIBUTED = re.compile(r"/torch/distributed/")
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 RATE = 1  # samples a second: the fewest py-spy takes
+# of a longer period only the first this many seconds are recorded: every sample pauses the
+# rank for milliseconds, and in a synchronous job the pauses of different ranks add up
+RECORD_SECONDS = 10
 FINISH_TIMEOUT = 5.0  # for a py-spy asked to stop to write its samples and exit
 FAILURES_TO_STOP = 3
 
@@ -226,6 +229,7 @@ class WaitSampler:
             "--nolineno",
             "--rate",
             str(RATE),
+            *(["--duration", str(RECORD_SECONDS)] if self._period > RECORD_SECONDS else []),
             "--format",
             "raw",
             "--output",
