@@ -235,6 +235,18 @@ def _command(pid: int) -> str:
 
 
 # ----------------------------------------------------------------------------------------- py-spy
+def start_py_spy(argv: list[str], stdout: int) -> "subprocess.Popen[str]":
+    """py-spy with no stdin and its stderr kept (why it failed, in its words)."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+    )
+
+
 def _py_spy_dumps(
     path: str, pids: list[int], commands: Mapping[int, str], deadline: float
 ) -> tuple[dict[int, _Dump], dict[int, str], list[str]]:
@@ -281,14 +293,7 @@ def _run_py_spy(
     for pid in pids:
         argv = [path, "dump", "--pid", str(pid), "--json", *(["--native"] if native else [])]
         try:
-            running[pid] = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                errors="replace",
-            )
+            running[pid] = start_py_spy(argv, subprocess.PIPE)
         except OSError as error:
             refused[pid] = f"cannot run {path}: {error.strerror or error}"
     for pid, process in running.items():

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ringleader.core.stacks import Frame
 from ringleader.core.straggler import WaitCount
+from ringleader.rank.stacks import start_py_spy
 
 WAITING = re.compile(
     r"^P?MPI_|ompi_coll|mca_coll|opal_progress|ompi_request|ompi_sync|"
@@ -87,14 +88,7 @@ class _Recording:
 
     def __init__(self, argv: list[str], output: Path) -> None:
         self.output = output
-        self.process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-        )
+        self.process = start_py_spy(argv, subprocess.DEVNULL)
 
     def finish(self) -> tuple[str, str | None]:
         """Asks py-spy to write what it has (SIGINT) and waits for it: its output, and why
