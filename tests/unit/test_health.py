@@ -207,7 +207,7 @@ def test_before_a_restart_a_process_of_the_last_attempt_still_running_is_named(
     process = _attempt_process(6, 60)
     try:
         started = time.monotonic()
-        found = by_name(checks(tmp_path, health_timeout="1").run(7))
+        found = by_name(checks(tmp_path, health_timeout="2").run(7))
         waited = time.monotonic() - started
     finally:
         process.kill()
@@ -215,7 +215,7 @@ def test_before_a_restart_a_process_of_the_last_attempt_still_running_is_named(
     result = found["last attempt's processes"]
     assert result.status == FAILED
     assert result.detail.startswith(
-        "1 of attempt 6 still running at the end of ringleader_health_timeout (1 s): "
+        "1 of attempt 6 still running at the end of ringleader_health_timeout (2 s): "
         f"pid {process.pid} "
     )
     assert "time.sleep(60)" in result.detail
@@ -237,9 +237,9 @@ def test_the_users_check_runs_in_the_code_directory_with_its_last_lines_kept(
 
 
 def test_a_slow_users_check_is_ended_at_the_timeout(tmp_path: Path) -> None:
-    found = by_name(checks(tmp_path, health_check="sleep 60", health_timeout="0.5").run(0))
+    found = by_name(checks(tmp_path, health_check="sleep 60", health_timeout="2").run(0))
     assert found["health check"] == CheckResult(
-        "health check", FAILED, "sleep did not end within ringleader_health_timeout (0.5 s)"
+        "health check", FAILED, "sleep did not end within ringleader_health_timeout (2 s)"
     )
 
 

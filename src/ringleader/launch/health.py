@@ -41,9 +41,16 @@ if TYPE_CHECKING:
 TIMEOUT_KEY = "ringleader_health_timeout"
 HOOK_KEY = "ringleader_health_check"
 HOOK_LINES = 5  # the last lines of the user's check kept in its result
-# A check that waits (for a process, for the user's command) gets this share of the time left,
-# so that it still reports its own finding before the checks' bound.
-WAIT_SHARE = 0.9
+
+
+# A check that waits (for a process, for the user's command) stops waiting this long before the
+# checks' bound, so that its own finding, naming what it waited for, comes first also on a busy
+# host (where ending a process and reporting can take a while): a tenth of the time left, and at
+# least a second or, of a shorter time, half of it.
+def _margin(left: float) -> float:
+    return max(left * 0.1, min(1.0, left / 2))
+
+
 # EC2 instance types with EFA devices (the largest size of each family that has them).
 EFA_INSTANCE_TYPES = frozenset(
     {
@@ -167,7 +174,8 @@ def run_checks(checks: Sequence[tuple[str, Check]], timeout: float) -> Report:
 
     def run(name: str, check: Check) -> None:
         try:
-            result = check(max(deadline - time.monotonic(), 0.0) * WAIT_SHARE)
+            left = max(deadline - time.monotonic(), 0.0)
+            result = check(left - _margin(left))
         except ConfigError as error:
             errors.append(error)
             result = CheckResult(name, FAILED, str(error))
