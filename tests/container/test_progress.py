@@ -74,19 +74,20 @@ def run_slow_rank(
     action: str = "warn",
     job: dict[str, str] | None = None,
     window: int = 4,
+    interval: int = 3,
     **hyperparameters: str,
 ) -> JobRun:
     """3 x 2 ranks, 40 steps of 0.5 s of work (long beside an allreduce on a busy 2-core
-    machine, where it can take 0.3 s); a status every 3 s, each rank's stacks recorded in
-    periods of 3 s (a sample a second), judged over 4 intervals. `job`: another entry point,
-    image, distribution."""
+    machine, where it can take 0.3 s); a status every `interval` s, each rank's stacks recorded
+    in periods of one interval (a sample a second), judged over `window` intervals. `job`:
+    another entry point, image, distribution."""
     run = run_job(
         source_dir=JOBS,
         **({"entry_point": "slow_rank.py"} | (job or {})),
         hyperparameters={"steps": "40", "seconds": "0.5", **hyperparameters},
         settings={
             "startup_timeout": "60",
-            "status_interval": "3",
+            "status_interval": str(interval),
             "straggler_window": str(window),
             "straggler_action": action,
         },
@@ -130,8 +131,16 @@ def test_a_ddp_rank_that_computes_longer_is_named_as_the_straggler(
         "image": horovod_image,
         "distribution": "torch_distributed",
     }
+    # Each period's py-spy reads libtorch's symbols (about 0.5 s of a core; 6 at once on 2
+    # cores): at periods of 3 s that burst held ranks back unevenly and named rank 3 (ci28).
     run = run_slow_rank(
-        run_job, job=job, window=6, steps="50", seconds="1.0", **{"slow-rank": "5", "slower": "1.4"}
+        run_job,
+        job=job,
+        window=4,
+        interval=6,
+        steps="50",
+        seconds="1.0",
+        **{"slow-rank": "5", "slower": "1.4"},
     )
     assert_rank_5_on_algo_3_named(run)
 

@@ -48,6 +48,7 @@ class Wrapper:
         forwarded="",
         extra_env=None,
         relay_ranks=None,
+        options=(),
     ):
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -74,7 +75,7 @@ class Wrapper:
             argv += ["--forwarded", forwarded]
         if relay_ranks is not None:
             argv += ["--relay-ranks", relay_ranks]
-        argv += ["--", *command]
+        argv += [*options, "--", *command]
         self.process = subprocess.Popen(
             argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
@@ -614,6 +615,19 @@ def test_processes_the_rank_left_behind_are_ended_with_it(workdir, agent, code):
     assert f" {pid} (".encode() in notes[0]
     if code is LEAVES_A_SLEEP_BEHIND:
         assert f"{pid} (sleep)".encode() in notes[0]
+
+
+def test_the_straggler_watchs_py_spy_ends_with_the_rank_and_is_no_leftover(workdir, agent):
+    """py-spy records the rank period after period; it is ringleader's, not something the
+    rank left running, and ends before that sweep."""
+    write_host_env(workdir, {"SM_CURRENT_HOST": "algo-2"})
+    options = ["--progress-interval", "0.5", "--wait-period", "1"]
+    code = "import time; time.sleep(3.5); print('done', flush=True)"
+    wrapper = Wrapper(workdir, python_command(code), rank=1, options=options)
+    assert wrapper.wait(timeout=30.0) == 0
+    record = ended_record(agent.events)
+    assert (record.rank, record.exit_code) == (1, 0)
+    assert agent.lines(agent.stdout) == [b"[algo-2 rank 1] done\n"]
 
 
 def test_child_environment_precedence(workdir, agent):

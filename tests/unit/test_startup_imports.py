@@ -50,11 +50,11 @@ from ringleader.rank import wrapper
 
 run = wrapper.RankSupervisor.run
 
-def run_and_look(self, output, on_started):
+def run_and_look(self, output, on_started, *more):
     def started(pid):
         on_started(pid)
         print("\\n".join(sys.modules), file=sys.stderr)
-    return run(self, output, started)
+    return run(self, output, started, *more)
 
 wrapper.RankSupervisor.run = run_and_look
 wrapper.main(sys.argv[1:])

@@ -151,8 +151,15 @@ class RankSupervisor:
         signal_group(child.pid, signum)
         return True
 
-    def run(self, output: RankOutput, on_started: Callable[[int], None]) -> RankRecord:
-        """Run the command to its end; `on_started` gets the child's PID once it runs."""
+    def run(
+        self,
+        output: RankOutput,
+        on_started: Callable[[int], None],
+        on_ended: Callable[[], None] = lambda: None,
+    ) -> RankRecord:
+        """Run the command to its end; `on_started` gets the child's PID once it runs,
+        `on_ended` is called once it has ended, before what it left running is stopped (so that
+        ringleader's own helpers of the rank are not among them)."""
         started = time.time()
         self._output = output
         error_file = self._env.get(ERROR_FILE_VARIABLE)
@@ -192,6 +199,7 @@ class RankSupervisor:
             pump.start()
         returncode = self._child.wait()
         ended = time.time()  # its end, before cleanup and draining its output take their time
+        on_ended()
         cut_short = self._exit_cut_short(returncode)
         # Helpers the rank left behind (own session, daemons) would hold its pipes open.
         leftovers = end_descendants(self._stray_grace)
@@ -459,14 +467,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 watch.report_to(channel, host, rank, output, args.progress_interval, sampler)
 
     output.start(channel)
-    record = supervisor.run(output, announce)
+    # the sampler's py-spy is ended with the rank, not found by the sweep of what it left
+    record = supervisor.run(output, announce, sampler.stop if sampler else lambda: None)
     watch.stop()
     if channel is not None:
         with contextlib.suppress(ChannelClosed):
             channel.send(RankEnd(record))
             acked.wait(_REPORT_TIMEOUT)
-    if sampler is not None:  # after the report: its py-spy may take a moment to end
-        sampler.stop()
     # Its heartbeat, faulthandler files and exit note; after the report: a wrapper killed
     # before it leaves the exit note to the agent.
     _remove_rank_dir(rank_dir)
