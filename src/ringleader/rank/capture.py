@@ -139,11 +139,12 @@ class RankOutput:
             self._abandoned.set()
             unshown = sum(len(item[1]) for item in _drain(self._queue) if item is not None)
             where = f"; the rank's log {self._log_path} has every line" if self._log_whole else ""
-            note = (
-                f"{tag(self.host, self.rank)}[ringleader] the leader took none of this rank's "
-                f"output for {timeout:g} s: at least {unshown} line(s) were not shown{where}\n"
+            say_on_stderr(
+                self.host,
+                self.rank,
+                f"the leader took none of this rank's output for {timeout:g} s: at least "
+                f"{unshown} line(s) were not shown{where}",
             )
-            console.write(note.encode(errors="replace"), sys.stderr.buffer)
 
     def _stop_log(self, error: OSError) -> None:
         """Writing the log failed (a full disk): keep its whole lines (the part of the batch
@@ -160,11 +161,11 @@ class RankOutput:
     def _warn(self, what: str) -> None:
         """One line on stderr about the rank's log: `what` happened to it."""
         self._log_whole = False
-        note = (
-            f"{tag(self.host, self.rank)}[ringleader] the rank's log {self._log_path} {what}; "
-            "its output still goes to the leader\n"
+        say_on_stderr(
+            self.host,
+            self.rank,
+            f"the rank's log {self._log_path} {what}; its output still goes to the leader",
         )
-        console.write(note.encode(errors="replace"), sys.stderr.buffer)
 
     def stalled_for(self) -> float:
         """Seconds since shipping last made progress."""
@@ -219,6 +220,12 @@ class RankOutput:
             console.write(
                 "".join(f"{prefix}{line}\n" for line in lines).encode(errors="replace"), sink
             )
+
+
+def say_on_stderr(host: str, rank: int, text: str) -> None:
+    """One line of ringleader's own about a rank on the wrapper's stderr, tagged as its output."""
+    note = f"{tag(host, rank)}[ringleader] {text}\n"
+    console.write(note.encode(errors="replace"), sys.stderr.buffer)
 
 
 def _write_all(log: io.FileIO, data: bytes) -> None:

@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,15 +20,14 @@ from pathlib import Path
 
 from ringleader.config import timeouts
 from ringleader.config.selection import RankSelection
-from ringleader.core import console, exitcodes, paths
+from ringleader.core import exitcodes, paths
 from ringleader.core.exiting import exit_at_once
 from ringleader.core.exitnote import EXIT_DIR_VARIABLE, note_path, read_exit_note
 from ringleader.core.hostenvfile import read_host_env
 from ringleader.core.processes import Escalation, escalate, signal_group
 from ringleader.core.proctimes import process_name, process_started_at
 from ringleader.core.records import STDERR_TAIL_LINES, RankRecord
-from ringleader.output.printer import tag
-from ringleader.rank.capture import Pump, RankOutput
+from ringleader.rank.capture import Pump, RankOutput, say_on_stderr
 from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
 from ringleader.rank.progress import ProgressWatch
 from ringleader.rank.stacks import py_spy_path, stack_environment, take_stacks
@@ -487,8 +485,7 @@ def _wait_sampler(
     one line on stderr if it has to stop."""
 
     def say(problem: str) -> None:
-        note = f"{tag(host, rank)}[ringleader] the straggler watch stopped sampling: {problem}\n"
-        console.write(note.encode(errors="replace"), sys.stderr.buffer)
+        say_on_stderr(host, rank, f"the straggler watch stopped sampling: {problem}")
 
     if period is None:
         return None
