@@ -12,7 +12,9 @@ Three measurements, each printed as a table:
              each run long enough for two periods and more (about 150 s); the examples' own
              throughput and the cost
   latency    the same job on 3 x 2 with rank 5 computing 40% longer from its first step, a
-             status every 3 s and a window of 3: from the first rank's start to the warning
+             status every 3 s, a window of 4 and 10 samples a second; and a status every
+             10 s, a window of 3 and 4 samples a second (each 120 samples of a rank a window):
+             from the first rank's start to the warning
 
 Usage: .venv/bin/python bench/progress.py [--rounds 3] [--ranks 256] [--rate 10]
        [--only leader|cost|latency] [--steps-horovod 110000] [--steps-ddp 18000]
@@ -169,25 +171,46 @@ def cost(rounds: int, steps: dict[str, int]) -> None:
         print(f"| {example} | {' | '.join(cells)} | {runs} |")
 
 
+# (status interval s, window, samples a second): each 120 samples of a rank in a window
+LATENCY_SETTINGS = ((3, 4, 10), (10, 3, 4))
+
+
 def latency(rounds: int) -> None:
-    found = []
-    settings = {"status_interval": "3", "straggler_window": "3"}
+    found: dict[tuple[int, int, int], list[float | None]] = {s: [] for s in LATENCY_SETTINGS}
     for number in range(rounds):
-        job_file = run_job(
-            3, 2, settings, hyperparameters={"steps": "80", "seconds": "0.25", "slow-rank": "5"}
-        )
-        summary = read_job_file(job_file)
-        first = min(r.started_at for r in summary.ranks)
-        named = [e for e in summary.stragglers if e.rank == 5]
-        took = named[0].since - first if named else None
-        found.append(took)
-        print(f"latency round {number + 1}: {'not named' if took is None else f'{took:.1f} s'}")
-    named_in = [took for took in found if took is not None]
+        for interval, window, rate in LATENCY_SETTINGS:
+            settings = {
+                "status_interval": str(interval),
+                "straggler_window": str(window),
+                "straggler_sample_rate": str(rate),
+            }
+            # steps of 0.35 s (rank 5's): the job lasts twice the window and its first period
+            steps = str(int(2 * (window + 2) * interval / 0.35))
+            job_file = run_job(
+                3,
+                2,
+                settings,
+                hyperparameters={"steps": steps, "seconds": "0.25", "slow-rank": "5"},
+            )
+            summary = read_job_file(job_file)
+            first = min(r.started_at for r in summary.ranks)
+            named = [e for e in summary.stragglers if e.rank == 5]
+            took = named[0].since - first if named else None
+            found[(interval, window, rate)].append(took)
+            print(
+                f"latency round {number + 1}, a status every {interval} s, window {window}, "
+                f"{rate} samples/s: {'not named' if took is None else f'{took:.1f} s'}"
+            )
     print()
-    print("| named in | rounds named | window (3 x 3 s) |")
-    print("|---|---|---|")
-    median = f"{statistics.median(named_in):.1f} s" if named_in else "-"
-    print(f"| {median} | {len(named_in)} of {rounds} | 9 s |")
+    print("| status every | window | samples/s | named in (median) | rounds | window alone |")
+    print("|---|---|---|---|---|---|")
+    for (interval, window, rate), took_each in found.items():
+        named_in = [took for took in took_each if took is not None]
+        median = f"{statistics.median(named_in):.1f} s" if named_in else "-"
+        print(
+            f"| {interval} s | {window} | {rate} | {median} | {len(named_in)} of {rounds} named "
+            f"| {interval * window} s |"
+        )
 
 
 def main() -> int:

@@ -75,12 +75,15 @@ def run_slow_rank(
     job: dict[str, str] | None = None,
     window: int = 4,
     interval: int = 3,
+    rate: int = 10,
     **hyperparameters: str,
 ) -> JobRun:
     """3 x 2 ranks, 40 steps of 0.5 s of work (long beside an allreduce on a busy 2-core
     machine, where it can take 0.3 s); a status every `interval` s, each rank's stacks recorded
-    in periods of one interval (a sample a second), judged over `window` intervals. `job`:
-    another entry point, image, distribution."""
+    in periods of one interval (`rate` samples a second), judged over `window` intervals: 120
+    samples of each rank, enough to show the slow one (of 12, at the default rate, a rank that
+    never waits against others that wait 30% of the time is one chance in 70, not shown).
+    `job`: another entry point, image, distribution."""
     run = run_job(
         source_dir=JOBS,
         **({"entry_point": "slow_rank.py"} | (job or {})),
@@ -89,6 +92,7 @@ def run_slow_rank(
             "startup_timeout": "60",
             "status_interval": str(interval),
             "straggler_window": str(window),
+            "straggler_sample_rate": str(rate),
             "straggler_action": action,
         },
     )
@@ -138,6 +142,7 @@ def test_a_ddp_rank_that_computes_longer_is_named_as_the_straggler(
         job=job,
         window=4,
         interval=6,
+        rate=5,
         steps="50",
         seconds="1.0",
         **{"slow-rank": "5", "slower": "1.4"},

@@ -262,6 +262,9 @@ def test_a_step_metric_names_one_of_the_jobs_metric_definitions() -> None:
         ("straggler_threshold", "many", "expected a share between 0 and 1"),
         ("straggler_window", "0", "expected a whole number of at least 1"),
         ("straggler_action", "kill", "expected one of warn, stop, off, got 'kill'"),
+        ("straggler_sample_rate", "0", "expected a whole number of at least 1"),
+        ("straggler_sample_rate", "2.5", "expected a whole number of at least 1"),
+        ("straggler_sample_rate", "101", "expected samples a second from 1 to 100, got 101"),
     ],
 )
 def test_bad_progress_and_straggler_settings_are_configuration_errors_naming_the_setting(

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ringleader.config.job import parse_job_config
 from ringleader.config.topology import parse_topology
@@ -22,9 +24,12 @@ from ringleader.core.pmap import PMap
 from ringleader.core.progress import RankStep
 from ringleader.core.stacks import Frame
 from ringleader.core.straggler import (
+    ALPHA,
+    MIN_SAMPLES,
     Shares,
     Straggler,
     WaitCount,
+    chance_of_so_few,
     shares,
     straggler,
     window_counts,
@@ -137,7 +142,7 @@ def test_the_sampler_records_the_main_thread_with_py_spy_period_after_period(
     try:
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         problems: list[str] = []
-        sampler = WaitSampler(5, found, 1.0, tmp_path / "waits", problems.append)
+        sampler = WaitSampler(5, found, 1.0, 1, tmp_path / "waits", problems.append)
         sampler.start(child.pid)
         assert sampler.wait_for_samples(3, timeout=60), sampler.count()
         sampler.stop()
@@ -164,7 +169,7 @@ def test_the_sampler_stops_after_three_periods_py_spy_cannot_record_and_says_why
         problems.append(problem)
         said.set()
 
-    sampler = WaitSampler(5, str(refusing), 0.05, tmp_path / "waits", on_problem)
+    sampler = WaitSampler(5, str(refusing), 0.05, 1, tmp_path / "waits", on_problem)
     sampler.start(os.getpid())
     assert said.wait(30)
     sampler.stop()
@@ -182,7 +187,13 @@ def test_stopping_the_sampler_ends_its_py_spy_at_once(tmp_path: Path) -> None:
     # a period of 10 min whose first starts now: its py-spy is recording when stop() comes
     base = time.time() - 599.9
     sampler = WaitSampler(
-        5, str(lasting), 600, tmp_path / "waits", lambda _: None, clock=lambda: time.time() - base
+        5,
+        str(lasting),
+        600,
+        1,
+        tmp_path / "waits",
+        lambda _: None,
+        clock=lambda: time.time() - base,
     )
     reader = os.open(started, os.O_RDONLY | os.O_NONBLOCK)
     try:
@@ -203,26 +214,83 @@ def counts(**by_rank: tuple[int, int]) -> PMap[int, WaitCount]:
 def test_the_rank_that_waits_least_by_the_threshold_is_the_straggler() -> None:
     history = (
         counts(r0=(0, 0), r1=(0, 0), r2=(0, 0), r5=(0, 0)),
-        counts(r0=(36, 11), r1=(36, 10), r2=(36, 12), r5=(36, 1)),
+        counts(r0=(120, 36), r1=(120, 34), r2=(120, 38), r5=(120, 3)),
     )
     found = shares(window_counts(history, 1))
-    assert found is not None and found.by_rank[5] == pytest.approx(1 / 36)
-    assert found.median == pytest.approx(10.5 / 36)
+    assert found is not None and found.by_rank[5] == pytest.approx(3 / 120)
+    assert found.median == pytest.approx(35 / 120)
+    assert found.counts[5] == (120, 3)
     assert straggler(found, 0.15) == 5
     assert straggler(found, 0.30) is None  # not by that margin
 
 
+def judged(samples: int = 200, **by_rank: float) -> Shares:
+    """Shares from `samples` samples of each rank (r0=0.3: rank 0 waited in 30% of them)."""
+    found = shares({int(r[1:]): (samples, round(share * samples)) for r, share in by_rank.items()})
+    assert found is not None
+    return found
+
+
 def test_a_job_that_slows_down_as_a_whole_has_no_straggler() -> None:
-    even = Shares({0: 0.30, 1: 0.28, 2: 0.31, 3: 0.29}, 0.295)
-    assert straggler(even, 0.15) is None
+    assert straggler(judged(r0=0.30, r1=0.28, r2=0.31, r3=0.29), 0.15) is None
 
 
 def test_two_ranks_that_hardly_wait_name_neither() -> None:
-    """One of them by chance of its few samples: no clear margin, no straggler."""
-    two = Shares({0: 0.30, 1: 0.28, 2: 0.31, 4: 0.0, 5: 0.02}, 0.28)
-    assert straggler(two, 0.15) is None
-    apart = Shares({0: 0.30, 1: 0.28, 2: 0.31, 4: 0.09, 5: 0.0}, 0.28)
-    assert straggler(apart, 0.15) == 5
+    """No clear margin between them: neither is named."""
+    assert straggler(judged(r0=0.30, r1=0.28, r2=0.31, r4=0.0, r5=0.02), 0.15) is None
+    assert straggler(judged(r0=0.30, r1=0.28, r2=0.31, r4=0.09, r5=0.0), 0.15) == 5
+
+
+def test_the_same_shares_from_too_few_samples_name_no_one() -> None:
+    """Of 12 samples none waited: ranks that wait 30% of the time give that one time in 70
+    (and the least of many ranks' noisy shares is that low by chance): not shown. Of 120,
+    it is."""
+    shares_now = {"r0": 0.33, "r1": 0.33, "r2": 0.33, "r3": 0.33, "r4": 0.33, "r5": 0.0}
+    assert straggler(judged(12, **shares_now), 0.15) is None
+    assert straggler(judged(120, **shares_now), 0.15) == 5
+
+
+def test_the_chance_of_so_few_waiting_samples_is_fishers_exact_test() -> None:
+    """Worked by hand: of 2 + 2 samples 2 waited; both of the rank's did not: 1 way in 6."""
+    assert chance_of_so_few((2, 0), (2, 2)) == pytest.approx(1 / 6)
+    assert chance_of_so_few((2, 1), (2, 1)) == pytest.approx(5 / 6)
+    assert chance_of_so_few((5, 5), (5, 0)) == pytest.approx(1.0)
+    assert chance_of_so_few((0, 0), (9, 3)) == pytest.approx(1.0)
+
+
+COUNT = st.integers(MIN_SAMPLES, 300).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n)))
+
+
+@given(st.lists(COUNT, min_size=3, max_size=12), st.sampled_from([0.05, 0.15, 0.3]))
+def test_a_rank_is_named_only_when_its_samples_show_it(
+    ranks: list[tuple[int, int]], threshold: float
+) -> None:
+    """Whatever the counts: the rank named waits least, by the threshold below the median,
+    with a chance of at most ALPHA shared among the ranks that so few of its samples waited;
+    and with ten times the samples at the same shares it is still named."""
+    found = shares(dict(enumerate(ranks)))
+    assert found is not None
+    named = straggler(found, threshold)
+    if named is None:
+        return
+    others = [count for rank, count in enumerate(ranks) if rank != named]
+    pooled = (sum(n for n, _ in others), sum(w for _, w in others))
+    assert chance_of_so_few(ranks[named], pooled) <= ALPHA / len(ranks)
+    assert found.by_rank[named] == min(found.by_rank.values())
+    assert found.median - found.by_rank[named] >= threshold
+    more = shares({rank: (10 * n, 10 * w) for rank, (n, w) in enumerate(ranks)})
+    assert more is not None and straggler(more, threshold) == named
+
+
+@given(st.integers(0, 60), st.integers(1, 60), st.integers(0, 200), st.integers(0, 200))
+def test_the_chance_grows_with_the_waiting_samples(
+    waiting: int, extra: int, others: int, others_waiting: int
+) -> None:
+    samples = waiting + extra
+    pooled = (max(others, others_waiting), others_waiting)
+    fewer = chance_of_so_few((samples, waiting), pooled)
+    more = chance_of_so_few((samples, waiting + 1), pooled)
+    assert 0.0 <= fewer <= more + 1e-12 and more <= 1.0  # sums of floats: within rounding
 
 
 def test_only_the_window_counts_and_too_few_samples_are_not_judged() -> None:
@@ -267,23 +335,24 @@ def test_a_straggler_is_named_after_the_window_then_cleared_when_it_recovers() -
     state = running(window=2)
     slow = {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 0}
     state, effects = tick(state, 10.0, slow, 0)
-    for at, total in ((20.0, 12), (30.0, 24)):  # rank 5 waits in none of its samples
+    for at, total in ((20.0, 30), (30.0, 60)):  # rank 5 waits in none of its samples
         state, effects = tick(
             state, at, {r: (total // 3 if r != 5 else 0) for r in range(6)}, total
         )
     warnings = [e.text for e in effects if isinstance(e, Log) and "straggler" in e.text]
     assert warnings[0] == (
         "warning: straggler: rank 5 on algo-3 waits 0% of the time, the median rank 33% over "
-        "the last 2 status intervals (ringleader_straggler_window), 15% or more below "
-        "(ringleader_straggler_threshold); the other ranks wait for it"
+        "the last 2 status intervals (ringleader_straggler_window; 0 of its 60 samples "
+        "waited), 15% or more below (ringleader_straggler_threshold); the other ranks wait "
+        "for it"
     )
     assert warnings[1].endswith(
         "; straggler: rank 5 on algo-3 waits 0% of the time, the median rank 33%"
     )
     assert state.current.straggler is not None and state.current.straggler.since == 1030.0
     # it recovers: from now on it waits like the others
-    for at, total in ((40.0, 36), (50.0, 48), (60.0, 60)):
-        waiting = {r: total // 3 if r != 5 else 8 + (total - 24) // 3 for r in range(6)}
+    for at, total in ((40.0, 90), (50.0, 120), (60.0, 150)):
+        waiting = {r: total // 3 if r != 5 else (total - 60) // 3 for r in range(6)}
         state, effects = tick(state, at, waiting, total)
         if state.current.straggler is None:
             break
@@ -334,7 +403,7 @@ def test_a_report_of_only_wait_samples_is_kept_and_is_no_progress() -> None:
 def test_with_stop_a_named_straggler_stops_every_rank_and_the_verdict_names_its_host() -> None:
     state = running(window=2, action="stop")
     state, _ = tick(state, 10.0, dict.fromkeys(range(6), 0), 0)
-    for at, total in ((20.0, 12), (30.0, 24)):
+    for at, total in ((20.0, 30), (30.0, 60)):
         waiting = {r: (total // 3 if r != 5 else 0) for r in range(6)}
         state, effects = tick(state, at, waiting, total)
     assert state.phase is Phase.STOPPING
@@ -346,7 +415,8 @@ def test_with_stop_a_named_straggler_stops_every_rank_and_the_verdict_names_its_
     assert outcome.exit_code == exitcodes.STRAGGLER == 72
     assert (outcome.failure or "").startswith(
         "Rank 5 on host algo-3 is a straggler: it waits 0% of the time, the median rank 33%, "
-        "over the last 2 status intervals (ringleader_straggler_window)"
+        "over the last 2 status intervals (ringleader_straggler_window; 0 of its 60 samples "
+        "waited)"
     )
     assert "(ringleader_straggler_action=stop) so that algo-3 can be replaced." in (
         outcome.failure or ""

@@ -64,6 +64,7 @@ STRAGGLER_WARN = "warn"  # a warning line, and it is in job.json
 STRAGGLER_STOP = "stop"  # and the job ends (exitcodes.STRAGGLER), its host named
 STRAGGLER_OFF = "off"  # no stack samples, no straggler watch
 STRAGGLER_ACTIONS = (STRAGGLER_WARN, STRAGGLER_STOP, STRAGGLER_OFF)
+MAX_SAMPLE_RATE = 100  # py-spy's own default rate
 
 
 def _output_uri(field: str, value: Any) -> OutputUri:
@@ -122,6 +123,11 @@ _SETTING_KEYS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
         lambda field, value: _share(field, value),
     ),
     "ringleader_straggler_window": ("progress", "straggler_window", hp.as_positive_int),
+    "ringleader_straggler_sample_rate": (
+        "progress",
+        "straggler_sample_rate",
+        lambda field, value: _sample_rate(field, value),
+    ),
     "ringleader_straggler_action": (
         "progress",
         "straggler_action",
@@ -170,6 +176,16 @@ def _share(field: str, value: Any) -> float:
     if not 0 < share < 1:
         raise ConfigError(field, f"expected a share between 0 and 1 (0.2 for 20%), got {value!r}")
     return share
+
+
+def _sample_rate(field: str, value: Any) -> int:
+    """Stack samples a second: whole (py-spy's rate), 1 to MAX_SAMPLE_RATE."""
+    rate = hp.as_positive_int(field, value)
+    if rate > MAX_SAMPLE_RATE:
+        raise ConfigError(
+            field, f"expected samples a second from 1 to {MAX_SAMPLE_RATE}, got {value!r}"
+        )
+    return rate
 
 
 def _name(field: str, value: Any) -> str:
@@ -305,12 +321,16 @@ class ProgressConfig:
     # `straggler_threshold` or more.
     straggler_threshold: float = 0.15
     straggler_window: int = 3
+    # ringleader_straggler_sample_rate: each sample pauses a rank for milliseconds; more of
+    # them name a straggler sooner (core/straggler.py needs its samples to show it)
+    straggler_sample_rate: int = 1
     straggler_action: str = STRAGGLER_WARN
 
     @property
     def sample_period(self) -> float | None:
         """The straggler watch records each rank's stacks in periods of one status interval
-        (rank/waits.py: one py-spy a period, one sample a second); None without it."""
+        (rank/waits.py: one py-spy a period, `straggler_sample_rate` samples a second); None
+        without it."""
         if self.status_interval <= 0 or self.straggler_action == STRAGGLER_OFF:
             return None
         return self.status_interval

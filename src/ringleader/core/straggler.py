@@ -7,16 +7,23 @@ collective for the slow one, and the slow one hardly waits at all. Each rank's w
 its rank's stacks and counts the samples in which it waits in a collective (rank/waits.py);
 the leader keeps each rank's counts per status interval, takes each rank's wait share over the
 last `window` intervals, and names the rank whose share is below the median rank's by at least
-`threshold` (a share, 0 to 1). A job that slows down as a whole has no straggler: every rank
-waits as before.
+`threshold` (a share, 0 to 1), when its samples show it: a share from a few samples is
+noisy, and the least of many noisy shares is low by chance. So the rank is named only when
+ranks that wait alike would give it so few waiting samples with a chance of at most ALPHA
+shared among the ranks judged (Fisher's exact test of its counts against the other ranks'
+pooled). A job that slows down as a whole has no straggler: every rank waits as before.
 """
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 MIN_SAMPLES = 3  # a rank's samples over the window below which its share is not judged
+# the chance, at each status, that ranks which wait alike get one of them named: low, since a
+# job is judged at every status for as long as it runs (a day at 60 s: 1,440 verdicts)
+ALPHA = 1e-6
 
 
 @dataclass(frozen=True)
@@ -42,8 +49,10 @@ class WaitCount:
 
 @dataclass(frozen=True)
 class Shares:
-    """Each judged rank's wait share over the window, and their median."""
+    """Each judged rank's (samples, waiting) over the window, its wait share, and the median
+    share."""
 
+    counts: Mapping[int, tuple[int, int]]
     by_rank: Mapping[int, float]
     median: float
 
@@ -111,23 +120,46 @@ def window_counts(
 def shares(counts: Mapping[int, tuple[int, int]]) -> Shares | None:
     """The wait share of every rank with enough samples; None with fewer than 3 such ranks (a
     median of two says nothing about which is slow)."""
-    judged = {
-        rank: waiting / samples
-        for rank, (samples, waiting) in counts.items()
-        if samples >= MIN_SAMPLES
-    }
+    judged = {rank: count for rank, count in counts.items() if count[0] >= MIN_SAMPLES}
     if len(judged) < 3:
         return None
-    return Shares(judged, statistics.median(judged.values()))
+    by_rank = {rank: waiting / samples for rank, (samples, waiting) in judged.items()}
+    return Shares(judged, by_rank, statistics.median(by_rank.values()))
 
 
 def straggler(found: Shares, threshold: float) -> int | None:
     """The rank that waits least, when it waits less than the median rank by `threshold` or
-    more and less than every other rank by half of that (a clear margin: two ranks that
-    hardly wait, one by chance of its samples, name neither); None otherwise."""
+    more, less than every other rank by half of that (a clear margin: of two ranks that
+    hardly wait neither is named), and its samples show it (`chance_of_so_few`); None
+    otherwise."""
     ordered = sorted(found.by_rank, key=lambda each: (found.by_rank[each], each))
     rank, runner_up = ordered[0], ordered[1]
     least = found.by_rank[rank]
     if found.median - least < threshold or found.by_rank[runner_up] - least < threshold / 2:
         return None
+    others = [count for each, count in found.counts.items() if each != rank]
+    pooled = (sum(samples for samples, _ in others), sum(waiting for _, waiting in others))
+    if chance_of_so_few(found.counts[rank], pooled) > ALPHA / len(found.counts):
+        return None
     return rank
+
+
+def chance_of_so_few(rank: tuple[int, int], others: tuple[int, int]) -> float:
+    """Fisher's exact test, one-sided: were the (samples, waiting) of `rank` and of `others`
+    drawn alike, the chance that `rank`'s samples hold as few waiting ones as they do."""
+    samples, waiting = rank
+    total = samples + others[0]
+    waited = waiting + others[1]
+
+    def log_comb(n: int, k: int) -> float:
+        return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+    whole = log_comb(total, samples)
+    fewest = max(0, samples - (total - waited))
+    return min(
+        1.0,
+        sum(
+            math.exp(log_comb(waited, k) + log_comb(total - waited, samples - k) - whole)
+            for k in range(fewest, waiting + 1)
+        ),
+    )

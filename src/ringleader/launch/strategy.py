@@ -164,7 +164,8 @@ def rank_command(
     steps = [] if step_regex is None else ["--step-regex", step_regex]
     period = config.progress.sample_period
     if period is not None:  # the straggler watch: each rank's stacks, sampled
-        steps += ["--wait-period", f"{period:g}"]
+        rate = str(config.progress.straggler_sample_rate)
+        steps += ["--wait-period", f"{period:g}", "--wait-rate", rate]
     restarts = ["--attempt", str(attempt)] if attempt else []
     return [
         paths.RANK_PYTHON,

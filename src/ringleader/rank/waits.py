@@ -1,8 +1,9 @@
 """How much of its time a rank waits for the others (the straggler watch, core/straggler.py):
 its wrapper records the main thread of the rank's process with py-spy (`py-spy record`, native
-frames, one sample a second at random intervals py-spy draws so as not to beat with the job's
-steps) in periods of `period` seconds (their first RECORD_SECONDS), and counts the samples that
-stand in a collective or a wait for a peer.
+frames, `rate` samples a second at random intervals py-spy draws so as not to beat with the
+job's steps) in periods of `period` seconds, and counts the samples that stand in a collective
+or a wait for a peer. The whole period is recorded: the verdict needs samples enough to show a
+straggler (about a hundred for a rank that waits 5% against the others' 30%).
 
 One py-spy per period, not one per sample: a py-spy's first native sample of a PyTorch rank
 reads libtorch's symbols with the rank paused (about 0.3 s); its later samples pause it for
@@ -40,10 +41,6 @@ WAITING = re.compile(
 )
 _TORCH_DISTRIBUTED = re.compile(r"/torch/distributed/")
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
-RATE = 1  # samples a second: the fewest py-spy takes
-# of a longer period only the first this many seconds are recorded: every sample pauses the
-# rank for milliseconds, and in a synchronous job the pauses of different ranks add up
-RECORD_SECONDS = 10
 FINISH_TIMEOUT = 5.0  # for a py-spy asked to stop to write its samples and exit
 FAILURES_TO_STOP = 3
 
@@ -136,6 +133,7 @@ class WaitSampler:
         rank: int,
         py_spy: str,
         period: float,
+        rate: int,
         directory: Path,
         on_problem: Callable[[str], None],
         clock: Callable[[], float] = time.time,
@@ -143,6 +141,7 @@ class WaitSampler:
         self._rank = rank
         self._py_spy = py_spy
         self._period = period
+        self._rate = rate
         self._directory = directory
         self._on_problem = on_problem
         self._clock = clock
@@ -222,8 +221,7 @@ class WaitSampler:
             "--full-filenames",
             "--nolineno",
             "--rate",
-            str(RATE),
-            *(["--duration", str(RECORD_SECONDS)] if self._period > RECORD_SECONDS else []),
+            str(self._rate),
             "--format",
             "raw",
             "--output",

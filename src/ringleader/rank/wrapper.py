@@ -366,6 +366,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "collective (the straggler watch); none: not sampled",
     )
     parser.add_argument(
+        "--wait-rate",
+        type=int,
+        default=1,
+        metavar="SAMPLES",
+        help="stack samples a second in each --wait-period (ringleader_straggler_sample_rate)",
+    )
+    parser.add_argument(
         "--stack-timeout",
         type=float,
         default=timeouts.DEFAULTS.stack_dump,
@@ -436,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_path = Path(args.log_dir) / host / f"rank-{rank}.log"
     output = RankOutput(host, rank, log_path, relayed, steps)
     pid: list[int] = []  # the user process's, once it runs
-    sampler = _wait_sampler(host, rank, args.wait_period, rank_dir / "waits")
+    sampler = _wait_sampler(host, rank, args.wait_period, args.wait_rate, rank_dir / "waits")
 
     def dump(reason: str) -> None:
         if channel is None or not pid:
@@ -479,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _wait_sampler(
-    host: str, rank: int, period: float | None, directory: Path
+    host: str, rank: int, period: float | None, rate: int, directory: Path
 ) -> WaitSampler | None:
     """The straggler watch's sampler of the rank's stacks, when asked for and py-spy is here;
     one line on stderr if it has to stop."""
@@ -490,7 +497,7 @@ def _wait_sampler(
     if period is None:
         return None
     path = py_spy_path()
-    return None if path is None else WaitSampler(rank, path, period, directory, say)
+    return None if path is None else WaitSampler(rank, path, period, rate, directory, say)
 
 
 if __name__ == "__main__":

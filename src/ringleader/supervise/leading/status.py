@@ -7,7 +7,8 @@ metrics.jsonl; a job whose ranks have no step source says none.
 
 The straggler watch (core/straggler.py): each rank's wait samples at every status; once
 ringleader_straggler_window intervals have passed, the rank that waits least by
-ringleader_straggler_threshold below the median rank is named in a warning, with its numbers
+ringleader_straggler_threshold below the median rank, by more than chance, is named in a
+warning, with its numbers
 in the status line from then on, until it no longer is (said too). Every episode goes into
 job.json. With ringleader_straggler_action=stop, naming one stops every rank: the verdict is
 exitcodes.STRAGGLER, naming the rank and its host.
@@ -79,9 +80,11 @@ def _judge_stragglers(
     found = Straggler(named, host, judged.by_rank[named], judged.median, now.wall)
     if current is not None:  # the same rank still: its latest numbers, since when it was named
         return state, evolve(attempt, straggler=evolve(found, since=current.since)), effects
+    samples, waiting = judged.counts[named]
     evidence = (
-        f"over the last {window} status intervals (ringleader_straggler_window), "
-        f"{settings.straggler_threshold:.0%} or more below (ringleader_straggler_threshold)"
+        f"over the last {window} status intervals (ringleader_straggler_window; {waiting} of "
+        f"its {samples} samples waited), {settings.straggler_threshold:.0%} or more below "
+        "(ringleader_straggler_threshold)"
     )
     effects.append(
         Log(f"warning: straggler: {found.describe()} {evidence}; the other ranks wait for it")
