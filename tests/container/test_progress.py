@@ -137,13 +137,15 @@ def test_a_ddp_rank_that_computes_longer_is_named_as_the_straggler(
     }
     # Each period's py-spy reads libtorch's symbols (about 0.5 s of a core; 6 at once on 2
     # cores): at periods of 3 s that burst held ranks back unevenly and named rank 3 (ci28).
+    # Rank 5 waits about 10% here (gloo's allreduce), the others 35%: 240 samples a window
+    # (111, at 5 a second, named it late or not at all). The ranks' start fills the first
+    # windows with waits of every rank: named from about 40 s on; the job lasts about 85 s.
     run = run_slow_rank(
         run_job,
         job=job,
         window=4,
         interval=6,
-        rate=5,
-        steps="50",
+        steps="60",
         seconds="1.0",
         **{"slow-rank": "5", "slower": "1.4"},
     )
