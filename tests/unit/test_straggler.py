@@ -386,6 +386,10 @@ def test_with_the_watch_off_nothing_is_sampled_or_judged() -> None:
 def test_each_ranks_stacks_are_recorded_in_periods_of_one_status_interval() -> None:
     command = rank_command(config(status_interval="60"), ["python", "train.py"], [])
     assert command[command.index("--wait-period") + 1] == "60"
+    assert command[command.index("--wait-rate") + 1] == "1"
+    faster = config(status_interval="60", straggler_sample_rate="10")
+    command = rank_command(faster, ["python", "train.py"], [])
+    assert command[command.index("--wait-rate") + 1] == "10"
     assert config(status_interval="3").progress.sample_period == 3.0
 
 
