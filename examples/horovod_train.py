@@ -159,6 +159,9 @@ def main() -> None:
             f"model saved to {model_dir / 'model.pt'}",
             flush=True,
         )
+    # Horovod (0.28.1) drops the timeline's events still queued when it shuts down, and on a
+    # busy host its writer lags: stopping the timeline first writes every one of them.
+    hvd.stop_timeline()
     hvd.shutdown()
 
 
