@@ -73,6 +73,23 @@ def test_horovod_style_root_cause_is_the_first_unprompted_failure():
     assert "Horovod has been shut down" not in (outcome.failure or "")
 
 
+GLOO_PEER_CLOSED = (
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+    "Connection closed by peer [172.21.0.6]:17819. This is typically caused by a remote worker "
+    "crashing. Check the logs of the remote worker before reporting an error."
+)
+
+
+def test_a_gloo_rank_that_lost_its_peer_is_not_the_cause_though_it_ended_first():
+    """ci31: rank 3 exited with 3; its peers' gloo pairs saw the connection close while its
+    own teardown ran, and rank 4 ended first with code 1."""
+    failing = rec(3, 3, 10.4, host="algo-2", tail=["rank 3 failing on purpose with code 3"])
+    peers = [rec(r, 1, 10.1 + r / 100, tail=[GLOO_PEER_CLOSED]) for r in (2, 4, 5)]
+    outcome = decide(JobFacts(records=(*peers, failing), world_size=6, launcher_exit_code=1))
+    assert outcome.root_cause == failing
+    assert outcome.exit_code == 3
+
+
 def test_ties_go_to_the_lowest_rank():
     assert root_cause([rec(5, 2, 1.0), rec(2, 7, 1.0)]).rank == 2
 

@@ -201,6 +201,40 @@ def test_before_a_restart_a_process_of_the_last_attempt_is_waited_for(tmp_path: 
     )
 
 
+LISTENER = """
+import socket, sys, time
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("", 0))
+server.listen()
+print(server.getsockname()[1], flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def test_before_a_restart_a_port_is_tried_once_the_last_attempts_rank_has_ended(
+    tmp_path: Path,
+) -> None:
+    """ci31: the master port was still held by the last attempt's rank 0, ending after its
+    launcher was killed; tried at once, the port check failed the restart with 71."""
+    env = {**os.environ, paths.ATTEMPT_VARIABLE: "2"}
+    rank = subprocess.Popen(
+        [sys.executable, "-c", LISTENER, "1.5"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert rank.stdout is not None
+        port = rank.stdout.readline().strip()
+        host = checks(
+            tmp_path, "algo-1", "torch_distributed", master_port=port, health_timeout="20"
+        )
+        found = by_name(host.run(3))
+    finally:
+        rank.kill()
+        rank.wait()
+    assert found["last attempt's processes"].detail == "1 of attempt 2 ended meanwhile"
+    assert found[f"port {port}"] == CheckResult(f"port {port}", OK, "free (ringleader_master_port)")
+
+
 def test_before_a_restart_a_process_of_the_last_attempt_still_running_is_named(
     tmp_path: Path,
 ) -> None:

@@ -84,8 +84,11 @@ class Outcome:
 
 # What a rank prints when it fails only because another rank failed first. Horovod's atexit
 # shutdown in the failing rank fails its peers' pending collectives *before* that rank itself
-# has finished exiting, so these bystanders often end first.
-COLLATERAL_MARKERS = ("Horovod has been shut down",)
+# has finished exiting, so these bystanders often end first. So does gloo (torch.distributed):
+# a peer's exit closes its connections while its own teardown still runs ("Connection closed
+# by peer ... This is typically caused by a remote worker crashing", or "... reset by peer ...
+# a remote worker hanging"; ci31 named such a rank 4 where rank 3 had exited with 3).
+COLLATERAL_MARKERS = ("Horovod has been shut down", "This is typically caused by a remote worker")
 
 
 # Python's report of an exception that did not end the process (an atexit hook, a __del__): the

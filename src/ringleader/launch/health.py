@@ -97,19 +97,25 @@ class HostChecks:
         health = self.config.health
         if not health.enabled:
             return ()
+        # before a restart, a port is tried once the last attempt's processes have ended: a
+        # rank still ending holds its server's port (ci31: the master port, 0.1 s after the
+        # launcher was killed)
+        last_ended = threading.Event()
+        if attempt == 0:
+            last_ended.set()
         checks: list[tuple[str, Check]] = [
             *((f"free disk {path}", _disk(path, health.min_free_disk)) for path in self.paths()),
             ("/dev/shm", _shm(Path("/dev/shm"), health.min_shm)),
             ("free memory", _memory(self.proc / "meminfo", health.min_free_memory)),
             *(
-                (f"port {port}", _port(port, key))
+                (f"port {port}", _port(port, key, last_ended))
                 for port, key in job_ports(self.config, self.host)
             ),
             ("GPUs", _gpus(self.gpu_dir, self.environ.get("SM_NUM_GPUS"))),
             ("EFA", _efa(self.infiniband_dir, self._instance_type())),
         ]
         if attempt > 0:
-            leftovers = _leftovers(attempt - 1, self.environ, health.timeout)
+            leftovers = _leftovers(attempt - 1, self.environ, health.timeout, last_ended)
             checks.append(("last attempt's processes", leftovers))
         if health.check:
             checks.append(("health check", _hook(health.check, self._hook_env(), self.config)))
@@ -248,8 +254,11 @@ def _memory(meminfo: Path, wanted: int) -> Check:
     return check
 
 
-def _port(port: int, key: str) -> Check:
-    def check(_seconds: float) -> CheckResult:
+def _port(port: int, key: str, after: threading.Event) -> Check:
+    """The port can be bound, tried once `after` is set (or its time is up)."""
+
+    def check(seconds: float) -> CheckResult:
+        after.wait(seconds)
         taken = port_taken(port)
         if taken is not None:
             return CheckResult("", FAILED, f"cannot be bound ({key}): {taken}")
@@ -315,15 +324,24 @@ def _efa(infiniband_dir: Path, instance_type: str | None) -> Check:
     return check
 
 
-def _leftovers(attempt: int, environ: Mapping[str, str], timeout: float) -> Check:
+def _leftovers(
+    attempt: int, environ: Mapping[str, str], timeout: float, ended: threading.Event
+) -> Check:
     """No process of `attempt` (RINGLEADER_ATTEMPT, and this job's mark on a shared machine)
-    runs any more: each is waited for, as long as the checks may take, then named."""
+    runs any more: each is waited for, as long as the checks may take, then named; `ended` is
+    set once that is known either way."""
     carried = {paths.ATTEMPT_VARIABLE: str(attempt)}
     mark = environ.get(paths.JOB_MARK_VARIABLE)
     if mark is not None:
         carried[paths.JOB_MARK_VARIABLE] = mark
 
     def check(seconds: float) -> CheckResult:
+        try:
+            return waited(seconds)
+        finally:
+            ended.set()
+
+    def waited(seconds: float) -> CheckResult:
         import psutil  # only before a restart: the entry point starts without it
 
         left = processes_carrying(carried)
