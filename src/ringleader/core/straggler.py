@@ -53,8 +53,14 @@ class Shares:
     share."""
 
     counts: Mapping[int, tuple[int, int]]
-    by_rank: Mapping[int, float]
-    median: float
+
+    @property
+    def by_rank(self) -> dict[int, float]:
+        return {rank: waiting / samples for rank, (samples, waiting) in self.counts.items()}
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.by_rank.values())
 
 
 @dataclass(frozen=True)
@@ -123,8 +129,7 @@ def shares(counts: Mapping[int, tuple[int, int]]) -> Shares | None:
     judged = {rank: count for rank, count in counts.items() if count[0] >= MIN_SAMPLES}
     if len(judged) < 3:
         return None
-    by_rank = {rank: waiting / samples for rank, (samples, waiting) in judged.items()}
-    return Shares(judged, by_rank, statistics.median(by_rank.values()))
+    return Shares(judged)
 
 
 def straggler(found: Shares, threshold: float) -> int | None:
@@ -132,10 +137,11 @@ def straggler(found: Shares, threshold: float) -> int | None:
     more, less than every other rank by half of that (a clear margin: of two ranks that
     hardly wait neither is named), and its samples show it (`chance_of_so_few`); None
     otherwise."""
-    ordered = sorted(found.by_rank, key=lambda each: (found.by_rank[each], each))
+    by_rank = found.by_rank
+    ordered = sorted(by_rank, key=lambda each: (by_rank[each], each))
     rank, runner_up = ordered[0], ordered[1]
-    least = found.by_rank[rank]
-    if found.median - least < threshold or found.by_rank[runner_up] - least < threshold / 2:
+    least = by_rank[rank]
+    if found.median - least < threshold or by_rank[runner_up] - least < threshold / 2:
         return None
     others = [count for each, count in found.counts.items() if each != rank]
     pooled = (sum(samples for samples, _ in others), sum(waiting for _, waiting in others))
