@@ -236,8 +236,8 @@ def test_the_time_limit_is_named_in_every_nodes_failure_file(cluster: Any) -> No
     assert state["JobState"] == "TIMEOUT", output
     for node in NODES:
         failure = failure_of(cluster, job, node)
-        assert failure.startswith("Slurm's time limit was reached"), failure
-        assert "SIGTERM" in failure.splitlines()[1], failure
+        assert failure.startswith("Slurm's time limit was reached"), failure + output
+        assert "SIGTERM" in failure.splitlines()[1], failure + output
     assert set(node_codes(output).values()) <= {143}, output
     assert_nothing_left(cluster, NODES)
 

@@ -3,6 +3,7 @@
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -71,3 +72,42 @@ def test_escalate_sends_sigterm_now_or_later_then_sigkill() -> None:
         signal.SIGKILL,
     ]
     assert signals[1][1] >= 0.1 and signals[3][1] >= 0.3
+
+
+def test_escalate_keeps_the_order_when_its_thread_starts_late() -> None:
+    """Both signals are due when the thread first looks (its clock jumped 10 s past the call):
+    SIGTERM goes before SIGKILL, at once."""
+    sent: list[int] = []
+    both = threading.Event()
+    times = iter([0.0])
+
+    def send(signum: int) -> None:
+        sent.append(signum)
+        if len(sent) == 2:
+            both.set()
+
+    processes.escalate(send, 0.2, 0.4, clock=lambda: next(times, 10.0))
+    assert both.wait(5)
+    assert sent == [signal.SIGTERM, signal.SIGKILL]
+
+
+def test_a_cancelled_escalation_sends_nothing_more() -> None:
+    """Cancelled before its thread first looks, when both signals would be due."""
+    sent: list[int] = []
+    cancelled = threading.Event()
+    times = iter([0.0])
+
+    def clock() -> float:
+        now = next(times, None)
+        if now is not None:
+            return now
+        assert cancelled.wait(5)
+        return 10.0
+
+    escalation = processes.escalate(sent.append, 0.3, 0.6, clock=clock)
+    escalation.cancel()
+    cancelled.set()
+    for thread in threading.enumerate():
+        if thread.name == processes.ESCALATION_THREAD:
+            thread.join(5)
+    assert sent == []
