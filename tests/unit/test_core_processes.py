@@ -10,7 +10,16 @@ import psutil
 
 from ringleader.core import processes
 
-STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+STUBBORN = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ready', flush=True); time.sleep(60)"
+)
+SAYS_SIGTERM = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: (print('SIGTERM', flush=True), sys.exit(0)))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
 POLITE = "import time; time.sleep(60)"
 
 
@@ -19,13 +28,17 @@ def start(code: str, **options: object) -> subprocess.Popen[bytes]:
 
 
 def test_stop_processes_terms_then_kills_what_ignores_sigterm() -> None:
-    polite, stubborn = start(POLITE), start(STUBBORN)
-    time.sleep(0.3)  # the stubborn one has installed its handler
+    polite = start(SAYS_SIGTERM, stdout=subprocess.PIPE)
+    stubborn = start(STUBBORN + "\n", stdout=subprocess.PIPE)
+    assert polite.stdout is not None and stubborn.stdout is not None
+    assert polite.stdout.readline() == stubborn.stdout.readline() == b"ready\n"
     watched = [psutil.Process(polite.pid), psutil.Process(stubborn.pid)]
     begun = time.monotonic()
-    processes.stop_processes(watched, 1.0)  # reaps them: psutil holds their exit codes
-    assert 0.9 <= time.monotonic() - begun < 10
-    assert [process.returncode for process in watched] == [-signal.SIGTERM, -signal.SIGKILL]
+    processes.stop_processes(watched, 1.0)  # reaps them: they are this test's children
+    assert time.monotonic() - begun >= 0.9  # the stubborn one had the whole grace
+    assert polite.stdout.read() == b"SIGTERM\n"
+    assert stubborn.stdout.read() == b""
+    assert not any(psutil.pid_exists(process.pid) for process in watched)
 
 
 def test_kill_tree_kills_the_group_and_descendants_in_sessions_of_their_own() -> None:
@@ -111,3 +124,40 @@ def test_a_cancelled_escalation_sends_nothing_more() -> None:
         if thread.name == processes.ESCALATION_THREAD:
             thread.join(5)
     assert sent == []
+
+
+ZOMBIE_CHILD = (  # forks a child that exits at once and is never reaped
+    "import os, time\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os._exit(3)\n"
+    "print(pid, flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_wait_ended_counts_a_zombie_that_is_not_our_child_as_ended() -> None:
+    """An orphan's parent may reap it only at its own end (a subreaper): it has ended all the
+    same. psutil.wait_procs would give it back as alive after the whole wait."""
+    parent = start(ZOMBIE_CHILD, stdout=subprocess.PIPE)
+    assert parent.stdout is not None
+    zombie = psutil.Process(int(parent.stdout.readline()))
+    try:
+        deadline = time.monotonic() + 5
+        while zombie.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert processes.wait_ended([zombie], 3.0) == []
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_wait_ended_gives_back_what_still_runs_and_reaps_its_own_children() -> None:
+    running, ended = start(POLITE), start("pass")
+    try:
+        watched = [psutil.Process(running.pid), psutil.Process(ended.pid)]
+        assert processes.wait_ended(watched, 2.0) == [watched[0]]
+        assert not psutil.pid_exists(ended.pid)  # reaped: no zombie left behind
+    finally:
+        running.kill()
+        running.wait()

@@ -226,6 +226,8 @@ def test_the_supervision_reads_slurm_and_its_paths_are_the_same_on_every_node(
 
 
 class NoLimit:
+    problem = None
+
     def __init__(self, job_id: str) -> None:
         assert job_id == "42"
 
@@ -290,8 +292,17 @@ def test_no_squeue_or_a_failing_one_means_no_limit_known() -> None:
     def failing(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error")
 
-    assert EndTime("42", missing).value() is None
-    assert EndTime("42", failing).value() is None
+    def slow(argv: list[str], **options: object) -> subprocess.CompletedProcess[str]:
+        raise subprocess.TimeoutExpired(argv, float(options["timeout"]))  # type: ignore[arg-type]
+
+    for run, problem in (
+        (missing, "squeue did not run: squeue"),
+        (failing, "squeue exited with 1: slurm_load_jobs error"),
+        (slow, "squeue gave no answer within 10 s"),
+    ):
+        asked = EndTime("42", run)
+        assert asked.value() is None
+        assert asked.problem == problem
 
 
 def test_an_end_time_not_known_at_the_start_is_asked_again_at_the_stop() -> None:
@@ -309,9 +320,9 @@ def test_an_end_time_not_known_at_the_start_is_asked_again_at_the_stop() -> None
         return subprocess.CompletedProcess(argv, 0, "2026-11-26T03:10:00\n", "")
 
     end = time.mktime((2026, 11, 26, 3, 10, 0, 0, 0, -1))
-    assert end_time_at_stop(EndTime("42", failing), lambda: EndTime("42", answering)) == end
+    assert end_time_at_stop(EndTime("42", failing), lambda: EndTime("42", answering)).value() == end
     assert asked_again == ["42"]
-    assert end_time_at_stop(EndTime("42", answering), lambda: EndTime("42", failing)) == end
+    assert end_time_at_stop(EndTime("42", answering), lambda: EndTime("42", failing)).value() == end
     assert asked_again == ["42", "42"]  # the start's own query; none at the stop
 
 
@@ -357,6 +368,8 @@ def test_more_ranks_than_the_allocation_gave_the_node_is_a_configuration_error(
 class LimitPassed:
     """The job's end time, a minute ago: the SIGTERM that comes now is the time limit."""
 
+    problem = None
+
     def __init__(self, job_id: str) -> None:
         self.end = time.time() - 60
 
@@ -364,12 +377,26 @@ class LimitPassed:
         return self.end
 
 
+class Unanswered:
+    """squeue failed at the start and again at the stop."""
+
+    problem = "squeue exited with 1: Socket timed out on send/recv operation"
+
+    def __init__(self, job_id: str) -> None:
+        pass
+
+    def value(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("asked", [LimitPassed, Unanswered], ids=["limit", "squeue-failed"])
 def test_a_sigterm_at_the_time_limit_is_said_at_once_and_put_first_in_the_failure_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, asked: type
 ) -> None:
+    """Where squeue gave no end time, the output says why the time limit is not named."""
     monkeypatch.setattr("ringleader.tools.slurm.node.default_root", lambda: str(tmp_path / "r"))
     monkeypatch.setattr("ringleader.tools.slurm.node.become_subreaper", lambda: None)
-    monkeypatch.setattr("ringleader.tools.slurm.node.EndTime", LimitPassed)
+    monkeypatch.setattr("ringleader.tools.slurm.node.EndTime", asked)
     job = node_job(parse("--output", str(tmp_path / "out"), "--", "x"), read_step(STEP), "/")
     ready = tmp_path / "ready"
     # The supervision's stand-in: on SIGTERM it writes its own verdict and exits 143.
@@ -406,6 +433,13 @@ def test_a_sigterm_at_the_time_limit_is_said_at_once_and_put_first_in_the_failur
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     failure = (job.output_dir / "output" / "failure").read_text().splitlines()
+    if asked is Unanswered:
+        assert failure == ["Job stopped by SIGTERM received on host node2."]
+        assert (
+            "[ringleader slurm] whether this SIGTERM is Slurm's time limit is not known: "
+            f"{Unanswered.problem}\n"
+        ) in out.getvalue()
+        return
     assert failure[0].startswith("Slurm's time limit was reached (the job's end time ")
     assert failure[1] == "Job stopped by SIGTERM received on host node2."
     assert "[ringleader slurm] Slurm's time limit was reached" in out.getvalue()

@@ -8,6 +8,7 @@ cluster host's leftovers (tools/cluster/agent.py).
 - `signal_group`: a signal to a whole process group; one that is gone already is no error.
 - `stop_processes`: SIGTERM each process, SIGKILL those alive `grace` seconds later, wait
   until they are gone (bounded by KILLED_WITHIN).
+- `wait_ended`: wait, bounded, until processes have exited (zombies count as ended).
 - `kill_processes`, `kill_tree`: SIGKILL at once (no grace) some processes, or a process's
   group and every descendant of it, also those in groups or sessions of their own (ssh
   clients, daemons); nothing is waited for.
@@ -20,6 +21,7 @@ module, and most ranks end without anything to stop.
 
 import contextlib
 import os
+import select
 import signal
 import threading
 import time
@@ -49,9 +51,54 @@ def stop_processes(processes: Sequence["psutil.Process"], grace: float) -> None:
     for process in processes:
         with contextlib.suppress(psutil.Error):
             process.terminate()
-    _, alive = psutil.wait_procs(processes, timeout=grace)
+    alive = wait_ended(processes, grace)
     kill_processes(alive)
-    psutil.wait_procs(alive, timeout=KILLED_WITHIN)
+    wait_ended(alive, KILLED_WITHIN)
+
+
+def wait_ended(processes: Sequence["psutil.Process"], timeout: float) -> list["psutil.Process"]:
+    """Those of `processes` still running after waiting at most `timeout` s for them to end.
+
+    A process has ended once it exits, also while it stays a zombie: an orphan adopted by a
+    subreaper that reaps only at its own end (`ringleader slurm` at the time limit, where
+    mpirun's ranks outlive their wrappers) is one, and psutil.wait_procs would wait for it the
+    whole timeout. Each is watched through a pidfd (Linux 5.3), readable at its exit; the ones
+    that are this process's children are reaped."""
+    import psutil
+
+    watched: dict[int, psutil.Process] = {}
+    try:
+        for process in processes:
+            try:
+                handle = os.pidfd_open(process.pid)
+            except ProcessLookupError:
+                continue  # gone already
+            watched[handle] = process
+            if not process.is_running():  # its PID is another process's now
+                del watched[handle]
+                os.close(handle)
+    except (AttributeError, OSError):  # no pidfd here: psutil's wait, zombies included
+        _close(watched)
+        _, alive = psutil.wait_procs(processes, timeout=timeout)
+        return list(alive)
+    poller = select.poll()
+    for handle in watched:
+        poller.register(handle, select.POLLIN)
+    deadline = time.monotonic() + timeout
+    while watched and (left := deadline - time.monotonic()) > 0:
+        for handle, _ in poller.poll(left * 1000):
+            poller.unregister(handle)
+            os.close(handle)
+            with contextlib.suppress(psutil.Error):
+                watched.pop(handle).wait(0)  # reaps it if it is our child
+    alive = list(watched.values())
+    _close(watched)
+    return alive
+
+
+def _close(handles: Iterable[int]) -> None:
+    for handle in handles:
+        os.close(handle)
 
 
 def kill_processes(processes: Iterable["psutil.Process"]) -> None:

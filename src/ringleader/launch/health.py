@@ -27,6 +27,7 @@ from ringleader.core import paths
 from ringleader.core.errors import ConfigError
 from ringleader.core.health import FAILED, NOT_CHECKED, OK, CheckResult, Report
 from ringleader.core.hostenvfile import read_host_env
+from ringleader.core.processes import wait_ended
 from ringleader.core.procfind import listening_pids, processes_carrying
 from ringleader.launch.fabric import (
     SYS_CLASS_INFINIBAND,
@@ -342,12 +343,10 @@ def _leftovers(
             ended.set()
 
     def waited(seconds: float) -> CheckResult:
-        import psutil  # only before a restart: the entry point starts without it
-
         left = processes_carrying(carried)
         if not left:
             return CheckResult("", OK, f"none of attempt {attempt} left")
-        _, alive = psutil.wait_procs(left, timeout=seconds)
+        alive = wait_ended(left, seconds)
         if not alive:
             return CheckResult("", OK, f"{len(left)} of attempt {attempt} ended meanwhile")
         named = ", ".join(_described(process) for process in alive[:3])

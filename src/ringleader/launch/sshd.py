@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ringleader.config.image import ImageSettings
 from ringleader.core.errors import ConfigError, StartupError
-from ringleader.core.processes import kill_processes
+from ringleader.core.processes import kill_processes, wait_ended
 
 if TYPE_CHECKING:
     import psutil
@@ -188,8 +188,6 @@ class SshMasters:
         """Tell every master to exit (all at once, bounded), wait for them and every ssh through
         them to be gone (the host's sweep at the job's end then finds only what the user's job
         left), and remove their directory."""
-        import psutil
-
         with self._lock:
             hosts = sorted(self._hosts)
             self._hosts.clear()
@@ -212,7 +210,7 @@ class SshMasters:
                 process.kill()
                 process.wait()
                 late.append(host)
-        _, alive = psutil.wait_procs(ours, timeout=max(deadline - time.monotonic(), 0.0))
+        alive = wait_ended(ours, max(deadline - time.monotonic(), 0.0))
         kill_processes(alive)
         if late or alive:
             hosts_named = ", ".join(late) or "the job's hosts"

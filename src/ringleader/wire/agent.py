@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ringleader.core.exitnote import read_exit_note
+from ringleader.core.processes import wait_ended
 from ringleader.core.proctimes import start_ticks
 from ringleader.core.records import STDERR_TAIL_LINES, TAIL_LINE_CHARS, unreported_record
 from ringleader.wire import messages
@@ -112,7 +113,7 @@ class HostAgent:
         else:
             grace = stop.grace
         timeout = max(since + grace - time.monotonic(), 0.0)
-        _, alive = psutil.wait_procs(processes, timeout=timeout)
+        alive = wait_ended(processes, timeout)
         for process in alive:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)

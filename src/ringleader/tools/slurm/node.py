@@ -142,10 +142,13 @@ class NodeRun:
         if self._end_time is None:
             return
         job_id = self._job.step.job_id
-        end_time = end_time_at_stop(self._end_time, lambda: EndTime(job_id))
+        answer = end_time_at_stop(self._end_time, lambda: EndTime(job_id))
+        end_time = answer.value()
         if end_time is not None and at_time_limit(end_time, stopped_at):
             self._limit_line = time_limit_line(end_time)
             self._say(self._limit_line)
+        elif answer.problem is not None:
+            self._say(f"whether this SIGTERM is Slurm's time limit is not known: {answer.problem}")
 
     def _pass_on(self, signum: signal.Signals) -> None:
         assert self._child is not None

@@ -31,35 +31,47 @@ def at_time_limit(end_time: float | None, stopped_at: float) -> bool:
 
 
 class EndTime:
-    """The job's end time, asked of squeue in the background (None: no limit, or no answer)."""
+    """The job's end time, asked of squeue in the background (None: no limit, or no answer;
+    `problem` then says why there was none)."""
 
     def __init__(self, job_id: str, run: Run = subprocess.run) -> None:
         self._value: float | None = None
+        self.problem: str | None = None
         self._known = threading.Event()
         self._thread = threading.Thread(target=self._ask, args=(job_id, run), daemon=True)
         self._thread.start()
 
     def _ask(self, job_id: str, run: Run) -> None:
         argv = ["squeue", "--noheader", "--jobs", job_id, "--format", "%e"]
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
+        try:
             done = run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT, check=False)
+        except subprocess.TimeoutExpired:
+            self.problem = f"squeue gave no answer within {QUERY_TIMEOUT:g} s"
+        except (OSError, subprocess.SubprocessError) as error:
+            self.problem = f"squeue did not run: {error}"
+        else:
             if done.returncode == 0:
                 self._value = parse_end_time(done.stdout)
+            else:
+                said = (done.stderr or "").strip().splitlines()
+                self.problem = f"squeue exited with {done.returncode}" + (
+                    f": {said[-1]}" if said else ""
+                )
         self._known.set()
 
     def value(self) -> float | None:
         """The answer, waiting for it at most as long as the query may take."""
-        self._known.wait(QUERY_TIMEOUT)
+        if not self._known.wait(QUERY_TIMEOUT):
+            self.problem = f"squeue gave no answer within {QUERY_TIMEOUT:g} s"
         return self._value
 
 
-def end_time_at_stop(first: EndTime, ask_again: Callable[[], EndTime]) -> float | None:
-    """The job's end time when its SIGTERM came: the answer asked at the start or, when that
-    has none, asked again now. squeue can fail or time out on a busy controller (seen in CI:
-    every node's failure file then named a plain SIGTERM at the time limit); a job without a
-    limit pays a second query, during its stop."""
-    value = first.value()
-    return value if value is not None else ask_again().value()
+def end_time_at_stop(first: EndTime, ask_again: Callable[[], EndTime]) -> EndTime:
+    """The answer that tells the job's end time when its SIGTERM came: the one asked at the
+    start or, when that has none, one asked now. squeue can fail or time out on a busy
+    controller (seen in CI: every node's failure file then named a plain SIGTERM at the time
+    limit); a job without a limit pays a second query, during its stop."""
+    return first if first.value() is not None else ask_again()
 
 
 def time_limit_line(end_time: float) -> str:
