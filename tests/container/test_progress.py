@@ -81,7 +81,7 @@ def run_slow_rank(
     """3 x 2 ranks, 40 steps of 0.5 s of work (long beside an allreduce on a busy 2-core
     machine, where it can take 0.3 s); a status every `interval` s, each rank's stacks recorded
     in periods of one interval (`rate` samples a second), judged over `window` intervals: 120
-    samples of each rank, enough to show the slow one (of 12, at the default rate, a rank that
+    samples of each rank, enough to show the slow one (of 12, at a sample a second, a rank that
     never waits against others that wait 30% of the time is one chance in 70, not shown).
     `job`: another entry point, image, distribution."""
     run = run_job(

@@ -28,6 +28,7 @@ from ringleader.core.attempts import AttemptRecord, parse_history
 from ringleader.core.errors import ConfigError
 from ringleader.core.jsontext import parse_json
 from ringleader.core.restart_policy import DEFAULT_POLICY, RestartPolicy, parse_restart_on
+from ringleader.core.straggler import SAMPLE_RATE
 
 SAGEMAKER_PREFIX = "sagemaker_"
 RINGLEADER_PREFIX = "ringleader_"
@@ -321,10 +322,10 @@ class ProgressConfig:
     # `straggler_threshold` or more.
     straggler_threshold: float = 0.15
     straggler_window: int = 3
-    # ringleader_straggler_sample_rate: each sample pauses a rank for milliseconds; more of
-    # them name a straggler sooner (core/straggler.py needs its samples to show it)
-    straggler_sample_rate: int = 1
-    straggler_action: str = STRAGGLER_WARN
+    straggler_sample_rate: int = SAMPLE_RATE  # ringleader_straggler_sample_rate
+    # Off unless asked for: the samples that can name a straggler cost a TensorFlow rank more
+    # than 1% of its time (docs/progress.md), and fewer samples name none.
+    straggler_action: str = STRAGGLER_OFF
 
     @property
     def sample_period(self) -> float | None:

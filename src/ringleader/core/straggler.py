@@ -24,6 +24,12 @@ MIN_SAMPLES = 3  # a rank's samples over the window below which its share is not
 # the chance, at each status, that ranks which wait alike get one of them named: low, since a
 # job is judged at every status for as long as it runs (a day at 60 s: 1,440 verdicts)
 ALPHA = 1e-6
+# Stack samples a second of each rank (ringleader_straggler_sample_rate), for the first 10 s of
+# each status interval (rank/waits.py): a window of 3 intervals then has the 120 samples of a
+# rank that show one waiting 5% of the time against others waiting 30% (bench/straggler_rule.py).
+# Each sample pauses the rank: milliseconds for PyTorch, 20 ms for TensorFlow
+# (bench/sampler_pause.py).
+SAMPLE_RATE = 4
 
 
 @dataclass(frozen=True)

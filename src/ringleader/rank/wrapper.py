@@ -27,6 +27,7 @@ from ringleader.core.hostenvfile import read_host_env
 from ringleader.core.processes import Escalation, escalate, signal_group
 from ringleader.core.proctimes import process_name, process_started_at
 from ringleader.core.records import STDERR_TAIL_LINES, RankRecord
+from ringleader.core.straggler import SAMPLE_RATE
 from ringleader.rank.capture import Pump, RankOutput, say_on_stderr
 from ringleader.rank.errorfile import ERROR_FILE_VARIABLE, clear_error_file, read_error_file
 from ringleader.rank.progress import ProgressWatch
@@ -368,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--wait-rate",
         type=int,
-        default=1,
+        default=SAMPLE_RATE,
         metavar="SAMPLES",
         help="stack samples a second in each --wait-period (ringleader_straggler_sample_rate)",
     )
