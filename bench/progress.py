@@ -6,11 +6,11 @@ Three measurements, each printed as a table:
              status every 10 s; the CPU the leader's step() takes per second of the job (cores)
   cost       the Horovod and the DDP example (examples/horovod_train.py, examples/ddp_train.py
              in ringleader:horovod) on 2 fake hosts x 1 rank (one rank per core: this machine
-             has 2), with a step source (`ringleader_step_regex`), two ways in alternating
-             rounds: the watch off (ringleader_status_interval=0) and on by default (a status
-             every 60 s: each rank's stacks recorded in periods of 60 s, a sample a second),
-             each run long enough for two periods and more (about 150 s); the examples' own
-             throughput and the cost
+             has 2), with a step source (`ringleader_step_regex`), three ways in turning
+             rounds: no status line (ringleader_status_interval=0), the default (a status
+             every 60 s, the straggler watch off) and the straggler watch on (its stacks
+             recorded the first 10 s of every 60 s, 4 samples a second), each run long enough
+             for two periods and more (about 150 s); the examples' own throughput and the cost
   latency    the same job on 3 x 2 with rank 5 computing 40% longer from its first step, a
              status every 3 s, a window of 4 and 10 samples a second; and a status every
              10 s, a window of 3 and 4 samples a second (each 120 samples of a rank a window):
@@ -123,7 +123,9 @@ EXAMPLE_JOBS = {
 }
 WATCH_MODES = {
     "off": {"status_interval": "0"},
-    "default": {},  # a status every 60 s: stacks recorded in periods of 60 s
+    "default": {},  # a status every 60 s, the straggler watch off
+    # and the watch on: each rank's stacks recorded for the first 10 s of every 60 s
+    "watch": {"straggler_action": "warn"},
 }
 
 
@@ -161,12 +163,15 @@ def cost(rounds: int, steps: dict[str, int]) -> None:
         medians = {mode: statistics.median(rates[mode]) for mode in modes if rates[mode]}
         rows.append((example, unit, medians, {mode: len(rates[mode]) for mode in modes}))
     print()
-    print("| example (2 x 1) | watch off | default | cost | runs |")
-    print("|---|---|---|---|---|")
+    print("| example (2 x 1) | no status | default | cost | straggler watch on | cost | runs |")
+    print("|---|---|---|---|---|---|---|")
     for example, unit, medians, counts in rows:
-        off, on = medians.get("off"), medians.get("default")
-        cells = [f"{off:.1f} {unit}" if off else "-", f"{on:.1f}" if on else "-"]
-        cells.append(f"{(off - on) / off:+.1%}" if on and off else "-")
+        off = medians.get("off")
+        cells = [f"{off:.1f} {unit}" if off else "-"]
+        for mode in modes[1:]:
+            on = medians.get(mode)
+            cells.append(f"{on:.1f}" if on else "-")
+            cells.append(f"{(off - on) / off:+.1%}" if on and off else "-")
         runs = " / ".join(str(counts[mode]) for mode in modes)
         print(f"| {example} | {' | '.join(cells)} | {runs} |")
 
@@ -183,6 +188,7 @@ def latency(rounds: int) -> None:
                 "status_interval": str(interval),
                 "straggler_window": str(window),
                 "straggler_sample_rate": str(rate),
+                "straggler_action": "warn",
             }
             # steps of 0.35 s (rank 5's): the job lasts twice the window and its first period
             steps = str(int(2 * (window + 2) * interval / 0.35))
