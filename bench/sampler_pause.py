@@ -29,12 +29,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGES = {"tensorflow": "ringleader:tensorflow", "torch": "ringleader:horovod"}
 WINDOW = 10.0  # seconds: the sampler's recording of a period (RECORD_SECONDS)
 TICK = 0.001
 GAP_MS = 5.0
+Window = dict[str, Any]  # one window's steps, gaps, samples and seconds, as JSON carries them
 
 
 # ----------------------------------------------------------------------- inside the container
@@ -113,7 +115,7 @@ def inside(framework: str, rates: list[int], rounds: int) -> None:
     assert process.stdin is not None and process.stdout is not None
     assert process.stdout.readline().strip() == "ready"
     settings: list[int] = [0, *rates]
-    results: dict[int, list[dict[str, object]]] = {rate: [] for rate in settings}
+    results: dict[int, list[Window]] = {rate: [] for rate in settings}
     for number in range(rounds):
         order = settings if number % 2 == 0 else settings[::-1]
         for rate in order:
@@ -134,16 +136,18 @@ def inside(framework: str, rates: list[int], rounds: int) -> None:
 
 
 # ------------------------------------------------------------------------------- on the host
-def _stopped(window: dict[str, object]) -> float:
+def _stopped(window: Window) -> float:
     """Seconds the ticker saw the process stopped: its gaps beyond its own sleep."""
-    gaps = window["gaps"]
-    assert isinstance(gaps, list)
-    return sum(took - TICK for took in gaps)
+    return sum(took - TICK for took in window["gaps"])
 
 
-def report(framework: str, results: dict[str, list[dict[str, object]]]) -> None:
+def _speed(window: Window) -> float:
+    return float(window["steps"]) / float(window["seconds"])
+
+
+def report(framework: str, results: dict[str, list[Window]]) -> None:
     idle = results["0"]
-    steps_idle = statistics.median(float(w["steps"]) / float(w["seconds"]) for w in idle)  # type: ignore[arg-type]
+    steps_idle = statistics.median(_speed(w) for w in idle)
     stopped_idle = statistics.median(_stopped(w) for w in idle)
     print(f"\n{framework}: {len(idle)} rounds; no py-spy: {steps_idle:.1f} steps/s, "
           f"ticker gaps {stopped_idle * 1000:.0f} ms a window")  # fmt: skip
@@ -152,13 +156,10 @@ def report(framework: str, results: dict[str, list[dict[str, object]]]) -> None:
     for rate, windows in results.items():
         if rate == "0":
             continue
-        rates = [float(w["steps"]) / float(w["seconds"]) for w in windows]  # type: ignore[arg-type]
-        first = statistics.median(
-            max(w["gaps"], default=0.0)  # type: ignore[type-var]
-            for w in windows
-        )
+        rates = [_speed(w) for w in windows]
+        first = statistics.median(max(w["gaps"], default=0.0) for w in windows)
         stopped = statistics.median(_stopped(w) for w in windows) - stopped_idle
-        samples = statistics.median(int(w["samples"]) for w in windows)  # type: ignore[call-overload]
+        samples = statistics.median(int(w["samples"]) for w in windows)
         speed = statistics.median(rates)
         print(
             f"| {rate} | {samples:.0f} | {speed:.1f} | {speed / steps_idle - 1:+.1%} | "

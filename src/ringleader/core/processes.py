@@ -73,9 +73,9 @@ def wait_ended(processes: Sequence["psutil.Process"], timeout: float) -> list["p
                 handle = os.pidfd_open(process.pid)
             except ProcessLookupError:
                 continue  # gone already
-            watched[handle] = process
-            if not process.is_running():  # its PID is another process's now
-                del watched[handle]
+            if process.is_running():
+                watched[handle] = process
+            else:  # its PID is another process's now
                 os.close(handle)
     except (AttributeError, OSError):  # no pidfd here: psutil's wait, zombies included
         _close(watched)

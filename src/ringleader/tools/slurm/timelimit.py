@@ -14,6 +14,7 @@ from ringleader.core.outcome import FAILURE_FILE_LIMIT
 QUERY_TIMEOUT = 10.0  # seconds squeue may take; the job starts meanwhile
 CLOCK_SLACK = 2.0  # the controller's and this node's clocks, and the signal's way here
 _END_TIME = "%Y-%m-%dT%H:%M:%S"  # squeue's %e, in the controller's (and node's) local time
+_NO_ANSWER = f"squeue gave no answer within {QUERY_TIMEOUT:g} s"
 
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -46,7 +47,7 @@ class EndTime:
         try:
             done = run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT, check=False)
         except subprocess.TimeoutExpired:
-            self.problem = f"squeue gave no answer within {QUERY_TIMEOUT:g} s"
+            self.problem = _NO_ANSWER
         except (OSError, subprocess.SubprocessError) as error:
             self.problem = f"squeue did not run: {error}"
         else:
@@ -62,7 +63,7 @@ class EndTime:
     def value(self) -> float | None:
         """The answer, waiting for it at most as long as the query may take."""
         if not self._known.wait(QUERY_TIMEOUT):
-            self.problem = f"squeue gave no answer within {QUERY_TIMEOUT:g} s"
+            self.problem = _NO_ANSWER
         return self._value
 
 
